@@ -1,0 +1,78 @@
+"""One root error for everything the catalog raises on purpose.
+
+The CLI turns any `CatalogError` into a single `error:` line plus a hint and an exit code; anything else
+is a bug and keeps its traceback. Subclasses also inherit the builtin they resemble, so callers that
+catch `KeyError` or `ValueError` keep working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class CatalogError(Exception):
+    """Base of every expected failure. `hint` says what the user can do about it."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(CatalogError, ValueError):
+    """The command line or settings are wrong (exit code 2)."""
+
+    exit_code = 2
+
+
+class CatalogNotFoundError(CatalogError, FileNotFoundError):
+    """No manifests directory could be found."""
+
+    exit_code = 2
+
+
+class UnknownModelError(CatalogError, KeyError):
+    """A logical name that no manifest defines; carries close matches."""
+
+    def __init__(self, name: str, suggestions: Sequence[str]) -> None:
+        hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "run `catalog list` to see every model"
+        super().__init__(f"no model named {name!r} in the catalog", hint=hint)
+        self.name = name
+        self.suggestions = list(suggestions)
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return self.message
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in one manifest: `path:line: field: message`."""
+
+    path: str
+    line: int
+    field: str
+    message: str
+    rule: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class InvalidCatalogError(CatalogError, ValueError):
+    """The manifests have problems; all of them are carried, not just the first."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        first = problems[0] if problems else None
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(
+            f"invalid catalog: {first}{more}" if first else "invalid catalog",
+            hint="run `catalog validate` to see every problem",
+        )
+        self.problems = list(problems)

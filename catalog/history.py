@@ -1,0 +1,77 @@
+"""`catalog validate --base REF`: pins are immutable, so compare against the manifests at a git ref.
+
+`pin_changes` is pure; `manifests_at` is the thin git I/O around it (one `git cat-file --batch`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from catalog import yamlsource
+from catalog.errors import Problem, UsageError
+from catalog.load import ManifestDoc
+from catalog.schema import ModelManifest
+
+
+def pin_changes(base: Mapping[str, ModelManifest], docs: Sequence[ManifestDoc]) -> list[Problem]:
+    """A manifest whose name and revision are unchanged must keep every file's size and sha256."""
+    problems = []
+    for doc in docs:
+        m = doc.manifest
+        if m is None or m.name not in base:
+            continue
+        old = base[m.name]
+        if old.source.revision != m.source.revision or old.source.hf_repo != m.source.hf_repo:
+            continue  # a new pin: anything may change
+        for index, entry in enumerate(m.files):
+            before = old.file(entry.path)
+            if before is not None and (before.sha256, before.size) != (entry.sha256, entry.size):
+                problems.append(Problem(
+                    doc.display, doc.lines.line_of(("files", index, "sha256")), f"files[{index}].sha256",
+                    f"{entry.path!r} changed at the same revision {m.source.revision[:12]} "
+                    f"(was sha256 {before.sha256[:12]}.., {before.size} bytes); pins are immutable: "
+                    "pin a new revision instead", "pin-changed",
+                ))
+    return problems
+
+
+def _git(args: list[str], cwd: Path, stdin: bytes | None = None) -> bytes:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, check=False)
+    except FileNotFoundError:
+        raise UsageError("--base needs git, which is not installed") from None
+    if done.returncode != 0:
+        raise UsageError(f"git {' '.join(args[:2])} failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def manifests_at(ref: str, catalog_dir: Path) -> dict[str, ModelManifest]:
+    """The parseable manifests under `catalog_dir` as of git `ref` (broken ones at the base are skipped)."""
+    top = Path(_git(["rev-parse", "--show-toplevel"], catalog_dir).decode().strip())
+    rel = catalog_dir.resolve().relative_to(top.resolve()).as_posix()
+    try:
+        _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], top)
+    except UsageError:
+        raise UsageError(f"--base {ref!r} is not a commit in this repository") from None
+    names = _git(["ls-tree", "-r", "--name-only", ref, "--", rel], top).decode().splitlines()
+    paths = [n for n in names if n.endswith((".yaml", ".yml")) and Path(n).name != "catalog.yaml"]
+    if not paths:
+        return {}
+    out = _git(["cat-file", "--batch"], top, "".join(f"{ref}:{p}\n" for p in paths).encode())
+    result: dict[str, ModelManifest] = {}
+    pos = 0
+    for _ in paths:
+        header_end = out.index(b"\n", pos)
+        size = int(out[pos:header_end].split()[2])
+        text = out[header_end + 1: header_end + 1 + size].decode("utf-8", errors="replace")
+        pos = header_end + 1 + size + 1
+        try:
+            manifest = ModelManifest.model_validate(yamlsource.parse(text).data)
+        except (yamlsource.YamlProblem, ValidationError):
+            continue
+        result[manifest.name] = manifest
+    return result

@@ -1,0 +1,185 @@
+"""Read a manifests directory into validated values, collecting every problem instead of stopping.
+
+I/O is limited to reading files; turning text into problems is done by `yamlsource` (syntax, lines),
+pydantic (structure, types) and `rules` (the domain), all pure.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from catalog import rules, yamlsource
+from catalog.errors import Problem
+from catalog.schema import CatalogSettings, ModelManifest
+from catalog.yamlsource import LineMap, Loc
+
+M = TypeVar("M", bound=BaseModel)
+
+SETTINGS_FILE = "catalog.yaml"
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class ManifestDoc:
+    """One manifest file: where it is, what it parsed to (None when broken), and its key lines."""
+
+    path: Path
+    display: str
+    manifest: ModelManifest | None
+    lines: LineMap
+
+
+@dataclass
+class LoadResult:
+    root: Path
+    settings: CatalogSettings | None
+    docs: list[ManifestDoc] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def display_path(path: Path) -> str:
+    """How a file is named in messages: relative to the working directory when it is below it."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
+def discover(root: Path) -> list[Path]:
+    """Every manifest below `root` (subfolders allowed), sorted; hidden folders and catalog.yaml skipped."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for filename in sorted(filenames):
+            if filename.endswith(MANIFEST_SUFFIXES) and not (Path(dirpath) == root and filename == SETTINGS_FILE):
+                found.append(Path(dirpath) / filename)
+    return found
+
+
+def load_dir(root: Path, paths: Sequence[Path] | None = None) -> LoadResult:
+    """Load catalog.yaml and the manifests (all of them, or just `paths`), then run every rule.
+
+    Cross-manifest rules (unique names, prefix overlap) always see the whole catalog, so checking one
+    changed file in pre-commit still catches a collision with an untouched one.
+    """
+    root = root.resolve()
+    problems: list[Problem] = []
+    settings = _load_settings(root / SETTINGS_FILE, problems)
+    selected = {p.resolve() for p in paths} if paths else None
+    docs = [load_manifest(path, problems) for path in discover(root)]
+    for extra in sorted(selected or ()):
+        if extra not in {d.path for d in docs}:
+            docs.append(load_manifest(extra, problems))
+    problems.extend(rules.check_catalog(docs, settings))
+    if selected is not None:
+        shown = {display_path(p) for p in selected} | {display_path(root / SETTINGS_FILE)}
+        problems = [p for p in problems if p.path in shown]
+    return LoadResult(root, settings, docs, sorted(problems, key=_problem_order))
+
+
+def _problem_order(problem: Problem) -> tuple[str, int, str]:
+    return (problem.path, problem.line, problem.field)
+
+
+def load_manifest(path: Path, problems: list[Problem]) -> ManifestDoc:
+    display = display_path(path)
+    located = _parse_file(path, display, problems)
+    if located is None:
+        return ManifestDoc(path, display, None, LineMap())
+    manifest = _validate(ModelManifest, located, display, problems)
+    return ManifestDoc(path, display, manifest, located.lines)
+
+
+def _load_settings(path: Path, problems: list[Problem]) -> CatalogSettings | None:
+    display = display_path(path)
+    if not path.is_file():
+        problems.append(Problem(display, 0, "", "missing: every catalog needs a catalog.yaml with `store` and `gpu_classes`", "settings"))
+        return None
+    located = _parse_file(path, display, problems)
+    if located is None:
+        return None
+    settings = _validate(CatalogSettings, located, display, problems)
+    if settings is not None:
+        problems.extend(rules.check_settings(settings, display, located.lines))
+    return settings
+
+
+def _parse_file(path: Path, display: str, problems: list[Problem]) -> yamlsource.Located | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        problems.append(Problem(display, 0, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})", "yaml"))
+        return None
+    except OSError as exc:
+        problems.append(Problem(display, 0, "", f"cannot read: {exc.strerror}", "yaml"))
+        return None
+    try:
+        located = yamlsource.parse(text)
+    except yamlsource.YamlProblem as exc:
+        problems.append(Problem(display, exc.line, format_loc(exc.loc), exc.message, "yaml"))
+        return None
+    if not isinstance(located.data, dict):
+        kind = "empty" if located.data is None else f"a {type(located.data).__name__}"
+        problems.append(Problem(display, 1, "", f"a manifest is a mapping of keys, this document is {kind}", "yaml"))
+        return None
+    return located
+
+
+def _validate(model: type[M], located: yamlsource.Located, display: str, problems: list[Problem]) -> M | None:
+    try:
+        return model.model_validate(located.data)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            loc = tuple(error["loc"])
+            problems.append(Problem(display, located.lines.line_of(loc), format_loc(loc), _explain(model, error), "schema"))
+        return None
+
+
+def _explain(model: type[BaseModel], error: Any) -> str:
+    kind, loc = error["type"], tuple(error["loc"])
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(model, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        suffix = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(allowed)}"
+        return f"unknown key{suffix}"
+    if kind == "string_type" and isinstance(error.get("input"), (int, float, bool)):
+        return f"expected text but YAML read {error['input']!r} as a {type(error['input']).__name__}; quote the value"
+    return str(error["msg"])
+
+
+def _allowed_keys(model: type[BaseModel], loc: Loc) -> list[str]:
+    """The keys allowed at `loc`, walking nested models (list indices skipped)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            continue
+        info = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
+        if info is None:
+            return []
+        annotation = info.annotation
+        args = getattr(annotation, "__args__", ())
+        current = next((a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def format_loc(loc: Iterable[str | int]) -> str:
+    """('files', 3, 'sha256') -> 'files[3].sha256'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,99 @@
+"""The lookup API for tests and tools: a validated Catalog, models by logical name."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from catalog.errors import CatalogNotFoundError, InvalidCatalogError, UnknownModelError
+from catalog.load import LoadResult, load_dir
+from catalog.schema import CatalogSettings, LoadFormat, ModelManifest
+
+MANIFESTS_DIR = "manifests"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A validated catalog: immutable values, no I/O."""
+
+    root: Path
+    settings: CatalogSettings
+    models: Mapping[str, ModelManifest]
+    sources: Mapping[str, Path]  # name -> the manifest file, for messages and `catalog lock`
+
+    def get(self, name: str) -> ModelManifest:
+        """The manifest named `name`, or UnknownModelError listing close names."""
+        try:
+            return self.models[name]
+        except KeyError:
+            raise UnknownModelError(name, difflib.get_close_matches(name, list(self.models), n=3, cutoff=0.5)) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.models
+
+    def __iter__(self) -> Iterator[ModelManifest]:
+        return iter(self.models.values())
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def gpu_class(self, model: ModelManifest) -> str:
+        return model.gpu.gpu_class or self.settings.default_gpu
+
+    def filter(
+        self, *, gpu: str | None = None, tag: str | None = None, load_format: LoadFormat | str | None = None
+    ) -> list[ModelManifest]:
+        """Models matching every given criterion, sorted by name."""
+        fmt = LoadFormat(load_format) if load_format is not None else None
+        return [
+            m for m in sorted(self.models.values(), key=lambda m: m.name)
+            if (gpu is None or self.gpu_class(m) == gpu)
+            and (tag is None or tag in m.tags)
+            and (fmt is None or m.load_format is fmt)
+        ]
+
+    def by_repo(self, repo_id: str) -> list[ModelManifest]:
+        """Every manifest pinning the Hub repo `repo_id` (case-insensitive, like the Hub)."""
+        folded = repo_id.casefold()
+        return sorted((m for m in self.models.values() if m.source.hf_repo.casefold() == folded), key=lambda m: m.name)
+
+
+def find_catalog_dir(start: Path | None = None) -> Path:
+    """The nearest `manifests/` holding a catalog.yaml, from `start` (default: cwd) upward."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "catalog.yaml").is_file() and folder.name == MANIFESTS_DIR:
+            return folder
+        candidate = folder / MANIFESTS_DIR
+        if (candidate / "catalog.yaml").is_file():
+            return candidate
+    raise CatalogNotFoundError(
+        f"no {MANIFESTS_DIR}/catalog.yaml found in {here} or any folder above it",
+        hint="pass --catalog DIR or set CATALOG_DIR",
+    )
+
+
+def from_result(result: LoadResult) -> Catalog:
+    """A Catalog from a load with no problems; InvalidCatalogError carrying all problems otherwise."""
+    if not result.ok or result.settings is None:
+        raise InvalidCatalogError(result.problems)
+    models: dict[str, ModelManifest] = {}
+    sources: dict[str, Path] = {}
+    for doc in result.docs:
+        assert doc.manifest is not None
+        models[doc.manifest.name] = doc.manifest
+        sources[doc.manifest.name] = doc.path
+    return Catalog(result.root, result.settings, models, sources)
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Catalog:
+    """Load and validate a catalog: `path`, else $CATALOG_DIR, else the nearest manifests/ upward."""
+    if path is None:
+        path = os.environ.get("CATALOG_DIR") or None
+    root = Path(path) if path is not None else find_catalog_dir()
+    if not (root / "catalog.yaml").is_file():
+        raise CatalogNotFoundError(f"{root} has no catalog.yaml", hint="point --catalog / CATALOG_DIR at a manifests/ folder")
+    return from_result(load_dir(root))

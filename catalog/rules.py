@@ -1,0 +1,207 @@
+"""The lint rules: pure functions from parsed manifests to problems.
+
+Each rule has a short id (the `rule` field of a Problem, shown by `--format json`) and reports at the
+line of the offending key. Nothing here reads files or the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from catalog import naming
+from catalog.errors import Problem
+from catalog.schema import CatalogSettings, LoadFormat, ModelManifest
+from catalog.yamlsource import LineMap, Loc
+
+if TYPE_CHECKING:
+    from catalog.load import ManifestDoc
+
+GIB = 1024**3
+LOCK_HINT = "run `catalog lock {name}` to pin every file's size and sha256"
+
+
+class _Reporter:
+    """Collects problems for one file, turning a key location into its line."""
+
+    def __init__(self, display: str, lines: LineMap) -> None:
+        self.display = display
+        self.lines = lines
+        self.problems: list[Problem] = []
+
+    def __call__(self, rule: str, loc: Loc, message: str) -> None:
+        from catalog.load import format_loc
+
+        self.problems.append(Problem(self.display, self.lines.line_of(loc), format_loc(loc), message, rule))
+
+
+def check_settings(settings: CatalogSettings, display: str, lines: LineMap) -> list[Problem]:
+    report = _Reporter(display, lines)
+    if (message := naming.check_s3_prefix(settings.store, allow_root=True)) is not None:
+        report("s3-prefix", ("store",), message)
+    if settings.default_gpu not in settings.gpu_classes:
+        report("gpu-class", ("default_gpu",), f"{settings.default_gpu!r} is not one of gpu_classes")
+    return report.problems
+
+
+def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None) -> list[Problem]:
+    """Every rule over every manifest, then the rules that compare manifests with each other."""
+    problems: list[Problem] = []
+    valid = [d for d in docs if d.manifest is not None]
+    names = {d.manifest.name for d in valid if d.manifest is not None}
+    for doc in valid:
+        report = _Reporter(doc.display, doc.lines)
+        assert doc.manifest is not None
+        check_manifest(doc.manifest, PurePosixPath(doc.path.name).stem, settings, names, report)
+        problems.extend(report.problems)
+    problems.extend(_duplicate_names(valid))
+    problems.extend(_prefix_overlaps(valid))
+    return problems
+
+
+def check_manifest(
+    m: ModelManifest, file_stem: str, settings: CatalogSettings | None, names: set[str], report: _Reporter
+) -> None:
+    if (message := naming.check_name(m.name)) is not None:
+        report("name", ("name",), message)
+    elif file_stem != m.name:
+        report("file-name", ("name",), f"name {m.name!r} differs from the file name; rename the file to {m.name}.yaml")
+    if (message := naming.check_hf_repo(m.source.hf_repo)) is not None:
+        report("hf-repo", ("source", "hf_repo"), message)
+    if (message := naming.check_revision(m.source.revision)) is not None:
+        report("revision-unpinned", ("source", "revision"), message)
+    _check_prefix(m, settings, report)
+    _check_files(m, report)
+    _check_load_format(m, report)
+    _check_gpu(m, settings, report)
+    _check_tokenizer(m, names, report)
+
+
+def _check_prefix(m: ModelManifest, settings: CatalogSettings | None, report: _Reporter) -> None:
+    if (message := naming.check_s3_prefix(m.s3_prefix)) is not None:
+        report("s3-prefix", ("s3_prefix",), message)
+    elif settings is not None and not m.s3_prefix.startswith(settings.store):
+        report("s3-prefix", ("s3_prefix",), f"{m.s3_prefix!r} is outside the catalog's store {settings.store!r}")
+
+
+def _check_files(m: ModelManifest, report: _Reporter) -> None:
+    if not m.files:
+        report("unlocked", ("files",) if "files" in m.model_fields_set else (), "no files pinned; " + LOCK_HINT.format(name=m.name))
+        return
+    seen: dict[str, int] = {}
+    folded: dict[str, int] = {}
+    for index, entry in enumerate(m.files):
+        loc: Loc = ("files", index)
+        if (message := naming.check_relative_path(entry.path)) is not None:
+            report("file-path", (*loc, "path"), message)
+        if entry.path in seen:
+            report("duplicate-path", (*loc, "path"), f"{entry.path!r} is pinned twice (also files[{seen[entry.path]}])")
+        elif entry.path.casefold() in folded:
+            other = m.files[folded[entry.path.casefold()]].path
+            report("duplicate-path", (*loc, "path"), f"{entry.path!r} differs from {other!r} only in case; they collide on macOS and Windows")
+        seen.setdefault(entry.path, index)
+        folded.setdefault(entry.path.casefold(), index)
+        if (message := naming.check_sha256(entry.sha256)) is not None:
+            report("sha256", (*loc, "sha256"), message)
+        if entry.size < 0:
+            report("size", (*loc, "size"), f"size {entry.size} is negative")
+        if naming.is_pickle_file(entry.path) and not m.allow_pickle:
+            report("pickle", (*loc, "path"), f"{entry.path!r} is pickle-based and can run code when loaded; "
+                   "prefer safetensors, or set `allow_pickle: true` to opt in")
+        if not _selected(entry.path, m):
+            report("file-selection", (*loc, "path"), f"{entry.path!r} is not selected by source.include/exclude")
+    for directory, index in _files_used_as_dirs(m):
+        report("duplicate-path", ("files", index, "path"), f"{directory!r} is both a file and a folder")
+
+
+def _selected(path: str, m: ModelManifest) -> bool:
+    return bool(naming.select_files([path], m.source.include, m.source.exclude))
+
+
+def _files_used_as_dirs(m: ModelManifest) -> Iterator[tuple[str, int]]:
+    paths = {f.path: i for i, f in enumerate(m.files)}
+    for path in paths:
+        for parent in PurePosixPath(path).parents:
+            if str(parent) in paths:
+                yield str(parent), paths[str(parent)]
+
+
+def _check_load_format(m: ModelManifest, report: _Reporter) -> None:
+    if not m.files:
+        return
+    paths = [f.path for f in m.files]
+    top = [p for p in paths if "/" not in p]
+    fmt = m.load_format
+    needs: list[str] = []
+    if fmt in (LoadFormat.SAFETENSORS, LoadFormat.RUNAI_STREAMER, LoadFormat.FASTSAFETENSORS):
+        if "config.json" not in top:
+            needs.append("config.json")
+        if not any(p.endswith(".safetensors") for p in top):
+            needs.append("at least one *.safetensors")
+    elif fmt is LoadFormat.RUNAI_STREAMER_SHARDED:
+        if not any(naming.matches_any(p, ("model-rank-*-part-*.safetensors",)) for p in top):
+            needs.append("model-rank-*-part-*.safetensors shards")
+    elif fmt is LoadFormat.TENSORIZER:
+        if not any(p.endswith(".tensors") for p in top):
+            needs.append("a *.tensors file")
+    elif fmt is LoadFormat.GGUF:
+        if not any(p.endswith(".gguf") for p in paths):
+            needs.append("a *.gguf file")
+    if needs:
+        report("load-format", ("load_format",), f"load_format {fmt.value} needs {' and '.join(needs)} among the pinned files")
+
+
+def _check_gpu(m: ModelManifest, settings: CatalogSettings | None, report: _Reporter) -> None:
+    if settings is None:
+        return
+    gpu_class = m.gpu.gpu_class or settings.default_gpu
+    spec = settings.gpu_classes.get(gpu_class)
+    if spec is None:
+        known = ", ".join(sorted(settings.gpu_classes))
+        report("gpu-class", ("gpu", "class"), f"unknown GPU class {gpu_class!r}; known: {known}")
+        return
+    capacity = spec.memory_gib * GIB * m.gpu.count
+    if m.weights_bytes > capacity:
+        report("gpu-memory", ("gpu",), f"weights are {m.weights_bytes / GIB:.1f} GiB but {m.gpu.count} x {gpu_class} "
+               f"holds {capacity / GIB:.1f} GiB; pick a larger class or count")
+
+
+def _check_tokenizer(m: ModelManifest, names: set[str], report: _Reporter) -> None:
+    if m.tokenizer is None or m.tokenizer in names:
+        return
+    folder = m.tokenizer.rstrip("/") + "/"
+    if naming.check_relative_path(m.tokenizer.rstrip("/")) is None and any(f.path.startswith(folder) for f in m.files):
+        return
+    report("tokenizer", ("tokenizer",), f"{m.tokenizer!r} is neither a model in the catalog nor a pinned subfolder")
+
+
+def _duplicate_names(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
+    first: dict[str, ManifestDoc] = {}
+    for doc in docs:
+        assert doc.manifest is not None
+        name = doc.manifest.name
+        if name in first:
+            other = first[name]
+            yield Problem(doc.display, doc.lines.line_of(("name",)), "name",
+                          f"{name!r} is already defined at {other.display}:{other.lines.line_of(('name',))}", "duplicate-name")
+        else:
+            first[name] = doc
+
+
+def _prefix_overlaps(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
+    """No prefix may be a string prefix of another: one listing would return both models' objects.
+
+    Sorted, every prefix that starts another comes right before a run of the prefixes it starts.
+    """
+    entries = sorted(((d.manifest.s3_prefix, d) for d in docs if d.manifest is not None), key=lambda e: (e[0], e[1].display))
+    for i, (prefix, doc) in enumerate(entries):
+        for other_prefix, other in entries[i + 1:]:
+            if not other_prefix.startswith(prefix):
+                break
+            assert other.manifest is not None and doc.manifest is not None
+            what = "the same prefix as" if other_prefix == prefix else "inside the prefix of"
+            yield Problem(other.display, other.lines.line_of(("s3_prefix",)), "s3_prefix",
+                          f"{other_prefix!r} is {what} {doc.manifest.name!r} "
+                          f"({doc.display}:{doc.lines.line_of(('s3_prefix',))}); give each model its own prefix",
+                          "prefix-overlap")

@@ -1,0 +1,125 @@
+"""The manifest schema: plain, frozen pydantic values.
+
+Pydantic checks structure and types (unknown keys, missing keys, wrong types); scalars are strict,
+so a quoted number or a number where text belongs is an error instead of a silent coercion. The
+domain rules (pins, prefixes, paths, formats, GPU memory) live in `rules.py`, where each problem
+gets its own message and line; the patterns below are repeated into the JSON Schema for editors.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from catalog import naming
+
+
+class LoadFormat(str, Enum):
+    """The engine's `--load-format` values that read weights from files."""
+
+    AUTO = "auto"
+    SAFETENSORS = "safetensors"
+    PT = "pt"
+    NPCACHE = "npcache"
+    TENSORIZER = "tensorizer"
+    SHARDED_STATE = "sharded_state"
+    GGUF = "gguf"
+    BITSANDBYTES = "bitsandbytes"
+    MISTRAL = "mistral"
+    FASTSAFETENSORS = "fastsafetensors"
+    RUNAI_STREAMER = "runai_streamer"
+    RUNAI_STREAMER_SHARDED = "runai_streamer_sharded"
+
+    @property
+    def streams_weights(self) -> bool:
+        """Formats whose weights the engine reads straight from the bucket."""
+        return self in (LoadFormat.RUNAI_STREAMER, LoadFormat.RUNAI_STREAMER_SHARDED, LoadFormat.TENSORIZER)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Source(_Strict):
+    """Where the files come from: a Hub repo at one immutable commit."""
+
+    hf_repo: StrictStr = Field(
+        description="Hub repository id, org/name.", json_schema_extra={"pattern": naming.HF_REPO_PATTERN}
+    )
+    revision: StrictStr = Field(
+        description="Full 40-hex commit; branches, tags and refs/pr/N are refused.",
+        json_schema_extra={"pattern": naming.REVISION_PATTERN},
+    )
+    include: tuple[StrictStr, ...] = Field((), description="Glob patterns of repo files to pin (default: all).")
+    exclude: tuple[StrictStr, ...] = Field((), description="Glob patterns of repo files to leave out.")
+
+
+class GpuRequirement(_Strict):
+    gpu_class: StrictStr | None = Field(
+        None, alias="class", description="A class from catalog.yaml gpu_classes (default: the catalog's default)."
+    )
+    count: StrictInt = Field(1, ge=1, description="How many GPUs of that class the model is tested on.")
+
+
+class FileEntry(_Strict):
+    """One pinned file; written by `catalog lock`, never by hand."""
+
+    path: StrictStr = Field(description="Relative POSIX path inside the model.")
+    size: StrictInt = Field(description="Size in bytes.", json_schema_extra={"minimum": 0})
+    sha256: StrictStr = Field(description="Lowercase hex sha256 (the Hub's LFS oid).", json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
+
+
+class ModelManifest(_Strict):
+    """One CI model, pinned."""
+
+    name: StrictStr = Field(description="Logical name, unique in the catalog.", json_schema_extra={"pattern": naming.NAME_PATTERN})
+    description: StrictStr = ""
+    source: Source
+    s3_prefix: StrictStr = Field(description="s3://bucket/key/ ending in exactly one '/'.")
+    load_format: LoadFormat
+    loader: dict[str, Any] = Field(
+        default_factory=dict, description="Options passed through to the engine's loader (model_loader_extra_config)."
+    )
+    gpu: GpuRequirement = Field(default_factory=GpuRequirement)
+    tags: tuple[StrictStr, ...] = ()
+    tokenizer: StrictStr | None = Field(None, description="Another model's logical name, or a subfolder of this one.")
+    allow_pickle: StrictBool = Field(False, description="Opt in to pickle-based weights (.bin, .pt, .pth): they can run code.")
+    files: tuple[FileEntry, ...] = Field((), description="Every pinned file; machine-written by `catalog lock`.")
+
+    @property
+    def weight_files(self) -> tuple[FileEntry, ...]:
+        return tuple(f for f in self.files if naming.is_weight_file(f.path))
+
+    @property
+    def weights_bytes(self) -> int:
+        return sum(f.size for f in self.weight_files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def file(self, path: str) -> FileEntry | None:
+        return next((f for f in self.files if f.path == path), None)
+
+
+class GpuClass(_Strict):
+    memory_gib: float = Field(gt=0, description="Memory per device in GiB (host RAM for `cpu`).")
+    description: StrictStr = ""
+
+
+class CatalogSettings(_Strict):
+    """manifests/catalog.yaml: what holds for every model."""
+
+    store: StrictStr = Field(description="The bucket every s3_prefix lives in, e.g. s3://vllm-ci-model-weights/.")
+    default_gpu: StrictStr = "l4"
+    gpu_classes: dict[StrictStr, GpuClass]
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a model manifest, for editors (yaml-language-server) and other tools."""
+    schema = ModelManifest.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "model-catalog manifest"
+    return schema

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Set-up and entry point for the README's two commands; needs nothing but Python 3.
+
+    python3 dev.py demo   -> the main job on the embedded default store
+    python3 dev.py test   -> the whole test suite
+
+Each creates `.venv/` and installs the project into it when (and only when) pyproject.toml or the
+dev constraints changed since the last install, so running them again costs a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+
+# What each command needs installed; `test` is a superset of `demo`.
+PROFILES = {"demo": ".", "test": ".[dev,loaders]"}
+
+
+def _fingerprint(spec: str) -> str:
+    digest = hashlib.sha256(spec.encode())
+    for name in ("pyproject.toml", "constraints-dev.txt"):
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()
+
+
+def ensure_env(profile: str) -> None:
+    if not PYTHON.exists():
+        print(f"dev: creating {VENV.name}/", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    # A stamp per profile; the full profile also satisfies the smaller one.
+    wanted = [p for p in PROFILES if p == profile or (profile == "demo" and p == "test")]
+    for candidate in wanted:
+        stamp = VENV / f".installed-{candidate}"
+        if stamp.exists() and stamp.read_text() == _fingerprint(PROFILES[candidate]):
+            return
+    spec = PROFILES[profile]
+    print(f"dev: installing {spec} into {VENV.name}/ (first run or changed dependencies)", file=sys.stderr)
+    subprocess.run(
+        [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "-c", str(ROOT / "constraints-dev.txt"), "-e", spec],
+        cwd=ROOT, check=True,
+    )
+    (VENV / f".installed-{profile}").write_text(_fingerprint(spec))
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in PROFILES:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    ensure_env(command)
+    env = dict(os.environ)
+    if command == "demo":
+        cmd = [str(PYTHON), str(ROOT / "scripts" / "demo.py"), *rest]
+    else:
+        cmd = [str(PYTHON), "-m", "pytest", *rest]
+    return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,278 @@
+"""Every lint rule, each with a failing and a passing manifest, asserting the exact file:line reported."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers import REV, SHA, manifest_text, write_catalog
+
+from catalog.errors import Problem
+from catalog.load import load_dir
+
+
+def problems_of(tmp_path: Path, manifests: dict[str, str], **kw: str) -> list[Problem]:
+    os.chdir(tmp_path)
+    return load_dir(write_catalog(tmp_path, manifests, **kw)).problems
+
+
+def lines(problems: list[Problem]) -> list[str]:
+    return [f"{p.path}:{p.line}: {p.rule}" for p in problems]
+
+
+def test_a_valid_manifest_has_no_problems(tmp_path: Path) -> None:
+    assert problems_of(tmp_path, {"tiny.yaml": manifest_text()}) == []
+
+
+def test_broken_yaml_reports_the_line_of_the_syntax_error(tmp_path: Path) -> None:
+    broken = manifest_text().replace("load_format: safetensors", "load_format: [safetensors")
+    found = problems_of(tmp_path, {"tiny.yaml": broken})
+    assert len(found) == 1
+    assert found[0].rule == "yaml" and found[0].path == "manifests/tiny.yaml"
+    assert found[0].line in (6, 7)  # the unclosed flow sequence is detected at the next line
+    assert "invalid YAML" in found[0].message
+
+
+def test_duplicate_keys_are_refused_with_both_lines(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text() + "load_format: pt\n"})
+    assert lines(found) == ["manifests/tiny.yaml:15: yaml"]
+    assert "first at line 6" in found[0].message
+
+
+def test_python_tags_are_refused_and_never_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    text = manifest_text(extra=f"description: !!python/object/apply:os.system ['touch {marker}']\n")
+    found = problems_of(tmp_path, {"tiny.yaml": text})
+    assert lines(found) == ["manifests/tiny.yaml:8: yaml"]
+    assert "unsupported YAML tag" in found[0].message
+    assert not marker.exists()
+
+
+def test_alias_bomb_is_bounded(tmp_path: Path) -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi")
+    )
+    found = problems_of(tmp_path, {"tiny.yaml": bomb})
+    assert [p.rule for p in found] == ["yaml"]
+    assert "alias bomb" in found[0].message
+
+
+def test_schema_errors_name_the_key_and_its_line(tmp_path: Path) -> None:
+    text = manifest_text(extra="gpus: 2\n").replace("size: 1000", 'size: "1000"')
+    found = problems_of(tmp_path, {"tiny.yaml": text})
+    assert lines(found) == ["manifests/tiny.yaml:8: schema", "manifests/tiny.yaml:14: schema"]
+    assert found[0].field == "gpus" and "did you mean 'gpu'" in found[0].message
+    assert found[1].field == "files[1].size" and "integer" in found[1].message
+
+
+def test_missing_required_key_points_at_its_parent(tmp_path: Path) -> None:
+    text = manifest_text().replace(f"  revision: {REV}\n", "")
+    found = problems_of(tmp_path, {"tiny.yaml": text})
+    assert lines(found) == ["manifests/tiny.yaml:2: schema"]
+    assert found[0].field == "source.revision" and found[0].message == "required key is missing"
+
+
+def test_a_number_where_text_belongs_says_to_quote_it(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(revision="1234567")})
+    assert lines(found) == ["manifests/tiny.yaml:4: schema"]
+    assert "quote" in found[0].message
+
+
+def test_a_document_that_is_not_a_mapping_is_one_problem(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": "- just\n- a list\n", "empty.yaml": ""})
+    assert lines(found) == ["manifests/empty.yaml:1: yaml", "manifests/tiny.yaml:1: yaml"]
+
+
+def test_duplicate_names_point_at_the_first_definition(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(), "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")})
+    assert lines(found) == ["manifests/more/tiny.yaml:1: duplicate-name"]
+    assert "already defined at manifests/tiny.yaml:1" in found[0].message
+
+
+def test_file_name_must_match_the_name(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"other.yaml": manifest_text()})
+    assert lines(found) == ["manifests/other.yaml:1: file-name"]
+
+
+def test_bad_logical_name(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"Tiny.yaml": manifest_text("Tiny")})
+    assert "manifests/Tiny.yaml:1: name" in lines(found)
+
+
+@pytest.mark.parametrize("revision", ["main", "refs/pr/12", "v1.0", "'0123456'", REV.upper()])
+def test_unpinned_revisions_are_refused(tmp_path: Path, revision: str) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(revision=revision)})
+    assert lines(found) == ["manifests/tiny.yaml:4: revision-unpinned"]
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "https://ci-bucket/org/tiny/",  # scheme
+        "s3://ci-bucket/org/tiny",  # no trailing slash
+        "s3://ci-bucket/org//tiny/",  # empty segment
+        "s3://ci-bucket/org/tiny//",  # two trailing slashes
+        "s3://ci-bucket//org/tiny/",  # leading slash in the key
+        "s3://ci-bucket/org/../tiny/",  # traversal
+        "s3://CI_Bucket/org/tiny/",  # bucket naming rules
+        "s3://ci-bucket/",  # the whole bucket
+        "s3://other-bucket/org/tiny/",  # outside the catalog's store
+    ],
+)
+def test_bad_prefixes_are_refused(tmp_path: Path, prefix: str) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(prefix=prefix)})
+    assert lines(found) == ["manifests/tiny.yaml:5: s3-prefix"]
+
+
+def test_a_prefix_that_is_a_string_prefix_of_another_is_refused(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {
+        "opt.yaml": manifest_text("opt", prefix="s3://ci-bucket/facebook/opt-125m/"),
+        "opt-inner.yaml": manifest_text("opt-inner", prefix="s3://ci-bucket/facebook/opt-125m/inner/"),
+        "opt-hf.yaml": manifest_text("opt-hf", prefix="s3://ci-bucket/facebook/opt-125m-hf/"),  # fine: '/' boundary
+        "same.yaml": manifest_text("same", prefix="s3://ci-bucket/facebook/opt-125m/"),
+    })
+    assert lines(found) == [
+        "manifests/opt-inner.yaml:5: prefix-overlap",  # inside opt's prefix
+        "manifests/opt-inner.yaml:5: prefix-overlap",  # and inside same's
+        "manifests/same.yaml:5: prefix-overlap",  # identical to opt's
+    ]
+    assert "'opt' (manifests/opt.yaml:5)" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../escape.json", "/etc/passwd", "dir\\file.json", ".git/config", "a/./b.json", "a//b.json", "C:/x.json", "sub/../../x"],
+)
+def test_file_paths_must_stay_inside_the_model(tmp_path: Path, path: str) -> None:
+    files = f"""\
+  - path: config.json
+    size: 10
+    sha256: {SHA}
+  - path: model.safetensors
+    size: 1000
+    sha256: {SHA}
+  - path: '{path}'
+    size: 1
+    sha256: {SHA}
+"""
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files=files)})
+    assert lines(found) == ["manifests/tiny.yaml:15: file-path"]
+
+
+def test_duplicate_paths_also_case_insensitively(tmp_path: Path) -> None:
+    files = f"""\
+  - path: config.json
+    size: 10
+    sha256: {SHA}
+  - path: model.safetensors
+    size: 1000
+    sha256: {SHA}
+  - path: config.json
+    size: 10
+    sha256: {SHA}
+  - path: Config.JSON
+    size: 10
+    sha256: {SHA}
+"""
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files=files)})
+    assert lines(found) == ["manifests/tiny.yaml:15: duplicate-path", "manifests/tiny.yaml:18: duplicate-path"]
+    assert "only in case" in found[1].message
+
+
+def test_bad_sha256_and_negative_size(tmp_path: Path) -> None:
+    files = f"""\
+  - path: config.json
+    size: -1
+    sha256: {SHA}
+  - path: model.safetensors
+    size: 1000
+    sha256: {"A" * 64}
+"""
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files=files)})
+    assert lines(found) == ["manifests/tiny.yaml:10: size", "manifests/tiny.yaml:14: sha256"]
+
+
+def test_an_unlocked_manifest_names_the_lock_command(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files="  []\n").replace("files:\n  []", "files: []")})
+    assert lines(found) == ["manifests/tiny.yaml:8: unlocked"]
+    assert "catalog lock tiny" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("fmt", "paths", "ok"),
+    [
+        ("safetensors", ["config.json", "model.safetensors"], True),
+        ("safetensors", ["model.safetensors"], False),
+        ("runai_streamer", ["config.json", "tokenizer.json"], False),
+        ("runai_streamer_sharded", ["config.json", "model-rank-0-part-0.safetensors"], True),
+        ("runai_streamer_sharded", ["config.json", "model.safetensors"], False),
+        ("tensorizer", ["config.json", "model.tensors"], True),
+        ("tensorizer", ["config.json", "model.safetensors"], False),
+    ],
+)
+def test_load_format_requirements(tmp_path: Path, fmt: str, paths: list[str], ok: bool) -> None:
+    files = "".join(f"  - path: {p}\n    size: 10\n    sha256: {SHA}\n" for p in paths)
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt=fmt, files=files)})
+    assert lines(found) == ([] if ok else ["manifests/tiny.yaml:6: load-format"])
+
+
+def test_pickle_weights_need_an_explicit_opt_in(tmp_path: Path) -> None:
+    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: pytorch_model.bin\n    size: 10\n    sha256: {SHA}\n"
+    refused = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files)})
+    assert lines(refused) == ["manifests/tiny.yaml:12: pickle"]
+    allowed = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files, extra="allow_pickle: true\n")})
+    assert allowed == []
+
+
+def test_gpu_class_must_be_known(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text().replace("{class: cpu}", "{class: tpu}")})
+    assert lines(found) == ["manifests/tiny.yaml:7: gpu-class"]
+    assert "cpu, h200, l4" in found[0].message
+
+
+def test_oversize_weights_for_the_gpu_class(tmp_path: Path) -> None:
+    big = 30 * 1024**3
+    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: model.safetensors\n    size: {big}\n    sha256: {SHA}\n"
+    text = manifest_text(files=files).replace("{class: cpu}", "{class: l4}")
+    assert lines(problems_of(tmp_path, {"tiny.yaml": text})) == ["manifests/tiny.yaml:7: gpu-memory"]
+    two = text.replace("{class: l4}", "{class: l4, count: 2}")
+    assert problems_of(tmp_path, {"tiny.yaml": two}) == []
+
+
+def test_default_gpu_class_applies_when_none_is_named(tmp_path: Path) -> None:
+    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: model.safetensors\n    size: {30 * 1024**3}\n    sha256: {SHA}\n"
+    text = manifest_text(files=files).replace("gpu: {class: cpu}\n", "")
+    assert [p.rule for p in problems_of(tmp_path, {"tiny.yaml": text})] == ["gpu-memory"]  # default l4: 24 GiB
+
+
+def test_files_outside_include_patterns(tmp_path: Path) -> None:
+    text = manifest_text().replace("  revision:", "  include: ['*.json']\n  revision:")
+    found = problems_of(tmp_path, {"tiny.yaml": text})
+    assert lines(found) == ["manifests/tiny.yaml:13: file-selection"]
+
+
+def test_tokenizer_must_be_a_model_or_a_pinned_subfolder(tmp_path: Path) -> None:
+    bad = manifest_text(extra="tokenizer: nope\n")
+    assert lines(problems_of(tmp_path, {"tiny.yaml": bad})) == ["manifests/tiny.yaml:8: tokenizer"]
+    other = manifest_text("tok", prefix="s3://ci-bucket/org/tok/")
+    good = manifest_text(extra="tokenizer: tok\n")
+    assert problems_of(tmp_path, {"tiny.yaml": good, "tok.yaml": other}) == []
+
+
+def test_settings_problems(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text()},
+                        settings="store: s3://ci-bucket\ndefault_gpu: x100\ngpu_classes:\n  cpu: {memory_gib: 16}\n")
+    rules = {(p.path, p.line, p.rule) for p in found}
+    assert ("manifests/catalog.yaml", 1, "s3-prefix") in rules
+    assert ("manifests/catalog.yaml", 2, "gpu-class") in rules
+
+
+def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, {
+        "a.yaml": manifest_text("a", revision="main"),
+        "b.yaml": manifest_text("b", prefix="s3://ci-bucket/org/b"),
+        "c.yaml": "name: [c\n",
+    })
+    assert [p.rule for p in found] == ["revision-unpinned", "s3-prefix", "yaml"]
