@@ -77,7 +77,7 @@ def main() -> None:
             assert load_dir(folder).ok
 
         def cli() -> None:
-            subprocess.run([sys.executable, "-m", "catalog.cli", "--catalog", str(folder), "validate"], check=True, capture_output=True)
+            subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(folder), "validate"], check=True, capture_output=True)
 
         t_safe, t_c, t_val, t_cli = best(safe_load), best(c_load), best(validate), best(cli)
     print(f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, PyYAML {yaml.__version__}")

@@ -19,25 +19,12 @@ import yaml
 from catalog import report
 from catalog.errors import CatalogError, UsageError
 from catalog.load import display_path, load_dir
-from catalog.lookup import Catalog, find_catalog_dir, from_result
+from catalog.clikit import current_settings, human_bytes, load_catalog
+from catalog.lookup import Catalog, find_catalog_dir
 from catalog.schema import LoadFormat, ModelManifest, json_schema
 from catalog.settings import Settings
 
 log = logging.getLogger("catalog")
-
-
-def _settings(ctx: click.Context) -> Settings:
-    settings: Settings = ctx.ensure_object(dict)["settings"]
-    return settings
-
-
-def _catalog_dir(settings: Settings) -> Path:
-    return settings.catalog_dir if settings.catalog_dir is not None else find_catalog_dir()
-
-
-def load_catalog(ctx: click.Context) -> Catalog:
-    """The validated catalog for commands that need one; problems become one error."""
-    return from_result(load_dir(_catalog_dir(_settings(ctx))))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -60,7 +47,7 @@ def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
 @click.pass_context
 def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | None) -> int:
     """Check every manifest (or just PATHS) and report every problem at once."""
-    root, selected = _validate_target(_settings(ctx), paths)
+    root, selected = _validate_target(current_settings(ctx), paths)
     result = load_dir(root, selected)
     problems = list(result.problems)
     if base is not None:
@@ -157,12 +144,14 @@ def schema() -> int:
     return 0
 
 
-def human_bytes(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+def _register_operational_commands() -> None:
+    # resolve/verify/gc live with the resolver; importing it costs no heavy library (boto3 is lazy).
+    from resolver.cli import register
+
+    register(cli)
+
+
+_register_operational_commands()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

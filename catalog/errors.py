@@ -76,3 +76,42 @@ class InvalidCatalogError(CatalogError, ValueError):
             hint="run `catalog validate` to see every problem",
         )
         self.problems = list(problems)
+
+
+class IntegrityError(CatalogError, ValueError):
+    """Bytes that do not match the manifest. The download was deleted; nothing was published."""
+
+    def __init__(self, model: str, path: str, what: str, expected: str, got: str, cause: str) -> None:
+        super().__init__(
+            f"expected {what} {expected} but got {got} for {model}/{path}; deleted the download; {cause}",
+            hint="repair the object (`catalog sync` re-uploads it) or fix the manifest, then resolve again",
+        )
+        self.model = model
+        self.path = path
+        self.what = what
+        self.expected = expected
+        self.got = got
+
+
+class MissingObjectError(CatalogError, FileNotFoundError):
+    """A pinned file is not in the store."""
+
+    def __init__(self, model: str, path: str, where: str) -> None:
+        super().__init__(
+            f"{model}/{path} is missing from the store at {where}",
+            hint=f"run `catalog sync {model}` to upload it, or check --store / CATALOG_STORE",
+        )
+        self.model = model
+        self.path = path
+
+
+class StoreUnavailableError(CatalogError, ConnectionError):
+    """The store could not be reached or refused access (after retries)."""
+
+
+class UnsafePathError(CatalogError, ValueError):
+    """A path or key that would land outside its target directory; refused before any byte is written."""
+
+
+class NotCachedError(CatalogError, LookupError):
+    """--offline and something is not in the cache."""

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOG = [sys.executable, "-m", "catalog.cli", "--catalog", str(ROOT / "manifests")]
+CATALOG = [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests")]
 
 
 def step(title: str, *args: str) -> None:

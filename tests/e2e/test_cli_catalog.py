@@ -17,7 +17,7 @@ BUNDLED = ROOT / "manifests"
 
 
 def run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "catalog.cli", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "catalog", *args], cwd=cwd, capture_output=True, text=True, env=env)
 
 
 def test_bundled_catalog_is_valid() -> None:

@@ -1,0 +1,174 @@
+"""The resolver's commands (`resolve`, `verify`, `gc`), registered on the `catalog` group.
+
+Heavy imports (boto3) happen inside the store, only when bytes must move.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import sys
+import threading
+import time
+import click
+
+from catalog.clikit import human_bytes, load_catalog, settings_of
+from catalog.errors import UsageError
+from resolver.cache import Cache, Layout
+from resolver.resolve import Resolution, ResolveOptions, engine_args, engine_env, open_catalog_store, resolve
+from resolver.transfer import MiB, TransferConfig
+
+log = logging.getLogger("catalog.resolve")
+
+FORMATS = ("path", "json", "env", "vllm-args", "redirect")
+
+
+def parse_size(text: str) -> int:
+    """'64MiB', '8M', '1GiB', '1048576' -> bytes (binary units)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(?:i?b)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise UsageError(f"bad size {text!r}", hint="use bytes or a unit: 16MiB, 1GiB")
+    return int(float(match.group(1)) * 1024 ** " kmg".index(match.group(2).lower() or " "))
+
+
+def transfer_config(part_size: str | None, concurrency: int | None) -> TransferConfig:
+    env = os.environ
+    size = parse_size(part_size or env.get("CATALOG_PART_SIZE") or "64MiB")
+    workers = concurrency or int(env.get("CATALOG_CONCURRENCY") or 8)
+    if size < MiB or workers < 1:
+        raise UsageError("--part-size must be at least 1MiB and --concurrency at least 1")
+    return TransferConfig(part_size=size, concurrency=workers)
+
+
+class _Progress:
+    """A one-line byte counter on stderr, drawn only on a terminal and at most 10 times a second."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.lock = threading.Lock()
+        self.last = 0.0
+        self.enabled = sys.stderr.isatty()
+
+    def __call__(self, label: str, count: int) -> None:
+        with self.lock:
+            self.done += count
+            now = time.monotonic()
+            if self.enabled and now - self.last > 0.1:
+                self.last = now
+                click.echo(f"\r{human_bytes(self.done)} / {human_bytes(self.total)}  {label[:60]:<60}", err=True, nl=False)
+
+    def finish(self) -> None:
+        if self.enabled and self.done:
+            click.echo("\r" + " " * 100 + "\r", err=True, nl=False)
+
+
+@click.command("resolve")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="path", show_default=True)
+@click.option("--layout", type=click.Choice([layout.value for layout in Layout]), default="dir", show_default=True)
+@click.option("--materialize-weights", is_flag=True, help="Streaming formats: download the weights too.")
+@click.option("--offline", is_flag=True, help="Use the cache only; fail fast naming what is missing.")
+@click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).")
+@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog).")
+@click.option("--part-size", metavar="SIZE", help="Ranged-GET part size (env CATALOG_PART_SIZE; default 64MiB).")
+@click.option("--concurrency", type=int, help="Parallel requests (env CATALOG_CONCURRENCY; default 8).")
+@click.pass_context
+def resolve_command(
+    ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
+    offline: bool, store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
+) -> int:
+    """Materialize verified models and print where they are."""
+    if bool(names) == all_models:
+        raise UsageError("name one or more models, or pass --all")
+    if fmt in ("path", "vllm-args") and len(names) > 1:
+        raise UsageError(f"--format {fmt} prints one model; use --format json for several")
+    settings = settings_of(ctx, store=store, cache_dir=cache_dir)
+    cat = load_catalog(ctx)
+    assert settings.cache_dir is not None
+    cache = Cache(settings.cache_dir)
+    the_store = open_catalog_store(cat, settings.store, os.environ)
+    options = ResolveOptions(Layout(layout), materialize_weights, offline, transfer_config(part_size, concurrency))
+    selected = [m.name for m in cat.filter()] if all_models else list(names)
+    for name in selected:
+        cat.get(name)  # unknown names fail before any download
+    total = sum(m.total_bytes for m in (cat.get(n) for n in selected))
+    progress = _Progress(total)
+    results: list[Resolution] = []
+    try:
+        for name in selected:
+            started = time.perf_counter()
+            result = resolve(cat, name, cache=cache, store=the_store, options=options, progress=progress)
+            log.info("resolved %s from %s in %.3fs", name, result.source, time.perf_counter() - started)
+            results.append(result)
+    finally:
+        progress.finish()
+    click.echo(render(results, fmt))
+    return 0
+
+
+def render(results: list[Resolution], fmt: str) -> str:
+    if fmt == "path":
+        return results[0].model if len(results) == 1 else "\n".join(r.model for r in results)
+    if fmt == "json":
+        data = [r.to_json() for r in results]
+        return json.dumps(data[0] if len(data) == 1 else data, indent=2)
+    if fmt == "vllm-args":
+        return shlex.join(engine_args(results[0]))
+    if fmt == "env":
+        merged: dict[str, str] = {}
+        for r in results:
+            merged |= engine_env(r)
+        if len(results) == 1:
+            merged |= {"CATALOG_MODEL": results[0].model, "CATALOG_MODEL_PATH": str(results[0].path)}
+        return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(merged.items()))
+    # redirect: the engine's model-redirect file (VLLM_MODEL_REDIRECT_PATH): repo id -> local folder or stream URI
+    return json.dumps({r.hf_repo: r.model for r in results}, indent=2, sort_keys=True)
+
+
+@click.command("verify")
+@click.argument("names", nargs=-1)
+@click.option("--deep", is_flag=True, help="Re-hash every file instead of trusting unchanged stats.")
+@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE).")
+@click.pass_context
+def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, cache_dir: str | None) -> int:
+    """Check the cache's views against the manifests (stat check; --deep re-hashes)."""
+    from resolver.maintenance import verify
+
+    settings = settings_of(ctx, cache_dir=cache_dir)
+    cat = load_catalog(ctx)
+    assert settings.cache_dir is not None
+    report = verify(cat, Cache(settings.cache_dir), list(names) or None, deep=deep)
+    for line in report.problems:
+        click.echo(line)
+    click.echo(f"{report.checked} view(s), {report.files} file(s) checked{' (deep)' if deep else ''}: "
+               f"{len(report.problems)} problem(s)", err=True)
+    return 1 if report.problems else 0
+
+
+@click.command("gc")
+@click.option("--dry-run", is_flag=True, help="Print what would be removed.")
+@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE).")
+@click.pass_context
+def gc_command(ctx: click.Context, dry_run: bool, cache_dir: str | None) -> int:
+    """Remove blobs, views and temp files that no manifest references."""
+    from resolver.maintenance import gc
+
+    settings = settings_of(ctx, cache_dir=cache_dir)
+    cat = load_catalog(ctx)
+    assert settings.cache_dir is not None
+    result = gc(cat, Cache(settings.cache_dir), dry_run=dry_run)
+    for path in result.removed:
+        click.echo(f"{'would remove' if dry_run else 'removed'} {path}")
+    click.echo(f"{len(result.removed)} item(s), {human_bytes(result.bytes)}{' (dry run)' if dry_run else ''}", err=True)
+    return 0
+
+
+def register(group: click.Group) -> None:
+    for command in (resolve_command, verify_command, gc_command):
+        group.add_command(command)
+

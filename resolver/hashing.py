@@ -1,0 +1,21 @@
+"""sha256 of files, in large reads (hashlib releases the GIL, so threads hash in parallel)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+CHUNK = 4 * 1024 * 1024
+
+
+def hash_file(path: Path) -> tuple[int, str]:
+    """(size, sha256 hex) of the file's bytes."""
+    digest = hashlib.sha256()
+    size = 0
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while count := f.readinto(view):
+            digest.update(view[:count])
+            size += count
+    return size, digest.hexdigest()

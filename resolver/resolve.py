@@ -1,0 +1,233 @@
+"""`catalog resolve`: from a logical name to verified local files (and a stream URI where the format streams).
+
+The decisions are pure (`plan_files`, `engine_args`, `engine_env`); `resolve` is the thin I/O around
+them: stat the view, fetch what is missing, lay it out, record what was verified. A warm resolve
+stops after the stat and never imports boto3.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from catalog import naming
+from catalog.errors import IntegrityError, NotCachedError, UnsafePathError
+from catalog.lookup import Catalog
+from catalog.schema import FileEntry, LoadFormat, ModelManifest
+from resolver import hashing
+from resolver.cache import Cache, Layout, ViewSpec, ViewState
+from resolver.stores import LocalStore, S3Store, Store, open_store
+from resolver.transfer import Progress, TransferConfig, Wanted, fetch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResolveOptions:
+    layout: Layout = Layout.DIR
+    materialize_weights: bool = False  # streaming formats: pull the weights too
+    offline: bool = False  # cache only; fail fast naming what is missing
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    local: tuple[FileEntry, ...]  # materialized and verified in the cache
+    streamed: tuple[FileEntry, ...]  # left in the store for the engine to stream
+
+
+def plan_files(manifest: ModelManifest, materialize_weights: bool) -> FilePlan:
+    """Which files become local: all of them, except the weights of a streaming format.
+
+    Every non-weight file the manifest pins is local (configs, tokenizers, chat templates, `*.py`,
+    nested folders): the full list, never a glob of names that look like configs.
+    """
+    if not manifest.load_format.streams_weights or materialize_weights:
+        return FilePlan(manifest.files, ())
+    weights = {f.path for f in manifest.weight_files}
+    return FilePlan(
+        tuple(f for f in manifest.files if f.path not in weights),
+        tuple(f for f in manifest.files if f.path in weights),
+    )
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What CI needs to load one model. `model` is what the engine's --model gets."""
+
+    name: str
+    hf_repo: str
+    revision: str
+    load_format: LoadFormat
+    model: str
+    path: Path  # the local folder holding every local file (config, tokenizer, weights unless streamed)
+    tokenizer: str | None
+    files: tuple[str, ...]
+    streamed: tuple[str, ...]
+    bytes: int
+    source: str  # "cache" when nothing was fetched, else the store URL
+    layout: Layout
+    hub_cache: Path | None  # HF_HUB_CACHE for the hf-cache layout
+    loader: Mapping[str, Any]
+    stream_env: Mapping[str, str]  # endpoint settings the streamer needs (never credentials)
+
+    @property
+    def streams(self) -> bool:
+        return bool(self.streamed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "hf_repo": self.hf_repo, "revision": self.revision,
+            "load_format": self.load_format.value, "model": self.model, "path": str(self.path),
+            "tokenizer": self.tokenizer, "files": list(self.files), "streamed": list(self.streamed),
+            "bytes": self.bytes, "source": self.source, "layout": self.layout.value,
+            "hub_cache": str(self.hub_cache) if self.hub_cache else None,
+            "engine_args": engine_args(self), "env": engine_env(self),
+        }
+
+
+def engine_args(r: Resolution) -> list[str]:
+    """The engine's command-line arguments (vLLM spelling)."""
+    if r.layout is Layout.HF_CACHE and not r.streams:
+        args = ["--model", r.hf_repo, "--revision", r.revision]
+    else:
+        args = ["--model", r.model]
+    args += ["--load-format", r.load_format.value]
+    if r.tokenizer is not None:
+        args += ["--tokenizer", r.tokenizer]
+    if r.loader:
+        args += ["--model-loader-extra-config", json.dumps(dict(r.loader), sort_keys=True, separators=(",", ":"))]
+    return args
+
+
+def engine_env(r: Resolution) -> dict[str, str]:
+    """Environment the engine needs: offline HF cache for that layout, endpoint settings when streaming."""
+    env: dict[str, str] = {}
+    if r.layout is Layout.HF_CACHE and r.hub_cache is not None:
+        env |= {"HF_HUB_CACHE": str(r.hub_cache), "HF_HUB_OFFLINE": "1"}
+    if r.streams:
+        env |= dict(r.stream_env)
+    return env
+
+
+def store_key(cat: Catalog, manifest: ModelManifest, path: str = "") -> str:
+    """The key of `path` relative to the store root (the manifest's prefix minus catalog.yaml's store)."""
+    return manifest.s3_prefix[len(cat.settings.store):] + path
+
+
+def open_catalog_store(cat: Catalog, override: str | None, env: Mapping[str, str]) -> Store:
+    """The store: --store/CATALOG_STORE if given, else catalog.yaml's. Creating it does no I/O."""
+    return open_store(override or cat.settings.store, env)
+
+
+def _stream_env(store: Store) -> dict[str, str]:
+    if isinstance(store, S3Store):
+        env = {}
+        if store.options.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = store.options.endpoint_url
+        if store.options.addressing_style == "path":
+            env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "0"
+        return env
+    return {}
+
+
+def resolve(
+    cat: Catalog,
+    name: str,
+    *,
+    cache: Cache,
+    store: Store,
+    options: ResolveOptions = ResolveOptions(),
+    progress: Progress | None = None,
+) -> Resolution:
+    manifest = cat.get(name)
+    _check_paths(manifest)
+    plan = plan_files(manifest, options.materialize_weights)
+    spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
+    source = "cache"
+    state = cache.view_state(spec)
+    if state is not ViewState.FRESH:
+        if state is ViewState.STALE:
+            _recheck_blobs(cache, spec)  # something in the view changed under us: trust no blob blindly
+        missing = [e for e in plan.local if not cache.has_blob(e)]
+        if missing:
+            if options.offline:
+                listing = ", ".join(e.path for e in missing[:5]) + (" ..." if len(missing) > 5 else "")
+                raise NotCachedError(
+                    f"--offline: {len(missing)} file(s) of {name} are not in the cache at {cache.root}: {listing}",
+                    hint=f"run `catalog resolve {name}` once with store access, or point --cache at a warm cache",
+                )
+            fetch(store, [Wanted(name, e, store_key(cat, manifest, e.path)) for e in missing], cache, options.transfer, progress)
+            source = store.url
+        cache.build_view(spec)
+    path = cache.view_dir(spec)
+    tokenizer = _tokenizer(cat, manifest, path, cache, store, options, progress)
+    model = store.stream_uri(store_key(cat, manifest)) if plan.streamed else str(path)
+    loader = dict(manifest.loader)
+    if manifest.load_format is LoadFormat.TENSORIZER and "tensorizer_uri" not in loader:
+        # The engine's tensorizer loader reads one .tensors file: point it at the streamed or local copy.
+        tensors = next((f.path for f in manifest.files if f.path.endswith(".tensors")), None)
+        if tensors is not None:
+            loader["tensorizer_uri"] = model.rstrip("/") + "/" + tensors
+    return Resolution(
+        name=manifest.name, hf_repo=manifest.source.hf_repo, revision=manifest.source.revision,
+        load_format=manifest.load_format, model=model, path=path, tokenizer=tokenizer,
+        files=tuple(e.path for e in plan.local), streamed=tuple(e.path for e in plan.streamed),
+        bytes=sum(e.size for e in plan.local), source=source, layout=options.layout,
+        hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
+        stream_env=_stream_env(store) if plan.streamed else {},
+    )
+
+
+def _check_paths(manifest: ModelManifest) -> None:
+    """Refuse a manifest whose paths could escape the cache before any byte is fetched or written."""
+    for entry in manifest.files:
+        if (message := naming.check_relative_path(entry.path)) is not None:
+            raise UnsafePathError(f"refusing {manifest.name}/{entry.path!r}: {message}")
+        if (message := naming.check_sha256(entry.sha256)) is not None:
+            raise UnsafePathError(f"refusing {manifest.name}/{entry.path}: {message}")
+
+
+def _tokenizer(
+    cat: Catalog, manifest: ModelManifest, path: Path, cache: Cache, store: Store, options: ResolveOptions,
+    progress: Progress | None,
+) -> str | None:
+    """An explicit tokenizer (another model's files, or a subfolder), else the local dir when weights stream."""
+    if manifest.tokenizer is not None:
+        if manifest.tokenizer in cat:
+            other = cat.get(manifest.tokenizer)
+            # Only the tokenizer's non-weight files are needed, whatever its format.
+            local = tuple(f for f in other.files if f not in other.weight_files)
+            spec = ViewSpec(other.name, other.source.hf_repo, other.source.revision, Layout.DIR, local)
+            if cache.view_state(spec) is not ViewState.FRESH:
+                missing = [e for e in local if not cache.has_blob(e)]
+                if missing and options.offline:
+                    raise NotCachedError(f"--offline: tokenizer {other.name} is not in the cache at {cache.root}")
+                fetch(store, [Wanted(other.name, e, store_key(cat, other, e.path)) for e in missing], cache, options.transfer, progress)
+                cache.build_view(spec)
+            return str(cache.view_dir(spec))
+        return str(path / manifest.tokenizer.rstrip("/"))
+    if manifest.load_format.streams_weights and not options.materialize_weights:
+        return str(path)
+    return None
+
+
+def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
+    """Re-hash the blobs behind a stale view; a blob that no longer matches is removed and refetched."""
+    for entry in spec.files:
+        blob = cache.blob_path(entry.sha256)
+        if not blob.exists():
+            continue
+        size, digest = hashing.hash_file(blob)
+        if (size, digest) != (entry.size, entry.sha256):
+            log.warning("cached blob for %s/%s was modified (sha256 %s); removing it", spec.name, entry.path, digest)
+            blob.unlink(missing_ok=True)
+    cache.remove_view(spec)
+
+
+__all__ = ["FilePlan", "IntegrityError", "LocalStore", "ResolveOptions", "Resolution", "engine_args", "engine_env",
+           "plan_files", "resolve", "store_key"]

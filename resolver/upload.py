@@ -1,0 +1,74 @@
+"""Bare-bones upload of a model's files from a local folder into the store, verified first.
+
+Each file is copied to a temp file while it is hashed; only a copy whose size and sha256 match the
+manifest is uploaded (so a file changing under us cannot slip through). Objects that are already
+there with the recorded sha256 are skipped. The full sync job (plans, drift, pruning) builds on this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from catalog.errors import IntegrityError, MissingObjectError
+from catalog.lookup import Catalog
+from catalog.schema import FileEntry, ModelManifest
+from resolver.cache import safe_join
+from resolver.resolve import store_key
+from resolver.stores import Store
+
+log = logging.getLogger(__name__)
+
+SHA256_META = "sha256"
+
+
+@dataclass
+class UploadReport:
+    uploaded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    bytes: int = 0
+
+
+def provenance(manifest: ModelManifest, entry: FileEntry) -> dict[str, str]:
+    """Object metadata: the hash the object must have, and where its bytes came from."""
+    return {SHA256_META: entry.sha256, "hf-repo": manifest.source.hf_repo,
+            "revision": manifest.source.revision, "path": entry.path}
+
+
+def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> UploadReport:
+    manifest = cat.get(name)
+    report = UploadReport()
+    for entry in manifest.files:
+        key = store_key(cat, manifest, entry.path)
+        existing = store.head(key)
+        if existing is not None and existing.size == entry.size and existing.metadata.get(SHA256_META) == entry.sha256:
+            report.skipped.append(entry.path)
+            continue
+        path = safe_join(source, entry.path)
+        if not path.is_file():
+            raise MissingObjectError(name, entry.path, str(source))
+        fd, temp = tempfile.mkstemp(prefix=".catalog-upload-", suffix=".part")
+        try:
+            digest = hashlib.sha256()
+            size = 0
+            with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+                while chunk := src.read(8 * 1024 * 1024):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+            if size != entry.size:
+                raise IntegrityError(name, entry.path, "size", str(entry.size), str(size), f"the file in {source} differs; nothing was uploaded")
+            if digest.hexdigest() != entry.sha256:
+                raise IntegrityError(name, entry.path, "sha256", entry.sha256, digest.hexdigest(),
+                                     f"the file in {source} differs; nothing was uploaded")
+            store.put(key, Path(temp), provenance(manifest, entry))
+        finally:
+            Path(temp).unlink(missing_ok=True)
+        report.uploaded.append(entry.path)
+        report.bytes += entry.size
+        log.info("uploaded %s/%s (%d bytes)", name, entry.path, entry.size)
+    return report

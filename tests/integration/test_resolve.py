@@ -1,0 +1,120 @@
+"""Resolve from both stores: cold, warm, every load format, the HF cache layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catalog.lookup import Catalog
+from resolver.cache import Cache, Layout
+from resolver.resolve import ResolveOptions, resolve
+from resolver.stores import open_store
+from resolver.upload import upload_from_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fill(cat: Catalog, store_url: str, sources: dict[str, Path], names: list[str]) -> None:
+    store = open_store(store_url)
+    for name in names:
+        upload_from_dir(cat, name, sources[name], store)
+
+
+def test_cold_then_warm_resolve_of_every_bundled_model(bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+    names = sorted(bundled.models)
+    fill(bundled, store_url, sources, names)
+    cache = Cache(tmp_path / "cache")
+    store = open_store(store_url)
+    for name in names:
+        manifest = bundled.get(name)
+        first = resolve(bundled, name, cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
+        assert first.source == store.url
+        for entry in manifest.files:  # every byte local and equal to the source's
+            assert (first.path / entry.path).read_bytes() == (sources[name] / entry.path).read_bytes()
+        again = resolve(bundled, name, cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
+        assert again.source == "cache" and again.path == first.path
+
+
+def test_streaming_formats_keep_weights_in_the_store(bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+    fill(bundled, store_url, sources, ["tiny-qwen2", "tiny-llama-tensorizer"])
+    store = open_store(store_url)
+    cache = Cache(tmp_path / "cache")
+    qwen = resolve(bundled, "tiny-qwen2", cache=cache, store=store)
+    assert qwen.streamed == ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    assert "model.safetensors.index.json" in qwen.files and "tokenizer_config.json" in qwen.files
+    assert not any(p.name.endswith(".safetensors") for p in qwen.path.iterdir())
+    assert qwen.model == store.stream_uri("model-catalog/tiny-qwen2/84ca0482ed7eecf473172924554344b4ac804471/")
+    assert qwen.tokenizer == str(qwen.path)
+    tens = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store)
+    assert tens.streamed == ("model.tensors",)
+    assert tens.loader["tensorizer_uri"] == tens.model + "model.tensors"
+    assert tens.loader["deserialization_kwargs"] == {"lazy_load": False}
+    pulled = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
+    assert pulled.model == str(pulled.path) and (pulled.path / "model.tensors").is_file()
+
+
+def test_blobs_are_shared_across_models(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    store_url = str(tmp_path / "store")
+    fill(bundled, store_url, sources, ["tiny-llama", "tiny-llama-sharded"])
+    cache = Cache(tmp_path / "cache")
+    a = resolve(bundled, "tiny-llama", cache=cache, store=open_store(store_url))
+    b = resolve(bundled, "tiny-llama-sharded", cache=cache, store=open_store(store_url), options=ResolveOptions(materialize_weights=True))
+    assert (a.path / "tokenizer.json").stat().st_ino == (b.path / "tokenizer.json").stat().st_ino
+    shared = {e.sha256 for e in bundled.get("tiny-llama").files} | {e.sha256 for e in bundled.get("tiny-llama-sharded").files}
+    assert sorted(p.name for p in cache.blobs.glob("*/*")) == sorted(shared)
+
+
+def test_hf_cache_layout_loads_offline_by_repo_id(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    store_url = str(tmp_path / "store")
+    fill(bundled, store_url, sources, ["all-minilm-l6-v2"])
+    cache = Cache(tmp_path / "cache")
+    result = resolve(bundled, "all-minilm-l6-v2", cache=cache, store=open_store(store_url), options=ResolveOptions(layout=Layout.HF_CACHE))
+    code = (
+        "import sys, json\n"
+        "from huggingface_hub import snapshot_download\n"
+        "from safetensors.numpy import load_file\n"
+        "path = snapshot_download('sentence-transformers/all-MiniLM-L6-v2', revision=sys.argv[1], local_files_only=True)\n"
+        "plain = snapshot_download('sentence-transformers/all-MiniLM-L6-v2', local_files_only=True)\n"
+        "tensors = load_file(path + '/model.safetensors')\n"
+        "original = load_file(sys.argv[2] + '/model.safetensors')\n"
+        "same = sorted(tensors) == sorted(original) and all((tensors[k] == original[k]).all() for k in tensors)\n"
+        "print(json.dumps([path, plain, len(tensors), same, json.load(open(path + '/1_Pooling/config.json'))]))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(result.hub_cache), "HF_HOME": str(tmp_path / "hf-home")}
+    done = subprocess.run([sys.executable, "-c", code, result.revision, str(sources["all-minilm-l6-v2"])],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    path, plain, count, same, pooling = json.loads(done.stdout)
+    assert Path(path) == result.path and Path(plain) == result.path
+    assert count > 0 and same
+    assert pooling["word_embedding_dimension"] == 384
+
+
+def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    fill(bundled, str(tmp_path / "store"), sources, ["all-minilm-l6-v2"])
+    env = {**os.environ, "CATALOG_STORE": "s3://never-contacted/", "CATALOG_CACHE": str(tmp_path / "cache")}
+    cold = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2",
+                           "--store", str(tmp_path / "store")], capture_output=True, text=True, env=env)
+    assert cold.returncode == 0, cold.stderr
+    # Warm, with an audit hook recording every file opened; the store points at an unreachable bucket.
+    code = (
+        "import sys, json\n"
+        "opened = []\n"
+        "sys.addaudithook(lambda e, a: opened.append(str(a[0])) if e == 'open' and isinstance(a[0], (str, bytes)) else None)\n"
+        "from catalog.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+        "print(json.dumps({'code': code, 'opened': opened, 'boto3': 'boto3' in sys.modules, 'botocore': 'botocore' in sys.modules}), file=sys.stderr)\n"
+    )
+    warm = subprocess.run([sys.executable, "-c", code, "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2"],
+                          capture_output=True, text=True, env=env)
+    report = json.loads(warm.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0, warm.stderr
+    assert warm.stdout.strip() == cold.stdout.strip()
+    assert not report["boto3"] and not report["botocore"]
+    cache_files = [p for p in report["opened"] if p.startswith(str(tmp_path / "cache"))]
+    assert cache_files and all(p.endswith(".json") for p in cache_files), cache_files  # only the marker
