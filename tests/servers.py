@@ -68,15 +68,18 @@ class FaultProxy:
         self.cut_after: int | None = None  # cut the next response after this many bytes
         self.cuts_left = 0
         self.cuts_done = 0
+        self.cut_pattern = ""
         self.down_until = 0.0  # refuse (close) connections until this time
         self.lock = threading.Lock()
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def cut_next(self, after_bytes: int, times: int = 1) -> None:
+    def cut_next(self, after_bytes: int, times: int = 1, path_contains: str = "") -> None:
+        """Drop the connection `after_bytes` into the next `times` responses to requests for matching paths."""
         with self.lock:
             self.cut_after = after_bytes
             self.cuts_left = times
+            self.cut_pattern = path_contains
 
     def go_down(self, seconds: float) -> None:
         self.down_until = time.monotonic() + seconds
@@ -102,7 +105,7 @@ class FaultProxy:
         except OSError:
             client.close()
             return
-        done = threading.Event()
+        state: dict[str, int] = {"sent": 0, "limit": -1}
 
         def pump_requests() -> None:
             try:
@@ -110,33 +113,27 @@ class FaultProxy:
                     first = data.split(b"\r\n", 1)[0].decode("latin-1", "replace")
                     parts = first.split(" ")
                     if len(parts) == 3 and parts[2].startswith("HTTP/"):
+                        path = parts[1].split("?")[0]
                         with self.lock:
-                            self.requests[f"{parts[0]} {parts[1].split('?')[0]}"] += 1
+                            self.requests[f"{parts[0]} {path}"] += 1
+                            if self.cuts_left > 0 and self.cut_after is not None and self.cut_pattern in path and parts[0] == "GET":
+                                self.cuts_left -= 1
+                                state["limit"] = state["sent"] + self.cut_after
                     upstream.sendall(data)
             except OSError:
                 pass
-            finally:
-                done.set()
 
         threading.Thread(target=pump_requests, daemon=True).start()
-        sent = 0
-        limit: int | None = None
         try:
             while data := upstream.recv(65536):
-                if limit is None:
-                    with self.lock:
-                        if self.cuts_left > 0 and self.cut_after is not None:
-                            limit = self.cut_after
-                            self.cuts_left -= 1
-                        else:
-                            limit = -1
-                if limit >= 0 and sent + len(data) > limit:
-                    client.sendall(data[: max(0, limit - sent)])
+                limit = state["limit"]
+                if limit >= 0 and state["sent"] + len(data) > limit:
+                    client.sendall(data[: max(0, limit - state["sent"])])
                     with self.lock:
                         self.cuts_done += 1
                     break  # drop the connection mid-response
                 client.sendall(data)
-                sent += len(data)
+                state["sent"] += len(data)
         except OSError:
             pass
         finally:
