@@ -53,11 +53,17 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
             continue
         if deep:
             root = cache.view_dir(spec)
+            bad = False
             for entry in spec.files:
                 size, digest = hashing.hash_file(root / entry.path)
                 if (size, digest) != (entry.size, entry.sha256):
+                    bad = True
+                    # The view file is a hard link to the blob: both are wrong. Drop them so a resolve refetches.
+                    cache.blob_path(entry.sha256).unlink(missing_ok=True)
                     report.problems.append(f"{spec.name}/{entry.path}: expected sha256 {entry.sha256} ({entry.size} bytes) "
-                                           f"but got {digest} ({size} bytes); resolve again to repair")
+                                           f"but got {digest} ({size} bytes); removed it, resolve again to refetch")
+            if bad:
+                cache.remove_view(spec)
     return report
 
 

@@ -1,0 +1,114 @@
+"""`catalog resolve`, `verify` and `gc` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catalog.lookup import Catalog
+from resolver.stores import open_store
+from resolver.upload import upload_from_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "tiny-llama-tensorizer"]
+
+
+@pytest.fixture
+def env(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> dict[str, str]:
+    store = tmp_path / "store"
+    for name in TINY:
+        upload_from_dir(bundled, name, sources[name], open_store(str(store)))
+    return {**os.environ, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(tmp_path / "cache")}
+
+
+def catalog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env)
+
+
+def test_resolve_prints_one_path(env: dict[str, str]) -> None:
+    done = catalog(env, "resolve", "tiny-llama")
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip())
+    assert (path / "model.safetensors").is_file() and path.is_relative_to(env["CATALOG_CACHE"])
+
+
+def test_resolve_json_env_and_vllm_args(env: dict[str, str]) -> None:
+    data = json.loads(catalog(env, "resolve", "tiny-qwen2", "--format", "json").stdout)
+    assert set(data) >= {"name", "revision", "load_format", "model", "path", "tokenizer", "files", "bytes", "source", "engine_args"}
+    assert data["model"].startswith(env["CATALOG_STORE"]) and data["load_format"] == "runai_streamer"
+    args = shlex.split(catalog(env, "resolve", "tiny-qwen2", "--format", "vllm-args").stdout)
+    assert args == data["engine_args"]
+    exports = catalog(env, "resolve", "tiny-llama", "--layout", "hf-cache", "--format", "env").stdout
+    assert "export HF_HUB_OFFLINE=1" in exports and f"export HF_HUB_CACHE={env['CATALOG_CACHE']}/hub" in exports
+
+
+def test_resolve_all_as_a_redirect_file(env: dict[str, str], bundled: Catalog) -> None:
+    # all-minilm is not in this store: resolve just the tiny ones by name, then --all offline must fail fast
+    done = catalog(env, "resolve", *TINY, "--format", "redirect")
+    assert done.returncode == 0, done.stderr
+    mapping = json.loads(done.stdout)
+    assert set(mapping) == {"model-catalog/tiny-llama", "model-catalog/tiny-qwen2"}
+    offline = catalog(env, "resolve", "--all", "--offline")
+    assert offline.returncode == 1 and offline.stderr.startswith("error: --offline: ")
+    assert "all-minilm-l6-v2" in offline.stderr
+
+
+def test_unknown_model_and_bad_usage(env: dict[str, str]) -> None:
+    unknown = catalog(env, "resolve", "tiny-lama")
+    assert unknown.returncode == 1 and "did you mean tiny-llama" in unknown.stderr
+    assert catalog(env, "resolve").returncode == 2
+    assert catalog(env, "resolve", "tiny-llama", "--part-size", "huge").returncode == 2
+
+
+def test_verify_and_deep_verify_find_a_tampered_file(env: dict[str, str]) -> None:
+    path = Path(catalog(env, "resolve", "tiny-llama").stdout.strip())
+    assert catalog(env, "verify").returncode == 0
+    assert catalog(env, "verify", "--deep").returncode == 0
+    target = path / "config.json"
+    data = target.read_bytes()
+    before = os.stat(target)
+    os.chmod(target, 0o644)
+    with open(target, "r+b") as f:  # same size, one byte changed, mtime put back: only --deep can tell
+        f.write(bytes([data[0] ^ 1]))
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert catalog(env, "verify").returncode == 0  # stats unchanged: trusted, as designed
+    deep = catalog(env, "verify", "--deep")
+    assert deep.returncode == 1 and "tiny-llama/config.json: expected sha256" in deep.stdout
+    repaired = catalog(env, "resolve", "tiny-llama")  # deep verify dropped the bad blob and view
+    assert repaired.returncode == 0
+    assert (Path(repaired.stdout.strip()) / "config.json").read_bytes() == data
+    assert catalog(env, "verify", "--deep").returncode == 0
+
+
+def test_verify_notices_a_modified_file_by_its_stats(env: dict[str, str]) -> None:
+    path = Path(catalog(env, "resolve", "tiny-llama").stdout.strip())
+    target = path / "tokenizer.json"
+    os.chmod(target, 0o644)
+    target.write_text("{}")
+    shallow = catalog(env, "verify")
+    assert shallow.returncode == 1 and "changed since it was verified" in shallow.stdout
+    repaired = catalog(env, "resolve", "tiny-llama")
+    assert repaired.returncode == 0 and json.loads((Path(repaired.stdout.strip()) / "tokenizer.json").read_text())["model"]
+
+
+def test_gc_removes_what_no_manifest_references(env: dict[str, str], tmp_path: Path) -> None:
+    catalog(env, "resolve", "tiny-llama")
+    cache = Path(env["CATALOG_CACHE"])
+    stray = cache / "blobs" / "ff" / ("f" * 64)
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"orphan")
+    (cache / "tmp").mkdir(exist_ok=True)
+    dead = cache / "tmp" / "999999999-abc.part"
+    dead.write_bytes(b"half")
+    dry = catalog(env, "gc", "--dry-run")
+    assert dry.returncode == 0 and f"would remove {stray}" in dry.stdout and stray.exists()
+    done = catalog(env, "gc")
+    assert not stray.exists() and not dead.exists()
+    assert catalog(env, "verify", "--deep").returncode == 0  # live views untouched
+    assert "removed" in done.stdout

@@ -1,0 +1,86 @@
+"""The resolver's pure decisions: which files are local, whether a view is still verified, engine arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from catalog.errors import UsageError
+from catalog.lookup import Catalog
+from resolver.cache import MARKER_VERSION, FileStamp, Layout, ViewSpec, ViewState, judge_view
+from resolver.cli import parse_size
+from resolver.resolve import Resolution, engine_args, engine_env, plan_files
+
+
+def test_plan_keeps_streamed_weights_remote_and_every_other_pinned_file_local(bundled: Catalog) -> None:
+    qwen = bundled.get("tiny-qwen2")
+    plan = plan_files(qwen, materialize_weights=False)
+    assert [f.path for f in plan.streamed] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert {f.path for f in plan.local} == {f.path for f in qwen.files} - {f.path for f in plan.streamed}
+    assert plan_files(qwen, materialize_weights=True).local == qwen.files
+    llama = bundled.get("tiny-llama")
+    assert plan_files(llama, materialize_weights=False) .local == llama.files  # safetensors: all local
+
+
+def _spec(bundled: Catalog) -> ViewSpec:
+    m = bundled.get("tiny-llama")
+    return ViewSpec(m.name, m.source.hf_repo, m.source.revision, Layout.DIR, m.files)
+
+
+def test_judge_view(bundled: Catalog) -> None:
+    spec = _spec(bundled)
+    stamps = {f.path: FileStamp(f.size, 100 + i, 1000 + i, f.sha256) for i, f in enumerate(spec.files)}
+    marker = {"version": MARKER_VERSION, "view": spec.view_id,
+              "files": {p: [s.size, s.mtime_ns, s.inode, s.sha256] for p, s in stamps.items()}}
+    assert judge_view(spec, marker, stamps) is ViewState.FRESH
+    assert judge_view(spec, None, stamps) is ViewState.MISSING
+    assert judge_view(spec, {**marker, "view": "other"}, stamps) is ViewState.MISSING
+    touched = dict(stamps)
+    first = spec.files[0].path
+    touched[first] = FileStamp(stamps[first].size, 999, stamps[first].inode, stamps[first].sha256)
+    assert judge_view(spec, marker, touched) is ViewState.STALE  # modified: mtime changed
+    replaced = {**stamps, first: FileStamp(stamps[first].size, stamps[first].mtime_ns, 1, stamps[first].sha256)}
+    assert judge_view(spec, marker, replaced) is ViewState.STALE  # replaced: another inode
+    assert judge_view(spec, marker, {**stamps, first: None}) is ViewState.STALE  # deleted
+
+
+def test_view_id_depends_on_files_layout_and_revision(bundled: Catalog) -> None:
+    spec = _spec(bundled)
+    assert spec.view_id != ViewSpec(spec.name, spec.hf_repo, spec.revision, Layout.HF_CACHE, spec.files).view_id
+    assert spec.view_id != ViewSpec(spec.name, spec.hf_repo, spec.revision, Layout.DIR, spec.files[1:]).view_id
+    assert spec.view_id.startswith(spec.revision[:12])
+
+
+def _resolution(**kw: object) -> Resolution:
+    base: dict[str, object] = dict(
+        name="m", hf_repo="org/m", revision="a" * 40, load_format=__import__("catalog").LoadFormat.SAFETENSORS,
+        model="/cache/models/m/x", path=Path("/cache/models/m/x"), tokenizer=None, files=("config.json",), streamed=(),
+        bytes=1, source="cache", layout=Layout.DIR, hub_cache=None, loader={}, stream_env={},
+    )
+    base.update(kw)
+    return Resolution(**base)  # type: ignore[arg-type]
+
+
+def test_engine_arguments() -> None:
+    from catalog import LoadFormat
+
+    assert engine_args(_resolution()) == ["--model", "/cache/models/m/x", "--load-format", "safetensors"]
+    streamed = _resolution(load_format=LoadFormat.RUNAI_STREAMER, model="s3://b/m/", tokenizer="/cache/m", streamed=("w.safetensors",),
+                           loader={"concurrency": 4}, stream_env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    assert engine_args(streamed) == ["--model", "s3://b/m/", "--load-format", "runai_streamer", "--tokenizer", "/cache/m",
+                                     "--model-loader-extra-config", '{"concurrency":4}']
+    assert engine_env(streamed) == {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    hf = _resolution(layout=Layout.HF_CACHE, hub_cache=Path("/cache/hub"))
+    assert engine_args(hf)[:4] == ["--model", "org/m", "--revision", "a" * 40]  # the plain repo id: no string rewriting
+    assert engine_env(hf) == {"HF_HUB_CACHE": "/cache/hub", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.mark.parametrize(("text", "size"), [("1048576", 1 << 20), ("64MiB", 64 << 20), ("8M", 8 << 20), ("1GiB", 1 << 30), ("16mb", 16 << 20)])
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_parse_size_refuses_nonsense() -> None:
+    with pytest.raises(UsageError):
+        parse_size("lots")
