@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from catalog.load import load_dir
-from catalog.lookup import Catalog, find_catalog_dir, from_result
+from catalog.lookup import Catalog, find_catalog_dir, load
 from catalog.settings import Settings
 
 
@@ -31,9 +31,9 @@ def _catalog_dir(settings: Settings) -> Path:
     return settings.catalog_dir if settings.catalog_dir is not None else find_catalog_dir()
 
 
-def load_catalog(ctx: click.Context) -> Catalog:
-    """The validated catalog for commands that need one; problems become one error."""
-    return from_result(load_dir(_catalog_dir(current_settings(ctx))))
+def load_catalog(ctx: click.Context, only: Sequence[str] | None = None) -> Catalog:
+    """The validated catalog for commands that need one (just `only`'s manifests when given)."""
+    return load(_catalog_dir(current_settings(ctx)), only=only)
 
 
 def human_bytes(size: float) -> str:

@@ -88,6 +88,34 @@ def load_dir(root: Path, paths: Sequence[Path] | None = None) -> LoadResult:
     return LoadResult(root, settings, docs, sorted(problems, key=_problem_order))
 
 
+def load_named(root: Path, names: Sequence[str]) -> LoadResult | None:
+    """Load only the manifests of `names` (and the tokenizers they name), for a fast lookup.
+
+    Manifests are named after their file (a lint rule), so no other file needs reading. The
+    per-manifest rules still run; the cross-catalog ones are `catalog validate`'s job in the PR.
+    Returns None when a name has no file, so the caller can fall back to a full load (and suggest).
+    """
+    root = root.resolve()
+    problems: list[Problem] = []
+    settings = _load_settings(root / SETTINGS_FILE, problems)
+    by_stem: dict[str, Path] = {}
+    for path in discover(root):
+        by_stem.setdefault(path.stem, path)
+    docs: dict[str, ManifestDoc] = {}
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in docs:
+            continue
+        if name not in by_stem:
+            return None
+        doc = docs[name] = load_manifest(by_stem[name], problems)
+        if doc.manifest is not None and doc.manifest.tokenizer in by_stem:
+            pending.append(doc.manifest.tokenizer)
+    problems.extend(rules.check_catalog(list(docs.values()), settings))
+    return LoadResult(root, settings, list(docs.values()), sorted(problems, key=_problem_order))
+
+
 def _problem_order(problem: Problem) -> tuple[str, int, str]:
     return (problem.path, problem.line, problem.field)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from catalog.errors import CatalogNotFoundError, InvalidCatalogError, UnknownModelError
-from catalog.load import LoadResult, load_dir
+from catalog.load import LoadResult, load_dir, load_named
 from catalog.schema import CatalogSettings, LoadFormat, ModelManifest
 
 MANIFESTS_DIR = "manifests"
@@ -89,11 +89,19 @@ def from_result(result: LoadResult) -> Catalog:
     return Catalog(result.root, result.settings, models, sources)
 
 
-def load(path: str | os.PathLike[str] | None = None) -> Catalog:
-    """Load and validate a catalog: `path`, else $CATALOG_DIR, else the nearest manifests/ upward."""
+def load(path: str | os.PathLike[str] | None = None, *, only: Sequence[str] | None = None) -> Catalog:
+    """Load and validate a catalog: `path`, else $CATALOG_DIR, else the nearest manifests/ upward.
+
+    `only` reads just those models' manifests (fast in a catalog of thousands); the Catalog then
+    holds just them, and an unknown name falls back to a full load so the error can suggest names.
+    """
     if path is None:
         path = os.environ.get("CATALOG_DIR") or None
     root = Path(path) if path is not None else find_catalog_dir()
     if not (root / "catalog.yaml").is_file():
         raise CatalogNotFoundError(f"{root} has no catalog.yaml", hint="point --catalog / CATALOG_DIR at a manifests/ folder")
+    if only:
+        partial = load_named(root, only)
+        if partial is not None:
+            return from_result(partial)
     return from_result(load_dir(root))

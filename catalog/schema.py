@@ -82,7 +82,7 @@ class ModelManifest(_Strict):
     loader: dict[str, Any] = Field(
         default_factory=dict, description="Options passed through to the engine's loader (model_loader_extra_config)."
     )
-    gpu: GpuRequirement = Field(default_factory=GpuRequirement)
+    gpu: GpuRequirement = Field(default_factory=lambda: GpuRequirement())
     tags: tuple[StrictStr, ...] = ()
     tokenizer: StrictStr | None = Field(None, description="Another model's logical name, or a subfolder of this one.")
     allow_pickle: StrictBool = Field(False, description="Opt in to pickle-based weights (.bin, .pt, .pth): they can run code.")

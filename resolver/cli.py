@@ -88,7 +88,7 @@ def resolve_command(
     if fmt in ("path", "vllm-args") and len(names) > 1:
         raise UsageError(f"--format {fmt} prints one model; use --format json for several")
     settings = settings_of(ctx, store=store, cache_dir=cache_dir)
-    cat = load_catalog(ctx)
+    cat = load_catalog(ctx, only=None if all_models else names)
     assert settings.cache_dir is not None
     cache = Cache(settings.cache_dir)
     the_store = open_catalog_store(cat, settings.store, os.environ)

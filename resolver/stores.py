@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,12 +243,15 @@ class S3Store:
         self.url = f"s3://{bucket}/{base}"
         self._client_factory = client_factory
         self._client: Any = None
+        self._client_lock = threading.Lock()
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            self._client = self._client_factory(self.options)
-        return self._client
+        """One client for all threads (botocore clients are thread-safe; building one costs ~100 ms)."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._client_factory(self.options)
+            return self._client
 
     def _where(self) -> str:
         return f"{self.url} (endpoint {self.options.describe()})"

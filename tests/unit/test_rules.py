@@ -276,3 +276,23 @@ def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None
         "c.yaml": "name: [c\n",
     })
     assert [p.rule for p in found] == ["revision-unpinned", "s3-prefix", "yaml"]
+
+
+def test_loading_only_named_models_reads_just_them_and_their_tokenizer(tmp_path: Path) -> None:
+    import catalog
+
+    folder = write_catalog(tmp_path, {
+        "a.yaml": manifest_text("a", extra="tokenizer: tok\n"),
+        "tok.yaml": manifest_text("tok"),
+        "broken.yaml": "name: [",  # never read by a lookup of `a`
+    })
+    partial = catalog.load(folder, only=["a"])
+    assert sorted(partial.models) == ["a", "tok"]
+    with pytest.raises(catalog.InvalidCatalogError):
+        catalog.load(folder)  # the whole catalog has a problem
+    with pytest.raises(catalog.InvalidCatalogError):
+        catalog.load(folder, only=["nope"])  # falls back to the full load, which reports the broken file
+    (folder / "broken.yaml").unlink()
+    with pytest.raises(catalog.UnknownModelError) as unknown:
+        catalog.load(folder, only=["tokk"]).get("tokk")
+    assert unknown.value.suggestions == ["tok"]
