@@ -129,6 +129,19 @@ def main() -> None:
             cmd = [aws, "s3", "cp", "--recursive", "--only-show-errors", f"s3://{BUCKET}/{PREFIX}", str(target)]
             results["aws s3 cp --recursive"] = timed(lambda: subprocess.run(cmd, env=aws_env, check=True, capture_output=True), args.runs, reset)
 
+        import catalog
+        from resolver.cache import Cache
+        from resolver.hashing import hash_file
+        from resolver.resolve import ResolveOptions, resolve
+        from resolver.stores import open_store
+        from resolver.transfer import TransferConfig as CatalogTransfer
+
+        cat = catalog.load(manifests)
+        options = ResolveOptions(transfer=CatalogTransfer(part_size=part, concurrency=args.concurrency))
+        results["resolve() in process (verifies sha256)"] = timed(
+            lambda: resolve(cat, "bench-model", cache=Cache(cache), store=open_store(f"s3://{BUCKET}/"), options=options),
+            args.runs, reset)
+
         def transfer_manager() -> None:
             config = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=args.concurrency)
             with TransferManager(boto3.client("s3", endpoint_url=server.url), config) as manager:
@@ -142,13 +155,6 @@ def main() -> None:
         subprocess.run(catalog_cmd, env=env, check=True, capture_output=True)
         warm_cli = timed(lambda: subprocess.run(catalog_cmd, env=env, check=True, capture_output=True), 5, lambda: None)
         bare = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), 5, lambda: None)
-        import catalog
-        from resolver.cache import Cache
-        from resolver.hashing import hash_file
-        from resolver.resolve import resolve
-        from resolver.stores import open_store
-
-        cat = catalog.load(manifests)
         store = open_store(f"s3://{BUCKET}/")
         warm_call = timed(lambda: resolve(cat, "bench-model", cache=Cache(cache), store=store), 20, lambda: None)
         hashing = timed(lambda: [hash_file(source / n) for n, _, _ in entries], 3, lambda: None)

