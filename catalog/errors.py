@@ -106,7 +106,12 @@ class MissingObjectError(CatalogError, FileNotFoundError):
 
 
 class StoreUnavailableError(CatalogError, ConnectionError):
-    """The store could not be reached or refused access (after retries)."""
+    """The store could not be reached, or refused access. `transient`: worth retrying (a dead
+    connection, a 5xx) as opposed to final (no credentials, access denied, no such bucket)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, transient: bool = True) -> None:
+        super().__init__(message, hint=hint)
+        self.transient = transient
 
 
 class UnsafePathError(CatalogError, ValueError):

@@ -18,7 +18,8 @@ import click
 from catalog.clikit import human_bytes, load_catalog, settings_of
 from catalog.errors import UsageError
 from resolver.cache import Cache, Layout
-from resolver.resolve import Resolution, ResolveOptions, engine_args, engine_env, open_catalog_store, resolve
+from resolver.hub import HubOptions
+from resolver.resolve import Resolution, ResolveOptions, Source, engine_args, engine_env, open_catalog_store, resolve
 from resolver.transfer import MiB, TransferConfig
 
 log = logging.getLogger("catalog.resolve")
@@ -73,6 +74,9 @@ class _Progress:
 @click.option("--layout", type=click.Choice([layout.value for layout in Layout]), default="dir", show_default=True)
 @click.option("--materialize-weights", is_flag=True, help="Streaming formats: download the weights too.")
 @click.option("--offline", is_flag=True, help="Use the cache only; fail fast naming what is missing.")
+@click.option("--source", type=click.Choice([x.value for x in Source]),
+              help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback "
+                   "(the bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline.")
 @click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).")
 @click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog).")
 @click.option("--part-size", metavar="SIZE", help="Ranged-GET part size (env CATALOG_PART_SIZE; default 64MiB).")
@@ -80,7 +84,8 @@ class _Progress:
 @click.pass_context
 def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
-    offline: bool, store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
+    offline: bool, source: str | None, store: str | None, cache_dir: str | None, part_size: str | None,
+    concurrency: int | None,
 ) -> int:
     """Materialize verified models and print where they are."""
     if bool(names) == all_models:
@@ -92,7 +97,9 @@ def resolve_command(
     assert settings.cache_dir is not None
     cache = Cache(settings.cache_dir)
     the_store = open_catalog_store(cat, settings.store, os.environ)
-    options = ResolveOptions(Layout(layout), materialize_weights, offline, transfer_config(part_size, concurrency))
+    chosen, mode_offline = source_for_mode(source, os.environ.get("CATALOG_MODE"))
+    options = ResolveOptions(Layout(layout), materialize_weights, offline or mode_offline, chosen,
+                             transfer_config(part_size, concurrency), HubOptions.from_env(os.environ))
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
         cat.get(name)  # unknown names fail before any download
@@ -109,6 +116,17 @@ def resolve_command(
         progress.finish()
     click.echo(render(results, fmt))
     return 0
+
+
+MODES = {"ci": (Source.STORE, False), "dev": (Source.FALLBACK, False), "offline": (Source.STORE, True)}
+
+
+def source_for_mode(flag: str | None, mode: str | None) -> tuple[Source, bool]:
+    """--source wins; else CATALOG_MODE (ci: bucket only, dev: bucket then Hub, offline: cache only); else ci."""
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"CATALOG_MODE={mode!r} is not one of {', '.join(MODES)}")
+    default, offline = MODES[mode or "ci"]
+    return (Source(flag) if flag else default), offline
 
 
 def render(results: list[Resolution], fmt: str) -> str:

@@ -7,23 +7,32 @@ stops after the stat and never imports boto3.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from catalog import naming
-from catalog.errors import IntegrityError, NotCachedError, UnsafePathError
+from catalog.errors import IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, LoadFormat, ModelManifest
 from resolver import hashing
 from resolver.cache import Cache, Layout, ViewSpec, ViewState
+from resolver.hub import HubOptions, HubStore
 from resolver.stores import LocalStore, S3Store, Store, open_store
 from resolver.transfer import Progress, TransferConfig, Wanted, fetch
 
 log = logging.getLogger(__name__)
+
+
+class Source(str, Enum):
+    STORE = "store"  # the bucket only (CI): never the Hub
+    HF = "hf"  # the Hub at the pinned revision, same hash checks (a laptop without bucket credentials)
+    FALLBACK = "fallback"  # the bucket, then the Hub for what the bucket could not give
 
 
 @dataclass(frozen=True)
@@ -31,7 +40,9 @@ class ResolveOptions:
     layout: Layout = Layout.DIR
     materialize_weights: bool = False  # streaming formats: pull the weights too
     offline: bool = False  # cache only; fail fast naming what is missing
+    source: Source = Source.STORE
     transfer: TransferConfig = field(default_factory=TransferConfig)
+    hub: HubOptions = field(default_factory=HubOptions)
 
 
 @dataclass(frozen=True)
@@ -146,7 +157,8 @@ def resolve(
 ) -> Resolution:
     manifest = cat.get(name)
     _check_paths(manifest)
-    plan = plan_files(manifest, options.materialize_weights)
+    # The Hub cannot be streamed from: a model fetched from it is fully local.
+    plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF)
     spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
     source = "cache"
     state = cache.view_state(spec)
@@ -161,8 +173,13 @@ def resolve(
                     f"--offline: {len(missing)} file(s) of {name} are not in the cache at {cache.root}: {listing}",
                     hint=f"run `catalog resolve {name}` once with store access, or point --cache at a warm cache",
                 )
-            fetch(store, [Wanted(name, e, store_key(cat, manifest, e.path)) for e in missing], cache, options.transfer, progress)
-            source = store.url
+            source, from_hub = _fetch_missing(cat, manifest, missing, cache, store, options, progress)
+            if from_hub and plan.streamed:
+                # The bucket failed us, so the engine cannot stream from it either: bring the weights too.
+                plan = plan_files(manifest, materialize_weights=True)
+                spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
+                _fetch_missing(cat, manifest, [e for e in plan.local if not cache.has_blob(e)], cache, store,
+                               dataclasses.replace(options, source=Source.HF), progress)
         cache.build_view(spec)
     path = cache.view_dir(spec)
     tokenizer = _tokenizer(cat, manifest, path, cache, store, options, progress)
@@ -181,6 +198,29 @@ def resolve(
         hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
         stream_env=_stream_env(store) if plan.streamed else {},
     )
+
+
+def _fetch_missing(
+    cat: Catalog, manifest: ModelManifest, missing: list[FileEntry], cache: Cache, store: Store,
+    options: ResolveOptions, progress: Progress | None,
+) -> tuple[str, bool]:
+    """Fetch from the store, the Hub, or the store then the Hub: (where the bytes came from, whether the Hub)."""
+    hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub)
+    if not missing:
+        return "cache", False
+    if options.source is Source.HF:
+        fetch(hub, [Wanted(manifest.name, e, e.path) for e in missing], cache, options.transfer, progress)
+        return hub.url, True
+    try:
+        fetch(store, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in missing], cache, options.transfer, progress)
+        return store.url, False
+    except (StoreUnavailableError, MissingObjectError) as exc:
+        if options.source is not Source.FALLBACK:
+            raise
+        log.warning("%s; falling back to the Hub at the pinned revision", exc)
+    still = [e for e in missing if not cache.has_blob(e)]
+    fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
+    return hub.url, True
 
 
 def _check_paths(manifest: ModelManifest) -> None:
@@ -207,7 +247,7 @@ def _tokenizer(
                 missing = [e for e in local if not cache.has_blob(e)]
                 if missing and options.offline:
                     raise NotCachedError(f"--offline: tokenizer {other.name} is not in the cache at {cache.root}")
-                fetch(store, [Wanted(other.name, e, store_key(cat, other, e.path)) for e in missing], cache, options.transfer, progress)
+                _fetch_missing(cat, other, missing, cache, store, options, progress)
                 cache.build_view(spec)
             return str(cache.view_dir(spec))
         return str(path / manifest.tokenizer.rstrip("/"))

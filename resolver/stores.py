@@ -266,6 +266,7 @@ class S3Store:
             raise StoreUnavailableError(
                 f"no credentials for {self._where()}",
                 hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the standard chain), or CATALOG_S3_UNSIGNED=1 for a public bucket",
+                transient=False,
             ) from None
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
@@ -275,6 +276,7 @@ class S3Store:
             raise StoreUnavailableError(
                 f"{self._where()} answered {code or status}",
                 hint="check the bucket name, endpoint and credentials (the standard AWS chain: env, profile, instance role)",
+                transient=isinstance(status, int) and (status >= 500 or status == 429),
             ) from None
         except BotoCoreError as exc:
             raise StoreUnavailableError(f"cannot reach {self._where()}: {type(exc).__name__}",

@@ -214,7 +214,8 @@ def _fetch_part(
                     hint="the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL",
                 ) from None
             attempt += 1
-            delay = config.backoff * (2 ** (attempt - 1)) * (0.5 + random.random())
+            asked = getattr(exc, "retry_after", None)  # the server said when (429/503 Retry-After)
+            delay = float(asked) if asked is not None else config.backoff * (2 ** (attempt - 1)) * (0.5 + random.random())
             log.info("retrying %s from byte %d in %.2fs (%s)", job.wanted.label, position, delay, _describe(exc))
             sleep(delay)
 
@@ -227,12 +228,14 @@ def _open(store: Store, item: Wanted, start: int, end: int | None) -> ObjectStre
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (_Transient, StoreUnavailableError, ConnectionError, TimeoutError)):
+    if isinstance(exc, StoreUnavailableError):
+        return exc.transient
+    if isinstance(exc, (_Transient, ConnectionError, TimeoutError)) or hasattr(exc, "retry_after"):
         return True
     if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
         return True
     module = type(exc).__module__
-    return module.startswith(("botocore", "urllib3", "http.client"))
+    return module.startswith(("botocore", "urllib3", "http.client", "httpx", "httpcore"))
 
 
 def _describe(exc: BaseException) -> str:
