@@ -146,9 +146,11 @@ def schema() -> int:
 
 def _register_operational_commands() -> None:
     # resolve/verify/gc live with the resolver; importing it costs no heavy library (boto3 is lazy).
-    from resolver.cli import register
+    from resolver import cli as resolve_commands
+    from resolver import cli_pin as pin_commands
 
-    register(cli)
+    resolve_commands.register(cli)
+    pin_commands.register(cli)
 
 
 _register_operational_commands()

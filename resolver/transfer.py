@@ -220,6 +220,33 @@ def _fetch_part(
             sleep(delay)
 
 
+def fetch_digest(store: Store, item: Wanted, config: TransferConfig, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Stream one (small) object and return its sha256, writing nothing; resumes and retries like `fetch`."""
+    digest = hashlib.sha256()
+    position = 0
+    attempt = 0
+    buffer = memoryview(bytearray(config.read_size))
+    while True:
+        try:
+            stream = _open(store, item, position, None)
+            try:
+                while count := stream.readinto(buffer):
+                    digest.update(buffer[:count])
+                    position += count
+            finally:
+                stream.close()
+            if position != item.entry.size:
+                raise IntegrityError(item.model, item.entry.path, "size", str(item.entry.size), str(position),
+                                     "the source's listing and its bytes disagree")
+            return digest.hexdigest()
+        except Exception as exc:  # noqa: BLE001 - classified just below
+            if not _is_transient(exc) or attempt + 1 >= config.attempts:
+                raise
+            attempt += 1
+            asked = getattr(exc, "retry_after", None)
+            sleep(float(asked) if asked is not None else config.backoff * 2 ** (attempt - 1))
+
+
 def _open(store: Store, item: Wanted, start: int, end: int | None) -> ObjectStream:
     try:
         return store.open(item.key, start, end)

@@ -1,0 +1,122 @@
+"""`catalog lock`, `catalog add`, `catalog tensorize`: pinning models (registered on the `catalog` group)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import click
+
+from catalog.clikit import current_settings, load_catalog, settings_of
+from catalog.errors import CatalogError, InvalidCatalogError, UnknownModelError, UsageError
+from catalog.load import load_dir
+from catalog.lookup import find_catalog_dir
+from catalog.schema import ModelManifest
+from resolver.hub import HubOptions
+from resolver.lock import FILE_RULES, LockResult, diff_files, lock_manifest
+
+
+def _catalog_dir(ctx: click.Context) -> Path:
+    settings = current_settings(ctx)
+    return settings.catalog_dir if settings.catalog_dir is not None else find_catalog_dir()
+
+
+def lockable(root: Path, names: list[str] | None) -> list[tuple[ModelManifest, Path]]:
+    """Manifests to lock: parseable, with no problems other than those that locking fixes."""
+    result = load_dir(root)
+    docs = [d for d in result.docs if d.manifest is not None]
+    by_name = {d.manifest.name: d for d in docs if d.manifest is not None}
+    chosen = [by_name[n] for n in names if n in by_name] if names else docs
+    unknown = [n for n in names or [] if n not in by_name]
+    if unknown:
+        raise UnknownModelError(unknown[0], difflib.get_close_matches(unknown[0], list(by_name), n=3, cutoff=0.5))
+    blocking = [p for p in result.problems if p.rule not in FILE_RULES and any(p.path == d.display for d in chosen)]
+    if blocking:
+        raise InvalidCatalogError(blocking)
+    return [(d.manifest, d.path) for d in chosen if d.manifest is not None]
+
+
+@click.command("lock")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_models", is_flag=True, help="Every manifest in the catalog.")
+@click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False), help="Pin from a local folder instead of the Hub.")
+@click.option("--check", is_flag=True, help="Change nothing; exit 1 if the pinned files differ from the source.")
+@click.pass_context
+def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, from_dir: Path | None, check: bool) -> int:
+    """Fill in `files` (path, size, sha256) from the Hub at the pinned revision, or from a folder."""
+    if bool(names) == all_models:
+        raise UsageError("name one or more models, or pass --all")
+    if from_dir is not None and len(names) != 1:
+        raise UsageError("--from-dir pins one model at a time")
+    hub = HubOptions.from_env(os.environ)
+    drift = False
+    for manifest, path in lockable(_catalog_dir(ctx), list(names) or None):
+        result: LockResult = lock_manifest(manifest, path, from_dir=from_dir, hub=hub, write=not check)
+        if not result.changed:
+            click.echo(f"{result.name}: up to date ({len(result.new)} files)", err=True)
+            continue
+        drift = True
+        verb = "differs from the source" if check else f"locked {len(result.new)} files into {path.name}"
+        click.echo(f"{result.name}: {verb}", err=True)
+        for line in diff_files(result.old, result.new):
+            click.echo(f"  {line}")
+    return 1 if check and drift else 0
+
+
+@click.command("add")
+@click.argument("repo")
+@click.option("--revision", default="main", show_default=True, help="A branch, tag or commit; turned into its commit now.")
+@click.option("--name", help="Logical name (default: from the repo name).")
+@click.option("--load-format", help="Default: safetensors when the repo has safetensors weights.")
+@click.option("--gpu", "gpu_class", metavar="CLASS", help="GPU class (default: the catalog's default).")
+@click.pass_context
+def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, load_format: str | None, gpu_class: str | None) -> int:
+    """Scaffold and lock a manifest for a Hub repo: one command, one file for the PR."""
+    from resolver.add import scaffold
+    from resolver.lock import atomic_text_write
+
+    root = _catalog_dir(ctx)
+    settings = load_dir(root).settings
+    if settings is None:
+        raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
+    hub = HubOptions.from_env(os.environ)
+    new = scaffold(repo, revision, name=name, load_format=load_format, gpu=gpu_class, settings=settings, catalog_dir=root, hub=hub)
+    atomic_text_write(new.path, new.text)
+    try:
+        [(manifest, path)] = lockable(root, [new.name])
+        lock_manifest(manifest, path, from_dir=None, hub=hub, write=True)
+    except (CatalogError, ValueError):
+        new.path.unlink(missing_ok=True)  # no half-made manifest left behind
+        raise
+    problems = load_dir(root, [new.path]).problems
+    for problem in problems:
+        click.echo(f"{problem}  [{problem.rule}]")
+    click.echo(f"added {new.path} ({repo}@{new.revision}); review it and open a PR", err=True)
+    return 1 if problems else 0
+
+
+@click.command("tensorize")
+@click.argument("name")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Folder to write model.tensors into.")
+@click.option("--store", metavar="URL", help="Override the catalog's store.")
+@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder.")
+@click.pass_context
+def tensorize_command(ctx: click.Context, name: str, out: Path, store: str | None, cache_dir: str | None) -> int:
+    """Write a byte-deterministic model.tensors from a model's safetensors (needs the loaders extra)."""
+    from resolver.cache import Cache
+    from resolver.resolve import ResolveOptions, open_catalog_store
+    from resolver.tensorize import tensorize
+
+    settings = settings_of(ctx, store=store, cache_dir=cache_dir)
+    cat = load_catalog(ctx, only=[name])
+    assert settings.cache_dir is not None
+    target = tensorize(cat, name, out, cache=Cache(settings.cache_dir), store=open_catalog_store(cat, settings.store, os.environ),
+                       options=ResolveOptions())
+    click.echo(str(target))
+    return 0
+
+
+def register(group: click.Group) -> None:
+    for command in (lock_command, add_command, tensorize_command):
+        group.add_command(command)
