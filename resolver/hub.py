@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,7 @@ class HubStore:
         self.revision = revision
         self.options = options
         self.url = f"hf://{repo}@{revision[:12]} ({options.endpoint})"
+        self.requests: Counter[str] = Counter()
 
     def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
         from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
@@ -95,6 +97,7 @@ class HubStore:
         url = hf_hub_url(self.repo, key, revision=self.revision, endpoint=self.options.endpoint)
         extra = {"Range": f"bytes={start}-{'' if end is None else end - 1}"} if start or end is not None else {}
         session = get_session()
+        self.requests["GET"] += 1
         response = session.send(session.build_request("GET", url, headers=self._headers(extra)), stream=True, follow_redirects=True)
         status = response.status_code
         if status in (200, 206):
@@ -122,7 +125,7 @@ class HubStore:
     def head(self, key: str) -> ObjectInfo | None:
         return next((o for o in self.list("") if o.key == key), None)
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None) -> ObjectInfo:
+    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
         raise UsageError("the Hub is a read-only source here")
 
     def delete(self, key: str) -> None:

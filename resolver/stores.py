@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ class ObjectStream(Protocol):
 
 class Store(Protocol):
     url: str  # what messages show; never carries credentials
+    requests: Counter[str]  # requests made, by operation (botocore's names for S3)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
 
@@ -52,7 +54,10 @@ class Store(Protocol):
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream: ...
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None) -> ObjectInfo: ...
+    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+        """Store `source` under `key` so that it appears whole or not at all; `sha256` (hex) lets the
+        server check the bytes where it can."""
+        ...
 
     def delete(self, key: str) -> None: ...
 
@@ -95,6 +100,7 @@ class LocalStore:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.url = self.root.as_uri() + "/"
+        self.requests: Counter[str] = Counter()
 
     def _path(self, key: str) -> Path:
         path = self.root / check_key(key)
@@ -102,8 +108,16 @@ class LocalStore:
             raise UnsafePathError(f"refusing store key {key!r}: reserved folder {self.META_DIR}")
         return path
 
+    @staticmethod
+    def _etag(st: os.stat_result) -> str:
+        """Changes whenever the file is rewritten: the local stand-in for an S3 ETag."""
+        return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
+
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self.requests["ListObjectsV2"] += 1
         base = self.root / prefix if prefix else self.root
+        if prefix and not prefix.endswith("/"):
+            base = base.parent  # a key prefix, not a folder: filter below
         if not base.is_dir():
             return
         for dirpath, dirnames, filenames in os.walk(base):
@@ -113,13 +127,17 @@ class LocalStore:
                 if filename.endswith(".part") or path.is_symlink():
                     continue
                 key = path.relative_to(self.root).as_posix()
-                yield ObjectInfo(key, path.stat().st_size, metadata=self._metadata(key))
+                if key.startswith(prefix):
+                    st = path.stat()
+                    yield ObjectInfo(key, st.st_size, etag=self._etag(st))
 
     def head(self, key: str) -> ObjectInfo | None:
+        self.requests["HeadObject"] += 1
         path = self._path(key)
         if not path.is_file():
             return None
-        return ObjectInfo(key, path.stat().st_size, metadata=self._metadata(key))
+        st = path.stat()
+        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=self._metadata(key))
 
     def _metadata(self, key: str) -> dict[str, str]:
         import json
@@ -132,15 +150,17 @@ class LocalStore:
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
+        self.requests["GetObject"] += 1
         path = self._path(key)
         try:
             return _FileStream(path, start, end)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(key) from None
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None) -> ObjectInfo:
+    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
         import json
 
+        self.requests["PutObject"] += 1
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
@@ -157,9 +177,11 @@ class LocalStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return ObjectInfo(key, target.stat().st_size, metadata=dict(metadata or {}))
+        st = target.stat()
+        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=dict(metadata or {}))
 
     def delete(self, key: str) -> None:
+        self.requests["DeleteObject"] += 1
         self._path(key).unlink(missing_ok=True)
         (self.root / self.META_DIR / (key + ".json")).unlink(missing_ok=True)
 
@@ -236,11 +258,15 @@ class _S3Stream:
 class S3Store:
     """A bucket (and optional base prefix) on any S3-compatible endpoint."""
 
-    def __init__(self, bucket: str, base: str, options: S3Options, client_factory: Callable[[S3Options], Any] = make_s3_client) -> None:
+    def __init__(self, bucket: str, base: str, options: S3Options, client_factory: Callable[[S3Options], Any] = make_s3_client,
+                 *, part_size: int = 64 * 1024 * 1024, concurrency: int = 8) -> None:
         self.bucket = bucket
         self.base = base
         self.options = options
         self.url = f"s3://{bucket}/{base}"
+        self.part_size = part_size  # uploads larger than this go multipart
+        self.concurrency = concurrency
+        self.requests: Counter[str] = Counter()
         self._client_factory = client_factory
         self._client: Any = None
         self._client_lock = threading.Lock()
@@ -250,8 +276,13 @@ class S3Store:
         """One client for all threads (botocore clients are thread-safe; building one costs ~100 ms)."""
         with self._client_lock:
             if self._client is None:
-                self._client = self._client_factory(self.options)
+                client = self._client_factory(self.options)
+                client.meta.events.register("before-call.s3", self._count)
+                self._client = client
             return self._client
+
+    def _count(self, model: Any, **_: Any) -> None:
+        self.requests[str(model.name)] += 1
 
     def _where(self) -> str:
         return f"{self.url} (endpoint {self.options.describe()})"
@@ -318,19 +349,62 @@ class S3Store:
         total = int(content_range.rsplit("/", 1)[1]) if content_range else int(out["ContentLength"])
         return _S3Stream(out["Body"], total)
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None) -> ObjectInfo:
-        with open(source, "rb") as body:
-            self._call(self.client.put_object, Bucket=self.bucket, Key=self.base + check_key(key), Body=body,
-                       Metadata=dict(metadata or {}))
-        info = self.head(key)
-        assert info is not None
-        return info
+    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+        """One PUT with the whole-object ChecksumSHA256, or a multipart upload (part checksums) for large
+        files; either way S3 makes the object visible only once it is complete."""
+        full_key = self.base + check_key(key)
+        size = source.stat().st_size
+        if size <= self.part_size:
+            extra: dict[str, Any] = {"ChecksumSHA256": _b64(sha256)} if sha256 else {}
+            with open(source, "rb") as body:
+                out = self._call(self.client.put_object, Bucket=self.bucket, Key=full_key, Body=body,
+                                 Metadata=dict(metadata or {}), **extra)
+            return ObjectInfo(key, size, etag=str(out.get("ETag", "")).strip('"') or None, metadata=dict(metadata or {}))
+        return self._put_multipart(key, full_key, source, size, metadata)
+
+    def _put_multipart(self, key: str, full_key: str, source: Path, size: int, metadata: Mapping[str, str] | None) -> ObjectInfo:
+        import hashlib
+        from concurrent.futures import ThreadPoolExecutor
+
+        upload = self._call(self.client.create_multipart_upload, Bucket=self.bucket, Key=full_key,
+                            Metadata=dict(metadata or {}), ChecksumAlgorithm="SHA256")
+        upload_id = upload["UploadId"]
+
+        def send(number: int) -> dict[str, Any]:
+            with open(source, "rb") as f:
+                f.seek((number - 1) * self.part_size)
+                data = f.read(self.part_size)
+            digest = _b64(hashlib.sha256(data).hexdigest())
+            out = self._call(self.client.upload_part, Bucket=self.bucket, Key=full_key, UploadId=upload_id,
+                             PartNumber=number, Body=data, ChecksumSHA256=digest)
+            return {"PartNumber": number, "ETag": out["ETag"], "ChecksumSHA256": digest}
+
+        count = (size + self.part_size - 1) // self.part_size
+        try:
+            with ThreadPoolExecutor(max(1, self.concurrency), thread_name_prefix="catalog-upload") as pool:
+                parts = list(pool.map(send, range(1, count + 1)))
+            out = self._call(self.client.complete_multipart_upload, Bucket=self.bucket, Key=full_key, UploadId=upload_id,
+                             MultipartUpload={"Parts": parts})
+        except BaseException:
+            # Nothing was visible under the key; free the parts instead of leaving them billed.
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=full_key, UploadId=upload_id)
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                log.warning("could not abort the multipart upload of %s", key)
+            raise
+        return ObjectInfo(key, size, etag=str(out.get("ETag", "")).strip('"') or None, metadata=dict(metadata or {}))
 
     def delete(self, key: str) -> None:
         self._call(self.client.delete_object, Bucket=self.bucket, Key=self.base + check_key(key))
 
     def stream_uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{self.base}{prefix}"
+
+
+def _b64(sha256_hex: str) -> str:
+    import base64
+
+    return base64.b64encode(bytes.fromhex(sha256_hex)).decode()
 
 
 def open_store(url: str, env: Mapping[str, str] | None = None) -> Store:

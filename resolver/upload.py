@@ -65,7 +65,7 @@ def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> Uplo
             if digest.hexdigest() != entry.sha256:
                 raise IntegrityError(name, entry.path, "sha256", entry.sha256, digest.hexdigest(),
                                      f"the file in {source} differs; nothing was uploaded")
-            store.put(key, Path(temp), provenance(manifest, entry))
+            store.put(key, Path(temp), provenance(manifest, entry), sha256=entry.sha256)
         finally:
             Path(temp).unlink(missing_ok=True)
         report.uploaded.append(entry.path)

@@ -1,0 +1,375 @@
+"""`catalog sync`: make the bucket equal to the manifests, with a plan you can read, save, apply and trust.
+
+    listing + recorded state --plan()--> SyncPlan (a value: text, JSON) --apply()--> the bucket
+
+`plan` is pure. What sync verified and uploaded is recorded per model in the store
+(`.model-catalog/state/<name>.json`: path -> size, sha256, ETag), so a no-op sync costs one listing
+(per 1,000 objects) plus one small GET per model, and still notices an object replaced with
+same-size content: its ETag no longer matches the record. An object with no record (put there by
+another tool) is `verify`: apply downloads and hashes it before trusting it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from catalog.errors import CatalogError, IntegrityError, UsageError
+from catalog.lookup import Catalog
+from catalog.schema import FileEntry, ModelManifest
+from resolver.cache import Cache
+from resolver.hub import HubOptions, HubStore
+from resolver.lock import files_from_dir
+from resolver.resolve import store_key
+from resolver.stores import ObjectInfo, Store
+from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest
+from resolver.upload import provenance
+
+log = logging.getLogger(__name__)
+
+STATE_PREFIX = ".model-catalog/state/"
+PLAN_VERSION = 1
+
+
+class Action(str, Enum):
+    OK = "ok"
+    UPLOAD = "upload"  # missing
+    REPLACE = "replace"  # present with the wrong size (or hash, once verified): corruption, reported loudly
+    VERIFY = "verify"  # present with the right size but nothing vouches for its bytes: hash it on apply
+    EXTRA = "extra"  # under a model's prefix but not in its manifest; deleted only with --prune
+    ORPHAN = "orphan"  # under no manifest's prefix; deleted only with --prune --delete-orphans
+
+
+DRIFT = (Action.UPLOAD, Action.REPLACE, Action.VERIFY, Action.EXTRA, Action.ORPHAN)
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    action: Action
+    key: str
+    size: int
+    model: str = ""
+    path: str = ""
+    sha256: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    store: str
+    items: tuple[PlanItem, ...]
+    fingerprint: str  # of the listing it was made from: --apply refuses if the bucket changed since
+    names: tuple[str, ...] = ()  # the models it covers; () is the whole catalog (and store)
+    prune: bool = False
+    delete_orphans: bool = False
+    requests: Mapping[str, int] = field(default_factory=dict)
+
+    def by_action(self, action: Action) -> list[PlanItem]:
+        return [i for i in self.items if i.action is action]
+
+    @property
+    def deletions(self) -> list[PlanItem]:
+        return [i for i in self.items if (i.action is Action.EXTRA and self.prune) or (i.action is Action.ORPHAN and self.delete_orphans)]
+
+    @property
+    def drift(self) -> bool:
+        return any(i.action in DRIFT for i in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": PLAN_VERSION, "store": self.store, "fingerprint": self.fingerprint, "names": list(self.names), "prune": self.prune,
+                "delete_orphans": self.delete_orphans, "requests": dict(self.requests),
+                "summary": {a.value: {"count": len(self.by_action(a)), "bytes": sum(i.size for i in self.by_action(a))} for a in Action},
+                "items": [{**asdict(i), "action": i.action.value} for i in self.items]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SyncPlan:
+        if data.get("version") != PLAN_VERSION:
+            raise UsageError("not a sync plan of this version", hint="make a new one with `catalog sync --out plan.json`")
+        items = tuple(PlanItem(**{**i, "action": Action(i["action"])}) for i in data["items"])
+        return cls(str(data["store"]), items, str(data["fingerprint"]), tuple(data.get("names", ())), bool(data["prune"]),
+                   bool(data["delete_orphans"]))
+
+
+def fingerprint(listing: Iterable[ObjectInfo]) -> str:
+    digest = hashlib.sha256()
+    for obj in sorted(listing, key=lambda o: o.key):
+        digest.update(f"{obj.key}\0{obj.size}\0{obj.etag}\n".encode())
+    return digest.hexdigest()
+
+
+def plan(
+    manifests: Sequence[ModelManifest],
+    key_of: Mapping[str, str],  # model name -> its prefix key in the store
+    listing: Sequence[ObjectInfo],
+    states: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    *,
+    whole_store: bool,
+    deep_hashes: Mapping[str, str] | None = None,
+    prune: bool = False,
+    delete_orphans: bool = False,
+    store: str = "",
+) -> SyncPlan:
+    """Pure: what to do so the store holds exactly the manifests' files (and, if asked, nothing else)."""
+    objects = {o.key: o for o in listing if not o.key.startswith(STATE_PREFIX)}
+    items: list[PlanItem] = []
+    claimed: set[str] = set()
+    for m in sorted(manifests, key=lambda m: m.name):
+        prefix = key_of[m.name]
+        state = states.get(m.name, {})
+        wanted = {prefix + e.path: e for e in m.files}
+        for key, entry in sorted(wanted.items()):
+            items.append(_decide(m.name, key, entry, objects.get(key), state.get(entry.path), deep_hashes))
+        for key in sorted(k for k in objects if k.startswith(prefix)):
+            claimed.add(key)
+            if key not in wanted:
+                items.append(PlanItem(Action.EXTRA, key, objects[key].size, m.name, key[len(prefix):], reason="not in the manifest"))
+    if whole_store and manifests:
+        for key in sorted(objects.keys() - claimed):
+            items.append(PlanItem(Action.ORPHAN, key, objects[key].size, reason="under no manifest's prefix"))
+    return SyncPlan(store, tuple(items), fingerprint(listing), prune=prune, delete_orphans=delete_orphans)
+
+
+def _decide(name: str, key: str, entry: FileEntry, obj: ObjectInfo | None, record: Mapping[str, Any] | None,
+            deep_hashes: Mapping[str, str] | None) -> PlanItem:
+    def item(action: Action, reason: str = "") -> PlanItem:
+        return PlanItem(action, key, entry.size, name, entry.path, entry.sha256, reason)
+
+    if obj is None:
+        return item(Action.UPLOAD, "missing")
+    if obj.size != entry.size:
+        return item(Action.REPLACE, f"{obj.size} bytes in the store, the manifest pins {entry.size}")
+    if deep_hashes is not None and key in deep_hashes:
+        got = deep_hashes[key]
+        return item(Action.OK) if got == entry.sha256 else item(Action.REPLACE, f"sha256 {got} in the store, the manifest pins {entry.sha256}")
+    if record is not None and record.get("sha256") == entry.sha256 and record.get("etag") == obj.etag and obj.etag:
+        return item(Action.OK)
+    if record is not None and record.get("sha256") == entry.sha256:
+        return item(Action.VERIFY, f"rewritten since sync verified it (ETag {record.get('etag')} -> {obj.etag})")
+    return item(Action.VERIFY, "no record of sync having verified it")
+
+
+# -- I/O ----------------------------------------------------------------------------------------------
+@dataclass
+class SyncScope:
+    """Which models, and where their prefixes are in the store."""
+
+    manifests: list[ModelManifest]
+    key_of: dict[str, str]
+    whole_store: bool  # every manifest of the catalog: orphans can be told
+
+
+def scope_of(cat: Catalog, names: Sequence[str]) -> SyncScope:
+    manifests = [cat.get(n) for n in names] if names else list(cat)
+    return SyncScope(manifests, {m.name: store_key(cat, m) for m in manifests}, whole_store=not names)
+
+
+def list_scope(store: Store, scope: SyncScope) -> list[ObjectInfo]:
+    if scope.whole_store:
+        return list(store.list(""))
+    return [o for prefix in sorted(scope.key_of.values()) for o in store.list(prefix)]
+
+
+def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo]) -> dict[str, dict[str, Any]]:
+    """One small GET per model that has a recorded state (the listing tells which do)."""
+    present = {o.key for o in listing}
+    if not scope.whole_store:
+        present |= {o.key for o in store.list(STATE_PREFIX)}
+    states: dict[str, dict[str, Any]] = {}
+    for m in scope.manifests:
+        key = f"{STATE_PREFIX}{m.name}.json"
+        if key in present:
+            data = _read_small(store, key)
+            try:
+                parsed = json.loads(data)
+            except ValueError:
+                parsed = {}
+            states[m.name] = parsed.get("files", {}) if isinstance(parsed, dict) else {}
+    return states
+
+
+def _read_small(store: Store, key: str) -> bytes:
+    stream = store.open(key)
+    chunks = []
+    buffer = memoryview(bytearray(1 << 20))
+    while count := stream.readinto(buffer):
+        chunks.append(bytes(buffer[:count]))
+    stream.close()
+    return b"".join(chunks)
+
+
+def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, delete_orphans: bool, deep: bool,
+              config: TransferConfig) -> SyncPlan:
+    scope = scope_of(cat, names)
+    listing = list_scope(store, scope)
+    states = read_states(store, scope, listing)
+    deep_hashes = None
+    if deep:
+        objects = {o.key: o for o in listing}
+        deep_hashes = {}
+        for m in scope.manifests:
+            for e in m.files:
+                key = scope.key_of[m.name] + e.path
+                if key in objects and objects[key].size == e.size:
+                    deep_hashes[key] = fetch_digest(store, Wanted(m.name, e, key), config)
+    result = plan(scope.manifests, scope.key_of, listing, states, whole_store=scope.whole_store, deep_hashes=deep_hashes,
+                  prune=prune, delete_orphans=delete_orphans, store=store.url)
+    return dataclasses.replace(result, names=tuple(names), requests=dict(store.requests))
+
+
+@dataclass
+class ApplyReport:
+    uploaded: list[PlanItem] = field(default_factory=list)
+    verified: list[PlanItem] = field(default_factory=list)
+    deleted: list[PlanItem] = field(default_factory=list)
+    errors: list[tuple[PlanItem, CatalogError]] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(i.size for i in self.uploaded)
+
+
+class SourceOfBytes:
+    """Where verified bytes for uploads come from: a folder (`--from-dir`), else the Hub at the pin.
+
+    Either way they land as verified blobs in the local cache first, and uploads read those blobs:
+    nothing reaches the bucket that was not hashed against the manifest.
+    """
+
+    def __init__(self, cat: Catalog, cache: Cache, hub: HubOptions, from_dir: Path | None, config: TransferConfig) -> None:
+        self.cat = cat
+        self.cache = cache
+        self.hub = hub
+        self.from_dir = from_dir
+        self.config = config
+
+    def folder_for(self, name: str) -> Path | None:
+        if self.from_dir is None:
+            return None
+        per_model = self.from_dir / name
+        return per_model if per_model.is_dir() else self.from_dir
+
+    def blob(self, item: PlanItem) -> Path:
+        manifest = self.cat.get(item.model)
+        entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
+        if not self.cache.has_blob(entry):
+            folder = self.folder_for(item.model)
+            if folder is not None and (folder / item.path).is_file():
+                self._ingest(manifest, entry, folder)
+            else:
+                hub = HubStore(manifest.source.hf_repo, manifest.source.revision, self.hub)
+                fetch(hub, [Wanted(item.model, entry, item.path)], self.cache, self.config)
+        return self.cache.blob_path(entry.sha256)
+
+    def _ingest(self, manifest: ModelManifest, entry: FileEntry, folder: Path) -> None:
+        from resolver.stores import LocalStore
+
+        fetch(LocalStore(folder), [Wanted(manifest.name, entry, entry.path)], self.cache, self.config)
+
+
+def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *, max_delete: int,
+          check_fresh: bool, config: TransferConfig) -> ApplyReport:
+    """Execute exactly `plan_`. Deletions beyond `max_delete` abort before anything is deleted."""
+    deletions = plan_.deletions
+    if deletions and len(deletions) > max_delete:
+        raise UsageError(f"the plan deletes {len(deletions)} objects, more than --max-delete {max_delete}; nothing was deleted",
+                         hint="review the plan, then raise --max-delete if it is right")
+    if deletions and not len(cat):
+        raise UsageError("refusing to delete with an empty catalog")
+    if check_fresh:
+        if plan_.store != store.url:
+            raise UsageError(f"the plan is for {plan_.store}, not {store.url}; nothing was done")
+        if fingerprint(list_scope(store, scope_of(cat, plan_.names))) != plan_.fingerprint:
+            raise UsageError("the bucket changed since the plan was made; nothing was done",
+                             hint="make a new plan (catalog sync --out plan.json) and review it")
+    report = ApplyReport()
+    recorded: dict[str, dict[str, dict[str, Any]]] = {}
+    for item in plan_.items:
+        if item.action in (Action.UPLOAD, Action.REPLACE, Action.VERIFY):
+            try:
+                if item.action is Action.VERIFY:
+                    got = fetch_digest(store, Wanted(item.model, FileEntry(path=item.path, size=item.size, sha256=item.sha256), item.key), config)
+                    if got == item.sha256:
+                        info = store.head(item.key)
+                        recorded.setdefault(item.model, {})[item.path] = _record(item, info)
+                        report.verified.append(item)
+                        continue
+                    log.warning("%s/%s: sha256 %s in the store, the manifest pins %s: replacing it", item.model, item.path, got, item.sha256)
+                info = _upload(item, cat, store, source)
+                recorded.setdefault(item.model, {})[item.path] = _record(item, info)
+                report.uploaded.append(item)
+            except CatalogError as exc:
+                report.errors.append((item, exc))
+    for item in deletions:
+        store.delete(item.key)
+        report.deleted.append(item)
+    for name, files in recorded.items():
+        _write_state(store, name, files)
+    return report
+
+
+def _record(item: PlanItem, info: ObjectInfo | None) -> dict[str, Any]:
+    return {"size": item.size, "sha256": item.sha256, "etag": info.etag if info else None}
+
+
+def _upload(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes) -> ObjectInfo:
+    blob = source.blob(item)  # verified against the manifest on its way into the cache
+    manifest = cat.get(item.model)
+    entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
+    store.put(item.key, blob, provenance(manifest, entry), sha256=item.sha256)
+    info = store.head(item.key)
+    if info is None or info.size != item.size or info.metadata.get("sha256") != item.sha256:
+        got = "nothing" if info is None else f"{info.size} bytes, sha256 {info.metadata.get('sha256')}"
+        raise IntegrityError(item.model, item.path, "object", f"{item.size} bytes, sha256 {item.sha256}", got,
+                             "the store did not keep what was uploaded")
+    return info
+
+
+def _write_state(store: Store, name: str, files: Mapping[str, Mapping[str, Any]]) -> None:
+    """Merge new records into the model's state object (read, update, write)."""
+    key = f"{STATE_PREFIX}{name}.json"
+    current: dict[str, Any] = {}
+    if store.head(key) is not None:
+        try:
+            loaded = json.loads(_read_small(store, key))
+            current = loaded.get("files", {}) if isinstance(loaded, dict) else {}
+        except ValueError:
+            current = {}
+    current.update(files)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"model": name, "files": current}, f, sort_keys=True)
+        path = Path(f.name)
+    try:
+        store.put(key, path, {"kind": "model-catalog-sync-state"})
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def render_text(plan_: SyncPlan) -> str:
+    """Like a terraform plan: counts and bytes per action, then each change."""
+    from catalog.clikit import human_bytes
+
+    lines = []
+    for item in plan_.items:
+        if item.action is Action.OK:
+            continue
+        where = f"{item.model}/{item.path}" if item.model else item.key
+        mark = {"upload": "+", "replace": "!", "verify": "?", "extra": "-" if plan_.prune else "~", "orphan": "-" if plan_.delete_orphans else "~"}[item.action.value]
+        lines.append(f"  {mark} {item.action.value:<8} {where}  ({human_bytes(item.size)}){'  ' + item.reason if item.reason else ''}")
+    summary = ", ".join(
+        f"{len(plan_.by_action(a))} {a.value} ({human_bytes(sum(i.size for i in plan_.by_action(a)))})" for a in Action if plan_.by_action(a)
+    )
+    lines.append(f"Plan for {plan_.store}: {summary or 'no files'}")
+    if not plan_.drift:
+        lines.append("No changes: the store matches the manifests.")
+    kept = [i for i in plan_.items if i.action in (Action.EXTRA, Action.ORPHAN) and i not in plan_.deletions]
+    if kept:
+        lines.append(f"  {len(kept)} extra/orphan object(s) kept: pass --prune (and --delete-orphans for orphans) to delete them")
+    return "\n".join(lines)

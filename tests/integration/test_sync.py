@@ -1,0 +1,188 @@
+"""`catalog sync` against moto's S3 server, with the Hub double as the upstream."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import new_bucket
+from hubdouble import HubDouble
+from servers import FaultProxy, MotoServer
+
+from catalog.lookup import Catalog
+from resolver.resolve import store_key
+from resolver.stores import S3Options, make_s3_client
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
+    """Every bundled model's files at its pinned revision (derived artifacts served with their repo)."""
+    double = HubDouble()
+    for name, folder in sources.items():
+        m = bundled.get(name)
+        double.add_repo(m.source.hf_repo, m.source.revision, folder)
+    yield double
+    double.close()
+
+
+@pytest.fixture
+def bucket(moto: MotoServer) -> str:
+    return new_bucket(moto.url)
+
+
+def run(hub: HubDouble, bucket: str, tmp_path: Path, *args: str, endpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "cache"),
+           "CATALOG_STORE": f"s3://{bucket}/"}
+    if endpoint:
+        env["AWS_ENDPOINT_URL"] = endpoint
+    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def s3(moto: MotoServer):  # type: ignore[no-untyped-def]
+    return make_s3_client(S3Options(endpoint_url=moto.url, addressing_style="path"))
+
+
+def keys(moto: MotoServer, bucket: str) -> dict[str, int]:
+    out = s3(moto).list_objects_v2(Bucket=bucket)
+    return {o["Key"]: o["Size"] for o in out.get("Contents", [])}
+
+
+def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+    first = run(hub, bucket, tmp_path, "sync", "--format", "json")
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout)
+    total = sum(len(m.files) for m in bundled)
+    assert len(report["uploaded"]) == total and report["errors"] == []
+    stored = keys(moto, bucket)
+    for m in bundled:
+        for e in m.files:
+            assert stored[store_key(bundled, m, e.path)] == e.size
+    head = s3(moto).head_object(Bucket=bucket, Key=store_key(bundled, bundled.get("tiny-llama"), "model.safetensors"))
+    assert head["Metadata"]["sha256"] == bundled.get("tiny-llama").file("model.safetensors").sha256  # type: ignore[union-attr]
+    assert head["Metadata"]["hf-repo"] == "model-catalog/tiny-llama"
+
+    hub_before = hub.hub_requests()
+    again = run(hub, bucket, tmp_path, "sync", "--format", "json")
+    assert again.returncode == 0, again.stderr
+    noop = json.loads(again.stdout)
+    assert noop["uploaded"] == [] and noop["verified"] == []
+    # one listing of the bucket plus one small state GET per model: no HEAD per object
+    assert noop["requests"] == {"ListObjectsV2": 1, "GetObject": len(bundled)}
+    assert hub.hub_requests() == hub_before
+    check = run(hub, bucket, tmp_path, "sync", "--check")
+    assert check.returncode == 0 and "No changes: the store matches the manifests." in check.stdout
+
+    for m in bundled:
+        done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", m.name,
+                               "--store", f"s3://{bucket}/", "--cache", str(tmp_path / "resolve-cache"), "--materialize-weights"],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+
+def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+    assert run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2").returncode == 0
+    client = s3(moto)
+    llama, qwen = bundled.get("tiny-llama"), bundled.get("tiny-qwen2")
+    deleted = store_key(bundled, llama, "config.json")
+    corrupt = store_key(bundled, llama, "model.safetensors")
+    extra = store_key(bundled, qwen, "stray.bin")
+    orphan = "someone-else/model/weights.bin"
+    client.delete_object(Bucket=bucket, Key=deleted)
+    body = client.get_object(Bucket=bucket, Key=corrupt)["Body"].read()
+    client.put_object(Bucket=bucket, Key=corrupt, Body=body[:100] + bytes([body[100] ^ 1]) + body[101:])  # same size
+    client.put_object(Bucket=bucket, Key=extra, Body=b"x")
+    client.put_object(Bucket=bucket, Key=orphan, Body=b"y")
+
+    check = run(hub, bucket, tmp_path, "sync", "--check", "--format", "json")
+    assert check.returncode == 1
+    actions = {i["key"]: i["action"] for i in json.loads(check.stdout)["plan"]["items"] if i["action"] != "ok"}
+    assert actions[deleted] == "upload" and actions[corrupt] == "verify" and actions[extra] == "extra" and actions[orphan] == "orphan"
+
+    repaired = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--format", "json")
+    assert repaired.returncode == 0, repaired.stderr
+    out = json.loads(repaired.stdout)
+    assert sorted(out["uploaded"]) == sorted([deleted, corrupt]) and out["deleted"] == []
+    assert extra in keys(moto, bucket)  # extra objects stay without --prune
+    fixed = client.get_object(Bucket=bucket, Key=corrupt)["Body"].read()
+    assert fixed == body
+
+    pruned = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--prune", "--format", "json")
+    assert json.loads(pruned.stdout)["deleted"] == [extra]
+    assert orphan in keys(moto, bucket)  # not in scope of a named sync; and orphans need their own opt-in
+    whole = run(hub, bucket, tmp_path, "sync", "--prune", "--dry-run")
+    assert "someone-else/model/weights.bin" in whole.stdout and orphan in keys(moto, bucket)
+
+
+def test_max_delete_aborts_with_nothing_deleted(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+    assert run(hub, bucket, tmp_path, "sync", "tiny-llama").returncode == 0
+    client = s3(moto)
+    for i in range(5):
+        client.put_object(Bucket=bucket, Key=store_key(bundled, bundled.get("tiny-llama"), f"junk-{i}.txt"), Body=b"j")
+    before = keys(moto, bucket)
+    done = run(hub, bucket, tmp_path, "sync", "tiny-llama", "--prune", "--max-delete", "3")
+    assert done.returncode == 2 and "deletes 5 objects, more than --max-delete 3; nothing was deleted" in done.stderr
+    assert keys(moto, bucket) == before
+
+
+def test_saved_plan_applies_exactly_and_is_refused_after_the_bucket_changed(
+    hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    assert run(hub, bucket, tmp_path, "sync", "tiny-qwen2", "--out", str(plan)).returncode == 0
+    assert keys(moto, bucket) == {}  # --out changes nothing
+    intruder = store_key(bundled, bundled.get("tiny-qwen2"), "x")
+    s3(moto).put_object(Bucket=bucket, Key=intruder, Body=b"new")
+    stale = run(hub, bucket, tmp_path, "sync", "--apply", str(plan))
+    assert stale.returncode == 2 and "the bucket changed since the plan was made" in stale.stderr
+    assert list(keys(moto, bucket)) == [intruder]  # nothing was done
+    s3(moto).delete_object(Bucket=bucket, Key=intruder)
+    applied = run(hub, bucket, tmp_path, "sync", "--apply", str(plan), "--format", "json")
+    assert applied.returncode == 0, applied.stderr
+    assert len(json.loads(applied.stdout)["uploaded"]) == len(json.loads(plan.read_text())["items"])
+
+
+def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+    hub.fail(429, times=1, retry_after=0.3, path_contains="tiny-qwen2")
+    hub.truncate("tiny-llama/resolve/" + bundled.get("tiny-llama").source.revision + "/model.safetensors", after_bytes=0, times=100)
+    done = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--format", "json")
+    assert done.returncode == 1
+    out = json.loads(done.stdout)
+    bad = store_key(bundled, bundled.get("tiny-llama"), "model.safetensors")
+    assert [e["key"] for e in out["errors"]] == [bad]
+    assert "tiny-llama/model.safetensors" in out["errors"][0]["error"]
+    stored = keys(moto, bucket)
+    assert bad not in stored
+    assert len(out["uploaded"]) == len(bundled.get("tiny-llama").files) - 1 + len(bundled.get("tiny-qwen2").files)
+
+
+def test_a_sync_killed_mid_upload_leaves_nothing_partial_and_a_rerun_completes(
+    hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path
+) -> None:
+    proxy = FaultProxy(int(moto.url.rsplit(":", 1)[1]))
+    key = store_key(bundled, bundled.get("all-minilm-l6-v2"), "model.safetensors")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "catalog", "sync", "all-minilm-l6-v2", "--part-size", "8MiB", "--concurrency", "2"],
+        env={**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "cache"),
+             "CATALOG_STORE": f"s3://{bucket}/", "AWS_ENDPOINT_URL": proxy.url},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while proxy.requests[f"PUT /{bucket}/{key}"] < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the sync ended before it could be killed mid-upload"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proxy.close()
+    assert key not in keys(moto, bucket)  # parts of an unfinished multipart upload are never visible
+    rerun = run(hub, bucket, tmp_path, "sync", "all-minilm-l6-v2", "--part-size", "8MiB")
+    assert rerun.returncode == 0, rerun.stderr
+    deep = run(hub, bucket, tmp_path, "sync", "all-minilm-l6-v2", "--check", "--deep")
+    assert deep.returncode == 0, deep.stdout
