@@ -138,6 +138,25 @@ def show(ctx: click.Context, name: str, fmt: str) -> int:
 
 
 @cli.command()
+@click.option("--gpu", metavar="CLASS", help="Only this GPU class.")
+@click.option("--format", "fmt", type=click.Choice(["json", "buildkite"]), default="json", show_default=True)
+@click.pass_context
+def matrix(ctx: click.Context, gpu: str | None, fmt: str) -> int:
+    """Which models each GPU class needs, to shard jobs and pre-warm caches per hardware."""
+    from catalog.matrix import buildkite_steps, gpu_matrix
+
+    cat = load_catalog(ctx)
+    if gpu is not None and gpu not in cat.settings.gpu_classes:
+        raise UsageError(f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(cat.settings.gpu_classes))}")
+    table = gpu_matrix(cat, gpu)
+    if fmt == "buildkite":
+        click.echo(yaml.safe_dump(buildkite_steps(table), sort_keys=False, width=200), nl=False)
+    else:
+        click.echo(json.dumps(table, indent=2))
+    return 0
+
+
+@cli.command()
 def schema() -> int:
     """Print the manifest JSON Schema (for editors: yaml-language-server, VS Code)."""
     click.echo(json.dumps(json_schema(), indent=2))

@@ -160,3 +160,15 @@ def test_malformed_manifests_never_produce_a_traceback(tmp_path: Path, text: str
     assert done.returncode == 1
     assert "Traceback" not in done.stderr + done.stdout
     assert done.stdout.startswith("manifests/x.yaml:")
+
+
+def test_matrix_groups_models_by_gpu_class() -> None:
+    table = json.loads(run("matrix").stdout)
+    assert list(table) == ["cpu", "l4"]
+    assert [m["name"] for m in table["l4"]] == ["all-minilm-l6-v2"]
+    sharded = next(m for m in table["cpu"] if m["name"] == "tiny-llama-sharded")
+    assert sharded["gpu_count"] == 2 and sharded["load_format"] == "runai_streamer_sharded"
+    steps = yaml.safe_load(run("matrix", "--gpu", "cpu", "--format", "buildkite").stdout)["steps"]
+    assert len(steps) == 1 and steps[0]["agents"] == {"queue": "cpu"}
+    assert steps[0]["command"] == "catalog resolve tiny-llama tiny-llama-sharded tiny-llama-tensorizer tiny-qwen2 --format json"
+    assert run("matrix", "--gpu", "tpu").returncode == 2
