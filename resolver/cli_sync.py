@@ -64,7 +64,9 @@ def sync_command(
     else:
         for name in names:
             cat.get(name)
-        plan = make_plan(cat, names, the_store, prune=prune, delete_orphans=delete_orphans, deep=deep, config=config)
+        assert settings.cache_dir is not None
+        plan = make_plan(cat, names, the_store, prune=prune, delete_orphans=delete_orphans, deep=deep, config=config,
+                         cache=Cache(settings.cache_dir))
         fresh = False
     planning_requests = dict(the_store.requests)
     if out_path is not None:

@@ -25,7 +25,7 @@ from typing import Any
 from catalog.errors import CatalogError, IntegrityError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
-from resolver.cache import Cache
+from resolver.cache import Cache, atomic_write
 from resolver.hub import HubOptions, HubStore
 from resolver.lock import files_from_dir
 from resolver.resolve import store_key
@@ -177,22 +177,36 @@ def list_scope(store: Store, scope: SyncScope) -> list[ObjectInfo]:
     return [o for prefix in sorted(scope.key_of.values()) for o in store.list(prefix)]
 
 
-def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo]) -> dict[str, dict[str, Any]]:
-    """One small GET per model that has a recorded state (the listing tells which do)."""
-    present = {o.key for o in listing}
+def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], cache: Cache | None = None) -> dict[str, dict[str, Any]]:
+    """Each model's recorded state: from the local cache when the listing shows the same ETag, else one
+    small GET (so a no-op sync on a runner that synced before costs just the listing)."""
+    present = {o.key: o for o in listing}
     if not scope.whole_store:
-        present |= {o.key for o in store.list(STATE_PREFIX)}
+        present |= {o.key: o for o in store.list(STATE_PREFIX)}
     states: dict[str, dict[str, Any]] = {}
     for m in scope.manifests:
         key = f"{STATE_PREFIX}{m.name}.json"
-        if key in present:
-            data = _read_small(store, key)
-            try:
-                parsed = json.loads(data)
-            except ValueError:
-                parsed = {}
-            states[m.name] = parsed.get("files", {}) if isinstance(parsed, dict) else {}
+        obj = present.get(key)
+        if obj is None:
+            continue
+        local = _cached_state(cache, store, key, obj.etag)
+        data = local.read_bytes() if local is not None and local.is_file() else _read_small(store, key)
+        try:
+            parsed = json.loads(data)
+        except ValueError:
+            parsed = {}
+        if local is not None and not local.is_file():
+            atomic_write(local, data)
+        states[m.name] = parsed.get("files", {}) if isinstance(parsed, dict) else {}
     return states
+
+
+def _cached_state(cache: Cache | None, store: Store, key: str, etag: str | None) -> Path | None:
+    """Where a state object with this ETag is kept locally (ETags change whenever the object does)."""
+    if cache is None or not etag:
+        return None
+    tag = hashlib.sha256(f"{store.url}\0{key}\0{etag}".encode()).hexdigest()[:32]
+    return cache.root / "sync-state" / f"{tag}.json"
 
 
 def _read_small(store: Store, key: str) -> bytes:
@@ -206,10 +220,10 @@ def _read_small(store: Store, key: str) -> bytes:
 
 
 def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, delete_orphans: bool, deep: bool,
-              config: TransferConfig) -> SyncPlan:
+              config: TransferConfig, cache: Cache | None = None) -> SyncPlan:
     scope = scope_of(cat, names)
     listing = list_scope(store, scope)
-    states = read_states(store, scope, listing)
+    states = read_states(store, scope, listing, cache)
     deep_hashes = None
     if deep:
         objects = {o.key: o for o in listing}
@@ -311,7 +325,7 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
         store.delete(item.key)
         report.deleted.append(item)
     for name, files in recorded.items():
-        _write_state(store, name, files)
+        _write_state(store, name, files, source.cache)
     return report
 
 
@@ -332,7 +346,7 @@ def _upload(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes) -
     return info
 
 
-def _write_state(store: Store, name: str, files: Mapping[str, Mapping[str, Any]]) -> None:
+def _write_state(store: Store, name: str, files: Mapping[str, Mapping[str, Any]], cache: Cache | None) -> None:
     """Merge new records into the model's state object (read, update, write)."""
     key = f"{STATE_PREFIX}{name}.json"
     current: dict[str, Any] = {}
@@ -343,13 +357,17 @@ def _write_state(store: Store, name: str, files: Mapping[str, Mapping[str, Any]]
         except ValueError:
             current = {}
     current.update(files)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"model": name, "files": current}, f, sort_keys=True)
+    data = json.dumps({"model": name, "files": current}, sort_keys=True).encode()
+    with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+        f.write(data)
         path = Path(f.name)
     try:
-        store.put(key, path, {"kind": "model-catalog-sync-state"})
+        info = store.put(key, path, {"kind": "model-catalog-sync-state"})
     finally:
         path.unlink(missing_ok=True)
+    local = _cached_state(cache, store, key, info.etag)
+    if local is not None:
+        atomic_write(local, data)
 
 
 def render_text(plan_: SyncPlan) -> str:
