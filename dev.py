@@ -44,9 +44,9 @@ def ensure_env(profile: str) -> None:
         if stamp.exists() and stamp.read_text() == _fingerprint(PROFILES[candidate]):
             return
     spec = PROFILES[profile]
-    print(f"dev: installing {spec} into {VENV.name}/ (first run or changed dependencies)", file=sys.stderr)
+    print(f"dev: installing {spec} into {VENV.name}/ (first run or changed dependencies; a few minutes)", file=sys.stderr)
     subprocess.run(
-        [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        [str(PYTHON), "-m", "pip", "install", "-qq", "--disable-pip-version-check",
          "-c", str(ROOT / "constraints-dev.txt"), "-e", spec],
         cwd=ROOT, check=True,
     )

@@ -188,3 +188,14 @@ def test_a_sync_killed_mid_upload_leaves_nothing_partial_and_a_rerun_completes(
     assert rerun.returncode == 0, rerun.stderr
     deep = run(hub, bucket, tmp_path, "sync", "all-minilm-l6-v2", "--check", "--deep")
     assert deep.returncode == 0, deep.stdout
+
+
+def test_two_syncs_at_once_leave_a_consistent_bucket(hub: HubDouble, bucket: str, tmp_path: Path) -> None:
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": f"s3://{bucket}/"}
+    procs = [subprocess.Popen([sys.executable, "-m", "catalog", "sync", "tiny-llama", "tiny-qwen2", "tiny-llama-sharded"],
+                              env={**env, "CATALOG_CACHE": str(tmp_path / f"cache-{i}")}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    deep = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "--check", "--deep")
+    assert deep.returncode == 0, deep.stdout
