@@ -118,5 +118,9 @@ class UnsafePathError(CatalogError, ValueError):
     """A path or key that would land outside its target directory; refused before any byte is written."""
 
 
+class CacheWriteError(CatalogError, OSError):
+    """The local cache cannot be written (disk full, read-only, file size limit): not the store's fault."""
+
+
 class NotCachedError(CatalogError, LookupError):
     """--offline and something is not in the cache."""

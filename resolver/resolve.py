@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import naming
-from catalog.errors import IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
+from catalog.errors import CacheWriteError, IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, LoadFormat, ModelManifest
 from resolver import hashing
@@ -180,7 +180,7 @@ def resolve(
                 spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
                 _fetch_missing(cat, manifest, [e for e in plan.local if not cache.has_blob(e)], cache, store,
                                dataclasses.replace(options, source=Source.HF), progress)
-        cache.build_view(spec)
+        _build_view(cache, spec)
     path = cache.view_dir(spec)
     tokenizer = _tokenizer(cat, manifest, path, cache, store, options, progress)
     model = store.stream_uri(store_key(cat, manifest)) if plan.streamed else str(path)
@@ -223,6 +223,16 @@ def _fetch_missing(
     return hub.url, True
 
 
+def _build_view(cache: Cache, spec: ViewSpec) -> None:
+    try:
+        cache.build_view(spec)
+    except CacheWriteError:
+        raise
+    except OSError as exc:
+        raise CacheWriteError(f"cannot lay out {spec.name} in the cache at {cache.root}: {exc.strerror or exc}",
+                              hint="free disk space or point --cache / CATALOG_CACHE at a larger disk") from None
+
+
 def _check_paths(manifest: ModelManifest) -> None:
     """Refuse a manifest whose paths could escape the cache before any byte is fetched or written."""
     for entry in manifest.files:
@@ -248,7 +258,7 @@ def _tokenizer(
                 if missing and options.offline:
                     raise NotCachedError(f"--offline: tokenizer {other.name} is not in the cache at {cache.root}")
                 _fetch_missing(cat, other, missing, cache, store, options, progress)
-                cache.build_view(spec)
+                _build_view(cache, spec)
             return str(cache.view_dir(spec))
         return str(path / manifest.tokenizer.rstrip("/"))
     if manifest.load_format.streams_weights and not options.materialize_weights:

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from catalog.errors import CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError
+from catalog.errors import CacheWriteError, CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError
 from catalog.schema import FileEntry
 from resolver.cache import Cache
 from resolver.stores import ObjectNotFound, ObjectStream, Store
@@ -63,11 +63,14 @@ class _FileJob:
 
     def __init__(self, wanted: Wanted, cache: Cache, config: TransferConfig) -> None:
         self.wanted = wanted
+        self.cache_root = cache.root
         size = wanted.entry.size
         bounds = list(range(0, size, config.part_size)) or [0]
         self.parts = [(start, min(start + config.part_size, size)) for start in bounds]
-        self.fd, self.temp = cache.new_temp()
-        os.ftruncate(self.fd, size)
+        try:
+            self.fd, self.temp = cache.new_temp()
+        except OSError as exc:
+            raise _cache_error(wanted, cache.root, exc) from None
         self.hasher = hashlib.sha256()
         self.head = 0
         self.buffers: list[list[bytes]] = [[] for _ in self.parts]
@@ -78,7 +81,10 @@ class _FileJob:
         self.remaining = len(self.parts)
 
     def deliver(self, index: int, offset: int, data: memoryview) -> None:
-        os.pwrite(self.fd, data, offset)
+        try:
+            os.pwrite(self.fd, data, offset)
+        except OSError as exc:
+            raise _cache_error(self.wanted, self.cache_root, exc) from None
         with self.lock:
             self.received += len(data)
             if index == self.head:
@@ -201,7 +207,7 @@ def _fetch_part(
                 stream.close()
             job.part_finished(index)
             return
-        except (IntegrityError, MissingObjectError) as exc:
+        except (IntegrityError, MissingObjectError, CacheWriteError) as exc:
             job.error = exc
             raise
         except Exception as exc:  # noqa: BLE001 - classified just below
@@ -245,6 +251,13 @@ def fetch_digest(store: Store, item: Wanted, config: TransferConfig, sleep: Call
             attempt += 1
             asked = getattr(exc, "retry_after", None)
             sleep(float(asked) if asked is not None else config.backoff * 2 ** (attempt - 1))
+
+
+def _cache_error(item: Wanted, root: Path, exc: OSError) -> CacheWriteError:
+    return CacheWriteError(
+        f"cannot write {item.label} into the cache at {root}: {exc.strerror or exc}; the partial download was deleted",
+        hint="free disk space or point --cache / CATALOG_CACHE at a larger disk",
+    )
 
 
 def _open(store: Store, item: Wanted, start: int, end: int | None) -> ObjectStream:
