@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.lookup import Catalog
-from catalog.schema import FileEntry
 from resolver import hashing
 from resolver.cache import Cache, Layout, ViewSpec, ViewState, pid_alive
 
@@ -132,5 +131,3 @@ def _in_flight(path: Path) -> bool:
     pid = path.name.rsplit(".", 1)[-1].split("-", 1)[0]
     return pid.isdigit() and pid_alive(int(pid))
 
-
-__all__ = ["FileEntry", "GcResult", "VerifyReport", "gc", "verify"]

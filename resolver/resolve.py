@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from catalog import naming
-from catalog.errors import CacheWriteError, IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
+from catalog.errors import CacheWriteError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, LoadFormat, ModelManifest
 from resolver import hashing
 from resolver.cache import Cache, Layout, ViewSpec, ViewState
 from resolver.hub import HubOptions, HubStore
-from resolver.stores import LocalStore, S3Store, Store, open_store
+from resolver.stores import S3Store, Store, open_store
 from resolver.transfer import Progress, TransferConfig, Wanted, fetch
 
 log = logging.getLogger(__name__)
@@ -267,8 +267,15 @@ def _tokenizer(
 
 
 def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
-    """Re-hash the blobs behind a stale view; a blob that no longer matches is removed and refetched."""
+    """Re-hash the blobs behind the changed files of a stale view (view files are hard links to blobs);
+    a blob that no longer matches is removed and refetched. Unchanged files are not re-read."""
+    marker = cache.read_marker(spec) or {}
+    recorded = marker.get("files", {})
+    stamps = cache.current_stamps(spec)
     for entry in spec.files:
+        stamp = stamps.get(entry.path)
+        if stamp is not None and recorded.get(entry.path) == [stamp.size, stamp.mtime_ns, stamp.inode, entry.sha256]:
+            continue
         blob = cache.blob_path(entry.sha256)
         if not blob.exists():
             continue
@@ -278,6 +285,3 @@ def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
             blob.unlink(missing_ok=True)
     cache.remove_view(spec)
 
-
-__all__ = ["FilePlan", "IntegrityError", "LocalStore", "ResolveOptions", "Resolution", "engine_args", "engine_env",
-           "plan_files", "resolve", "store_key"]
