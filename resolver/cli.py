@@ -13,6 +13,8 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 import click
 
 from catalog.clikit import human_bytes, load_catalog, settings_of
@@ -67,6 +69,21 @@ class _Progress:
             click.echo("\r" + " " * 100 + "\r", err=True, nl=False)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_options(command: F) -> F:
+    """--store, --cache, --part-size, --concurrency: shared by every command that moves bytes."""
+    for option in reversed([
+        click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE)."),
+        click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog)."),
+        click.option("--part-size", metavar="SIZE", help="Part size of ranged GETs and multipart uploads (env CATALOG_PART_SIZE; default 64MiB)."),
+        click.option("--concurrency", type=int, help="Parallel requests (env CATALOG_CONCURRENCY; default 8)."),
+    ]):
+        command = option(command)
+    return command
+
+
 @click.command("resolve")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
@@ -77,10 +94,7 @@ class _Progress:
 @click.option("--source", type=click.Choice([x.value for x in Source]),
               help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback "
                    "(the bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline.")
-@click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).")
-@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog).")
-@click.option("--part-size", metavar="SIZE", help="Ranged-GET part size (env CATALOG_PART_SIZE; default 64MiB).")
-@click.option("--concurrency", type=int, help="Parallel requests (env CATALOG_CONCURRENCY; default 8).")
+@store_options
 @click.pass_context
 def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,

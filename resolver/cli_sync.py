@@ -11,7 +11,7 @@ import click
 from catalog.clikit import human_bytes, load_catalog, settings_of
 from catalog.errors import UsageError
 from resolver.cache import Cache
-from resolver.cli import transfer_config
+from resolver.cli import store_options, transfer_config
 from resolver.hub import HubOptions
 from resolver.resolve import open_catalog_store
 from resolver.stores import S3Store
@@ -34,10 +34,7 @@ DEFAULT_MAX_DELETE = 10
 @click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Upload from this folder (DIR/<name>/ when present) instead of the Hub.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--store", metavar="URL", help="Override the catalog's store (env CATALOG_STORE).")
-@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder for verified bytes on their way up.")
-@click.option("--part-size", metavar="SIZE", help="Multipart part size (default 64MiB).")
-@click.option("--concurrency", type=int, help="Parallel requests (default 8).")
+@store_options
 @click.pass_context
 def sync_command(
     ctx: click.Context, names: tuple[str, ...], dry_run: bool, out_path: Path | None, apply_path: Path | None, prune: bool,
