@@ -23,7 +23,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import SETTINGS  # noqa: E402
 
-from catalog.load import load_dir  # noqa: E402
+from catalog.loading import load_dir  # noqa: E402
 
 
 def write(root: Path, count: int, files_per_model: int) -> Path:

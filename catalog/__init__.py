@@ -3,29 +3,59 @@
     import catalog
     cat = catalog.load()                 # nearest manifests/ (or $CATALOG_DIR)
     model = cat.get("all-minilm-l6-v2")  # UnknownModelError suggests close names
+    catalog.example_model("LlamaForCausalLM")  # by the manifests' arch: tags
+    catalog.model_for_repo("sentence-transformers/all-MiniLM-L6-v2")
 
 Importing this package never imports boto3, huggingface_hub or torch.
 """
 
 from __future__ import annotations
 
-from catalog.errors import CatalogError, InvalidCatalogError, Problem, UnknownModelError
-from catalog.lookup import Catalog, find_catalog_dir, load
-from catalog.schema import CatalogSettings, FileEntry, LoadFormat, ModelManifest
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Catalog",
-    "CatalogError",
-    "CatalogSettings",
-    "FileEntry",
-    "InvalidCatalogError",
-    "LoadFormat",
-    "ModelManifest",
-    "Problem",
-    "UnknownModelError",
-    "__version__",
-    "find_catalog_dir",
-    "load",
+# Exports load on first use (PEP 562), so `catalog.fast` (the warm resolve) can run without pydantic.
+_EXPORTS = {
+    "Catalog": "catalog.lookup",
+    "find_catalog_dir": "catalog.lookup",
+    "load": "catalog.lookup",
+    "CatalogError": "catalog.errors",
+    "InvalidCatalogError": "catalog.errors",
+    "Problem": "catalog.errors",
+    "UnknownModelError": "catalog.errors",
+    "NoCatalogModelError": "catalog.registry",
+    "example_model": "catalog.registry",
+    "model_for_repo": "catalog.registry",
+    "CatalogSettings": "catalog.schema",
+    "FileEntry": "catalog.schema",
+    "LoadFormat": "catalog.schema",
+    "ModelManifest": "catalog.schema",
+}
+
+if TYPE_CHECKING:
+    from catalog.errors import CatalogError, InvalidCatalogError, Problem, UnknownModelError
+    from catalog.lookup import Catalog, find_catalog_dir, load
+    from catalog.registry import NoCatalogModelError, example_model, model_for_repo
+    from catalog.schema import CatalogSettings, FileEntry, LoadFormat, ModelManifest
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'catalog' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*_EXPORTS, "__version__"])
+
+
+__all__ = [  # spelled out for type checkers; equal to sorted(_EXPORTS) plus __version__
+    "Catalog", "CatalogError", "CatalogSettings", "FileEntry", "InvalidCatalogError", "LoadFormat", "ModelManifest",
+    "NoCatalogModelError", "Problem", "UnknownModelError", "__version__", "example_model", "find_catalog_dir", "load",
+    "model_for_repo",
 ]

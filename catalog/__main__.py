@@ -1,3 +1,3 @@
-from catalog.cli import main
+from catalog.fast import main
 
 main()

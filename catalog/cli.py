@@ -18,7 +18,7 @@ import yaml
 
 from catalog import report
 from catalog.errors import CatalogError, UsageError
-from catalog.load import display_path, load_dir
+from catalog.loading import display_path, load_dir
 from catalog.clikit import current_settings, human_bytes, load_catalog
 from catalog.lookup import Catalog, find_catalog_dir
 from catalog.schema import LoadFormat, ModelManifest, json_schema
@@ -180,7 +180,8 @@ _register_operational_commands()
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: run the CLI and turn expected failures into exit codes."""
     try:
-        code = cli.main(args=list(argv) if argv is not None else None, prog_name="catalog", standalone_mode=False)
+        args = list(argv) if argv is not None else sys.argv[1:]
+        code = cli.main(args=args, prog_name="catalog", standalone_mode=False, obj={"argv": args})
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
         sys.exit(130)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from catalog import yamlsource
 from catalog.errors import Problem, UsageError
-from catalog.load import ManifestDoc
+from catalog.loading import ManifestDoc
 from catalog.schema import ModelManifest
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from catalog.errors import CatalogNotFoundError, InvalidCatalogError, UnknownModelError
-from catalog.load import LoadResult, load_dir, load_named
+from catalog.loading import LoadResult, load_dir, load_named
 from catalog.schema import CatalogSettings, LoadFormat, ModelManifest
 
 MANIFESTS_DIR = "manifests"

@@ -16,7 +16,7 @@ from catalog.schema import CatalogSettings, LoadFormat, ModelManifest
 from catalog.yamlsource import LineMap, Loc
 
 if TYPE_CHECKING:
-    from catalog.load import ManifestDoc
+    from catalog.loading import ManifestDoc
 
 GIB = 1024**3
 LOCK_HINT = "run `catalog lock {name}` to pin every file's size and sha256"
@@ -31,7 +31,7 @@ class _Reporter:
         self.problems: list[Problem] = []
 
     def __call__(self, rule: str, loc: Loc, message: str) -> None:
-        from catalog.load import format_loc
+        from catalog.loading import format_loc
 
         self.problems.append(Problem(self.display, self.lines.line_of(loc), format_loc(loc), message, rule))
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 import click
 
+from catalog import fast
 from catalog.clikit import human_bytes, load_catalog, settings_of
 from catalog.errors import UsageError
 from resolver.cache import Cache, Layout
@@ -128,7 +129,12 @@ def resolve_command(
             results.append(result)
     finally:
         progress.finish()
-    click.echo(render(results, fmt))
+    output = render(results, fmt) + "\n"
+    click.echo(output, nl=False)
+    argv = ctx.find_root().obj.get("argv")
+    if argv is not None and not all_models:
+        inputs = [cat.root / "catalog.yaml", *(cat.sources[m.name] for m in cat)]
+        fast.record(argv, os.environ, os.getcwd(), inputs, [m for r in results for m in r.markers], output)
     return 0
 
 

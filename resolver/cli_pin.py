@@ -10,7 +10,7 @@ import click
 
 from catalog.clikit import current_settings, load_catalog, settings_of
 from catalog.errors import CatalogError, InvalidCatalogError, UnknownModelError, UsageError
-from catalog.load import load_dir
+from catalog.loading import load_dir
 from catalog.lookup import find_catalog_dir
 from catalog.schema import ModelManifest
 from resolver.hub import HubOptions

@@ -85,6 +85,7 @@ class Resolution:
     hub_cache: Path | None  # HF_HUB_CACHE for the hf-cache layout
     loader: Mapping[str, Any]
     stream_env: Mapping[str, str]  # endpoint settings the streamer needs (never credentials)
+    markers: tuple[Path, ...] = ()  # the verified-view markers this answer rests on
 
     @property
     def streams(self) -> bool:
@@ -182,7 +183,7 @@ def resolve(
                                dataclasses.replace(options, source=Source.HF), progress)
         _build_view(cache, spec)
     path = cache.view_dir(spec)
-    tokenizer = _tokenizer(cat, manifest, path, cache, store, options, progress)
+    tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, cache, store, options, progress)
     model = store.stream_uri(store_key(cat, manifest)) if plan.streamed else str(path)
     loader = dict(manifest.loader)
     if manifest.load_format is LoadFormat.TENSORIZER and "tensorizer_uri" not in loader:
@@ -197,6 +198,7 @@ def resolve(
         bytes=sum(e.size for e in plan.local), source=source, layout=options.layout,
         hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
         stream_env=_stream_env(store) if plan.streamed else {},
+        markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
     )
 
 
@@ -245,8 +247,9 @@ def _check_paths(manifest: ModelManifest) -> None:
 def _tokenizer(
     cat: Catalog, manifest: ModelManifest, path: Path, cache: Cache, store: Store, options: ResolveOptions,
     progress: Progress | None,
-) -> str | None:
-    """An explicit tokenizer (another model's files, or a subfolder), else the local dir when weights stream."""
+) -> tuple[str | None, Path | None]:
+    """An explicit tokenizer (another model's files, or a subfolder), else the local dir when weights stream;
+    with the marker of the tokenizer's own view when it is another model."""
     if manifest.tokenizer is not None:
         if manifest.tokenizer in cat:
             other = cat.get(manifest.tokenizer)
@@ -259,11 +262,11 @@ def _tokenizer(
                     raise NotCachedError(f"--offline: tokenizer {other.name} is not in the cache at {cache.root}")
                 _fetch_missing(cat, other, missing, cache, store, options, progress)
                 _build_view(cache, spec)
-            return str(cache.view_dir(spec))
-        return str(path / manifest.tokenizer.rstrip("/"))
+            return str(cache.view_dir(spec)), cache.marker_path(spec)
+        return str(path / manifest.tokenizer.rstrip("/")), None
     if manifest.load_format.streams_weights and not options.materialize_weights:
-        return str(path)
-    return None
+        return str(path), None
+    return None, None
 
 
 def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:

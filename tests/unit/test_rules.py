@@ -9,7 +9,7 @@ import pytest
 from helpers import REV, SHA, manifest_text, write_catalog
 
 from catalog.errors import Problem
-from catalog.load import load_dir
+from catalog.loading import load_dir
 
 
 def problems_of(tmp_path: Path, manifests: dict[str, str], **kw: str) -> list[Problem]:
