@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
 import click
 
 from catalog import fast
@@ -39,9 +40,13 @@ def parse_size(text: str) -> int:
 
 
 def transfer_config(part_size: str | None, concurrency: int | None) -> TransferConfig:
+    """Flags over CATALOG_PART_SIZE / CATALOG_CONCURRENCY over the defaults (read at the entry point)."""
     env = os.environ
     size = parse_size(part_size or env.get("CATALOG_PART_SIZE") or "64MiB")
-    workers = concurrency or int(env.get("CATALOG_CONCURRENCY") or 8)
+    try:
+        workers = concurrency or int(env.get("CATALOG_CONCURRENCY") or 8)
+    except ValueError:
+        raise UsageError(f"CATALOG_CONCURRENCY={env['CATALOG_CONCURRENCY']!r} is not a whole number") from None
     if size < MiB or workers < 1:
         raise UsageError("--part-size must be at least 1MiB and --concurrency at least 1")
     return TransferConfig(part_size=size, concurrency=workers)
