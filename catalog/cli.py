@@ -34,9 +34,11 @@ log = logging.getLogger("catalog")
 @click.pass_context
 def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
     """Pinned, verified CI models: validate manifests, list and show models."""
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    # Only our own loggers get more verbose: botocore's and httpx's debug logs print request headers,
+    # which carry signatures and session tokens.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for name in ("catalog", "resolver"):
+        logging.getLogger(name).setLevel(logging.WARNING - 10 * min(verbose, 2))
     ctx.ensure_object(dict)["settings"] = Settings.from_env(catalog_dir=catalog_dir)
 
 
