@@ -169,9 +169,11 @@ def _register_operational_commands() -> None:
     # resolve/verify/gc live with the resolver; importing it costs no heavy library (boto3 is lazy).
     from resolver import cli as resolve_commands
     from resolver import cli_pin as pin_commands
+    from resolver import cli_loaders as loader_commands
     from resolver import cli_sync as sync_commands
 
     resolve_commands.register(cli)
+    loader_commands.register(cli)
     pin_commands.register(cli)
     sync_commands.register(cli)
 

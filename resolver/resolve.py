@@ -143,6 +143,8 @@ def _stream_env(store: Store) -> dict[str, str]:
             env["AWS_ENDPOINT_URL"] = store.options.endpoint_url
         if store.options.addressing_style == "path":
             env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "0"
+        if store.options.unsigned:
+            env["RUNAI_STREAMER_S3_UNSIGNED"] = "1"  # a public bucket: the streamer must not sign either
         return env
     return {}
 
