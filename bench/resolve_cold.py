@@ -20,13 +20,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from servers import MotoServer, s3_env  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from common import timed, write_one_model_catalog  # noqa: E402
 
 MiB = 1024 * 1024
 BUCKET = "bench-models"
@@ -52,28 +53,6 @@ def make_model(folder: Path, files: int, file_mib: int) -> list[tuple[str, int, 
     return entries
 
 
-def write_catalog(root: Path, entries: list[tuple[str, int, str]]) -> Path:
-    manifests = root / "manifests"
-    manifests.mkdir(parents=True)
-    (manifests / "catalog.yaml").write_text(
-        f"store: s3://{BUCKET}/\ndefault_gpu: big\ngpu_classes:\n  big: {{memory_gib: 1000}}\n")
-    files = "".join(f"  - path: {p}\n    size: {s}\n    sha256: {h}\n" for p, s, h in sorted(entries))
-    (manifests / "bench-model.yaml").write_text(
-        f"name: bench-model\nsource:\n  hf_repo: org/bench-model\n  revision: {'b' * 40}\n"
-        f"s3_prefix: s3://{BUCKET}/{PREFIX}\nload_format: safetensors\nfiles:\n{files}")
-    return manifests
-
-
-def timed(fn: Callable[[], None], runs: int, reset: Callable[[], None]) -> list[float]:
-    out = []
-    for _ in range(runs):
-        reset()
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=4)
@@ -93,7 +72,7 @@ def main() -> None:
 
         source = work / "source"
         entries = make_model(source, args.files, args.file_mib)
-        manifests = write_catalog(work, entries)
+        manifests = write_one_model_catalog(work, name="bench-model", bucket=BUCKET, prefix=PREFIX, revision='b' * 40, load_format="safetensors", entries=entries)
         client = boto3.client("s3", endpoint_url=server.url)
         client.create_bucket(Bucket=BUCKET)
         for name, _, _ in entries:

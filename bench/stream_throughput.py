@@ -27,13 +27,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from servers import MotoServer, s3_env  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from common import timed, write_one_model_catalog  # noqa: E402
 
 MiB = 1024 * 1024
 BUCKET = "bench-stream"
@@ -70,27 +72,6 @@ def make_model(folder: Path, files: int, file_mib: int) -> list[tuple[str, int, 
     return entries
 
 
-def write_catalog(root: Path, entries: list[tuple[str, int, str]]) -> Path:
-    manifests = root / "manifests"
-    manifests.mkdir(parents=True)
-    (manifests / "catalog.yaml").write_text(f"store: s3://{BUCKET}/\ndefault_gpu: big\ngpu_classes:\n  big: {{memory_gib: 1000}}\n")
-    files = "".join(f"  - path: {p}\n    size: {s}\n    sha256: {h}\n" for p, s, h in sorted(entries))
-    (manifests / "bench-stream.yaml").write_text(
-        f"name: bench-stream\nsource:\n  hf_repo: org/bench-stream\n  revision: {REVISION}\n"
-        f"s3_prefix: s3://{BUCKET}/{PREFIX}\nload_format: runai_streamer\nfiles:\n{files}")
-    return manifests
-
-
-def timed(fn: Callable[[], object], runs: int, reset: Callable[[], None]) -> list[float]:
-    out = []
-    for _ in range(runs):
-        reset()
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=2)
@@ -112,7 +93,7 @@ def main() -> None:
 
         source = work / "source"
         entries = make_model(source, args.files, args.file_mib)
-        manifests = write_catalog(work, entries)
+        manifests = write_one_model_catalog(work, name="bench-stream", bucket=BUCKET, prefix=PREFIX, revision=REVISION, load_format="runai_streamer", entries=entries)
         client = make_s3_client(S3Options(endpoint_url=server.url, addressing_style="path"))
         client.create_bucket(Bucket=BUCKET)
         for name, _, _ in entries:
