@@ -145,12 +145,15 @@ def _load_settings(path: Path, problems: list[Problem]) -> CatalogSettings | Non
 
 def _parse_file(path: Path, display: str, problems: list[Problem]) -> yamlsource.Located | None:
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        problems.append(Problem(display, 0, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})", "yaml"))
-        return None
+        raw = path.read_bytes()
     except OSError as exc:
         problems.append(Problem(display, 0, "", f"cannot read: {exc.strerror}", "yaml"))
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        problems.append(Problem(display, line, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})", "yaml"))
         return None
     try:
         located = yamlsource.parse(text)

@@ -38,6 +38,9 @@ class LoadFormat(str, Enum):
         return self in (LoadFormat.RUNAI_STREAMER, LoadFormat.RUNAI_STREAMER_SHARDED, LoadFormat.TENSORIZER)
 
 
+MAX_FILE_SIZE = 2**63 - 1  # what a file system offsets can address; bigger is a typo
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -60,14 +63,15 @@ class GpuRequirement(_Strict):
     gpu_class: StrictStr | None = Field(
         None, alias="class", description="A class from catalog.yaml gpu_classes (default: the catalog's default)."
     )
-    count: StrictInt = Field(1, ge=1, description="How many GPUs of that class the model is tested on.")
+    count: StrictInt = Field(1, ge=1, le=4096, description="How many GPUs of that class the model is tested on.")
 
 
 class FileEntry(_Strict):
     """One pinned file; written by `catalog lock`, never by hand."""
 
     path: StrictStr = Field(description="Relative POSIX path inside the model.")
-    size: StrictInt = Field(description="Size in bytes.", json_schema_extra={"minimum": 0})
+    # No lower bound here: the `size` rule says what is wrong with a negative size in its own words.
+    size: StrictInt = Field(description="Size in bytes.", le=MAX_FILE_SIZE, json_schema_extra={"minimum": 0})
     sha256: StrictStr = Field(description="Lowercase hex sha256 (the Hub's LFS oid).", json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
 
 
@@ -105,7 +109,7 @@ class ModelManifest(_Strict):
 
 
 class GpuClass(_Strict):
-    memory_gib: float = Field(gt=0, description="Memory per device in GiB (host RAM for `cpu`).")
+    memory_gib: float = Field(gt=0, le=1e6, description="Memory per device in GiB (host RAM for `cpu`).")
     description: StrictStr = ""
 
 

@@ -84,8 +84,11 @@ def parse(text: str) -> Located:
         line = mark.line + 1 if mark is not None else 0
         problem = exc.problem or exc.context or "invalid YAML"
         raise YamlProblem(f"invalid YAML: {problem}", line) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other control codes)
+        line = text.count("\n", 0, exc.position) + 1
+        raise YamlProblem(f"invalid YAML: character {exc.character!r} is not allowed in YAML", line) from None
     except yaml.YAMLError as exc:
-        raise YamlProblem(f"invalid YAML: {exc}", 0) from None
+        raise YamlProblem(f"invalid YAML: {str(exc).splitlines()[0]}", 0) from None
     finally:
         loader.dispose()
     lines: dict[Loc, int] = {(): 1}
@@ -107,7 +110,10 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int]) 
         construct = _SCALARS.get(node.tag)
         if construct is None:
             raise YamlProblem(f"unsupported YAML tag {node.tag!r}; only plain values are allowed", line, loc)
-        return construct(node)
+        try:
+            return construct(node)
+        except (ValueError, OverflowError):  # e.g. an integer of more digits than Python converts
+            raise YamlProblem(f"value {node.value[:20]!r}... is too large to read", line, loc) from None
     if isinstance(node, yaml.SequenceNode):
         if node.tag != _TAG + "seq":
             raise YamlProblem(f"unsupported YAML tag {node.tag!r}; only plain lists are allowed", line, loc)

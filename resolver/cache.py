@@ -275,10 +275,11 @@ class Cache:
         self.contained(snapshot)
         for entry in spec.files:
             hf_blob = blobs / entry.sha256
-            if not (hf_blob.is_file() and hf_blob.stat().st_size == entry.size and not hf_blob.is_symlink()):
-                staged = blobs / f".{entry.sha256}.{os.getpid()}-{secrets.token_hex(4)}"
-                link_or_copy(self.blob_path(entry.sha256), staged)
-                os.replace(staged, hf_blob)
+            # Always re-link from the verified blob: an hf blob left from before may have been corrupted
+            # in place (it shares the inode) and dropped from blobs/ by `verify --deep` since.
+            staged = blobs / f".{entry.sha256}.{os.getpid()}-{secrets.token_hex(4)}"
+            link_or_copy(self.blob_path(entry.sha256), staged)
+            os.replace(staged, hf_blob)
             link = safe_join(snapshot, entry.path)
             link.parent.mkdir(parents=True, exist_ok=True)
             relative = os.path.relpath(hf_blob, link.parent)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +75,17 @@ class GcResult:
     bytes: int = 0
 
 
-def gc(cat: Catalog, cache: Cache, *, dry_run: bool) -> GcResult:
-    """Remove what no manifest references: blobs, views and their markers, stale temp files."""
+MARKERLESS_GRACE_SECONDS = 600  # a view renamed into place gets its marker right after; never race that
+
+
+def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -> GcResult:
+    """Remove what no manifest references: blobs, views and their markers, and what dead writers left.
+
+    Safe beside running resolves: staging names (`.<name>.<pid>-<token>`) of live processes are kept,
+    a view is removed for lacking a marker only when it is old and still has none at removal time,
+    and only blobs no manifest references are removed.
+    """
+    now = time.time() if now is None else now
     referenced: set[str] = {f.sha256 for m in cat for f in m.files}
     result = GcResult()
 
@@ -91,32 +103,32 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool) -> GcResult:
         else:
             path.unlink(missing_ok=True)
 
-    live_views: set[Path] = set()
     for marker_path, marker in cache.markers_all():
-        spec = _spec_from_marker(marker, cat)
-        if spec is None:
+        if _spec_from_marker(marker, cat) is None:  # the manifest changed or is gone: the view is obsolete
             remove(marker_path)
             view = Path(str(marker.get("path", "")))
             if marker.get("layout") == Layout.DIR.value and view.is_relative_to(cache.models):
                 remove(view)
-        else:
-            live_views.add(cache.view_dir(spec))
     if cache.models.is_dir():
         for model_dir in cache.models.iterdir():
             for view in model_dir.iterdir():
-                if view not in live_views and view not in result.removed and not _in_flight(view):
-                    remove(view)  # half-built staging folders and views without a marker
-    if cache.blobs.is_dir():
-        for blob in cache.blobs.glob("*/*"):
-            if blob.name not in referenced:
-                remove(blob)
+                if view in result.removed or staging_owner(view.name) is not None:
+                    continue  # staging folders are the sweep's business below
+                marker_file = cache.markers / model_dir.name / f"{view.name}.json"
+                if _older_than(view, now, MARKERLESS_GRACE_SECONDS) and not marker_file.exists():
+                    remove(view)  # a view whose builder died before writing its marker
+    for blob in (cache.blobs.glob("*/*") if cache.blobs.is_dir() else ()):
+        if blob.name not in referenced and staging_owner(blob.name) is None:
+            remove(blob)
     if cache.hub.is_dir():
         for blob in cache.hub.glob("models--*/blobs/*"):
-            if blob.name not in referenced:
+            if blob.name not in referenced and staging_owner(blob.name) is None:
                 remove(blob)
         for link in cache.hub.glob("models--*/snapshots/*/**/*"):
             if link.is_symlink() and not link.exists():
                 remove(link)
+    for leftover in _dead_staging(cache):
+        remove(leftover)
     if not dry_run:
         removed_temps = cache.clean_stale_temps()
         if removed_temps:
@@ -124,10 +136,32 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool) -> GcResult:
     return result
 
 
-def _in_flight(path: Path) -> bool:
-    """A staging folder (`.<view>.<pid>-<token>`) of a process that is still running."""
-    if not path.name.startswith("."):
-        return False
-    pid = path.name.rsplit(".", 1)[-1].split("-", 1)[0]
-    return pid.isdigit() and pid_alive(int(pid))
+_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")
 
+
+def staging_owner(name: str) -> int | None:
+    """The pid in a staging name (`.<name>.<pid>-<token>`: every temporary name the cache writes)."""
+    match = _STAGING.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _older_than(path: Path, now: float, seconds: float) -> bool:
+    try:
+        return now - path.lstat().st_mtime > seconds
+    except OSError:
+        return False
+
+
+def _dead_staging(cache: Cache) -> list[Path]:
+    """Staging files and folders whose writer is gone (killed mid-write), anywhere but blobs/ and tmp/."""
+    found: list[Path] = []
+    for top in (cache.models, cache.markers, cache.hub):
+        if not top.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in [*dirnames, *filenames]:
+                pid = staging_owner(name)
+                if pid is not None and not pid_alive(pid):
+                    found.append(Path(dirpath) / name)
+            dirnames[:] = [d for d in dirnames if staging_owner(d) is None]
+    return found

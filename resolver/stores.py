@@ -215,11 +215,19 @@ class S3Options:
             addressing_style=style,
             unsigned=env.get("CATALOG_S3_UNSIGNED", "") in ("1", "true", "yes"),
             retry_mode=env.get("AWS_RETRY_MODE") or "standard",
-            max_attempts=int(env.get("AWS_MAX_ATTEMPTS") or 5),
+            max_attempts=_number(env, "AWS_MAX_ATTEMPTS", 5),
+            read_timeout=_number(env, "CATALOG_S3_READ_TIMEOUT", 60),
         )
 
     def describe(self) -> str:
         return self.endpoint_url or "the default AWS endpoint"
+
+
+def _number(env: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(env.get(name) or default)
+    except ValueError:
+        raise UsageError(f"{name}={env[name]!r} is not a whole number") from None
 
 
 def make_s3_client(options: S3Options) -> Any:

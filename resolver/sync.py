@@ -116,9 +116,20 @@ def plan(
     prune: bool = False,
     delete_orphans: bool = False,
     store: str = "",
+    other_prefixes: Sequence[str] = (),
 ) -> SyncPlan:
-    """Pure: what to do so the store holds exactly the manifests' files (and, if asked, nothing else)."""
+    """Pure: what to do so the store holds exactly the manifests' files (and, if asked, nothing else).
+
+    An object belongs to the longest prefix it starts with, among these manifests and `other_prefixes`
+    (the rest of the catalog): even if validation were bypassed and one model's prefix nested inside
+    another's, a sync of the outer model would never call the inner model's objects its extras.
+    """
     objects = {o.key: o for o in listing if not o.key.startswith(STATE_PREFIX)}
+    prefixes = sorted({*key_of.values(), *other_prefixes}, key=len, reverse=True)
+
+    def owner(key: str) -> str | None:
+        return next((p for p in prefixes if key.startswith(p)), None)
+
     items: list[PlanItem] = []
     claimed: set[str] = set()
     for m in sorted(manifests, key=lambda m: m.name):
@@ -127,12 +138,12 @@ def plan(
         wanted = {prefix + e.path: e for e in m.files}
         for key, entry in sorted(wanted.items()):
             items.append(_decide(m.name, key, entry, objects.get(key), state.get(entry.path), deep_hashes))
-        for key in sorted(k for k in objects if k.startswith(prefix)):
+        for key in sorted(k for k in objects if k.startswith(prefix) and owner(k) == prefix):
             claimed.add(key)
             if key not in wanted:
                 items.append(PlanItem(Action.EXTRA, key, objects[key].size, m.name, key[len(prefix):], reason="not in the manifest"))
     if whole_store and manifests:
-        for key in sorted(objects.keys() - claimed):
+        for key in sorted(k for k in objects.keys() - claimed if owner(k) is None):
             items.append(PlanItem(Action.ORPHAN, key, objects[key].size, reason="under no manifest's prefix"))
     return SyncPlan(store, tuple(items), fingerprint(listing), prune=prune, delete_orphans=delete_orphans)
 
@@ -159,16 +170,18 @@ def _decide(name: str, key: str, entry: FileEntry, obj: ObjectInfo | None, recor
 # -- I/O ----------------------------------------------------------------------------------------------
 @dataclass
 class SyncScope:
-    """Which models, and where their prefixes are in the store."""
+    """Which models, and where their prefixes (and every other catalog model's) are in the store."""
 
     manifests: list[ModelManifest]
     key_of: dict[str, str]
     whole_store: bool  # every manifest of the catalog: orphans can be told
+    all_prefixes: list[str]
 
 
 def scope_of(cat: Catalog, names: Sequence[str]) -> SyncScope:
     manifests = [cat.get(n) for n in names] if names else list(cat)
-    return SyncScope(manifests, {m.name: store_key(cat, m) for m in manifests}, whole_store=not names)
+    return SyncScope(manifests, {m.name: store_key(cat, m) for m in manifests}, whole_store=not names,
+                     all_prefixes=[store_key(cat, m) for m in cat])
 
 
 def list_scope(store: Store, scope: SyncScope) -> list[ObjectInfo]:
@@ -234,7 +247,7 @@ def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, 
                 if key in objects and objects[key].size == e.size:
                     deep_hashes[key] = fetch_digest(store, Wanted(m.name, e, key), config)
     result = plan(scope.manifests, scope.key_of, listing, states, whole_store=scope.whole_store, deep_hashes=deep_hashes,
-                  prune=prune, delete_orphans=delete_orphans, store=store.url)
+                  prune=prune, delete_orphans=delete_orphans, store=store.url, other_prefixes=scope.all_prefixes)
     return dataclasses.replace(result, names=tuple(names), requests=dict(store.requests))
 
 
@@ -322,7 +335,11 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
             except CatalogError as exc:
                 report.errors.append((item, exc))
     for item in deletions:
-        store.delete(item.key)
+        try:
+            store.delete(item.key)
+        except CatalogError as exc:  # e.g. a key no file system could hold: report it, delete the rest
+            report.errors.append((item, exc))
+            continue
         report.deleted.append(item)
     for name, files in recorded.items():
         _write_state(store, name, files, source.cache)

@@ -213,7 +213,7 @@ def _fetch_part(
         except Exception as exc:  # noqa: BLE001 - classified just below
             if not _is_transient(exc) or attempt + 1 >= config.attempts:
                 job.error = exc
-                if isinstance(exc, CatalogError):
+                if isinstance(exc, CatalogError) and not _is_transient(exc):
                     raise
                 raise StoreUnavailableError(
                     f"giving up on {job.wanted.label} from {store.url} after {attempt + 1} attempts: {_describe(exc)}",
