@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 from catalog import naming
 from catalog.errors import StoreUnavailableError, UnsafePathError, UsageError

@@ -27,7 +27,6 @@ from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache, atomic_write
 from resolver.hub import HubOptions, HubStore
-from resolver.lock import files_from_dir
 from resolver.resolve import store_key
 from resolver.stores import ObjectInfo, Store
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest

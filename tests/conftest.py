@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, servers.py
 
+from hubdouble import HubDouble  # noqa: E402
 from servers import MotoServer, s3_env  # noqa: E402
 
 import catalog  # noqa: E402
@@ -59,6 +60,24 @@ def new_bucket(endpoint: str) -> str:
     name = f"test-{uuid.uuid4().hex[:12]}"
     make_s3_client(S3Options(endpoint_url=endpoint, addressing_style="path")).create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def bucket(moto: MotoServer) -> str:
+    """A fresh, empty bucket on the S3 server."""
+    return new_bucket(moto.url)
+
+
+@pytest.fixture
+def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
+    """The Hub double serving every bundled model's files at its pinned revision (derived artifacts with
+    their repo). Tests that need another Hub define their own `hub`."""
+    double = HubDouble()
+    for name, folder in sources.items():
+        m = bundled.get(name)
+        double.add_repo(m.source.hf_repo, m.source.revision, folder)
+    yield double
+    double.close()
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from helpers import SHA, manifest_text, write_catalog
+from helpers import manifest_text, write_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "manifests"

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from catalog.lookup import Catalog
 from resolver.cache import Cache, Layout

@@ -8,11 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from conftest import new_bucket
 from hubdouble import HubDouble
 from servers import FaultProxy, MotoServer
 
@@ -21,22 +18,6 @@ from resolver.resolve import store_key
 from resolver.stores import S3Options, make_s3_client
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
-    """Every bundled model's files at its pinned revision (derived artifacts served with their repo)."""
-    double = HubDouble()
-    for name, folder in sources.items():
-        m = bundled.get(name)
-        double.add_repo(m.source.hf_repo, m.source.revision, folder)
-    yield double
-    double.close()
-
-
-@pytest.fixture
-def bucket(moto: MotoServer) -> str:
-    return new_bucket(moto.url)
 
 
 def run(hub: HubDouble, bucket: str, tmp_path: Path, *args: str, endpoint: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from .support import HubDouble, long_requested, new_bucket
+from .support import long_requested
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,22 +47,6 @@ def seed(request: pytest.FixtureRequest) -> int:
 def rng(seed: int, request: pytest.FixtureRequest) -> random.Random:
     """A per-test random source: the same seed and test name give the same choices."""
     return random.Random(f"{seed}:{request.node.nodeid}")
-
-
-@pytest.fixture
-def bucket(moto) -> str:  # type: ignore[no-untyped-def]
-    return new_bucket(moto.url)
-
-
-@pytest.fixture
-def hub(bundled, sources: dict[str, Path]) -> Iterator[HubDouble]:  # type: ignore[no-untyped-def]
-    """The Hub double serving every bundled model's files at its pinned revision."""
-    double = HubDouble()
-    for name, folder in sources.items():
-        m = bundled.get(name)
-        double.add_repo(m.source.hf_repo, m.source.revision, folder)
-    yield double
-    double.close()
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,14 +32,6 @@ SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 # What a writer names its in-flight files: tmp/<pid>-<hex>.part, `.<name>.<pid>-<hex>` staging files and
 # folders (views, markers, hf-cache blobs and links, refs), `.trash-<view>.<pid>-<hex>` folders.
 STAGING_NAME = re.compile(r"^\..+\.\d+-[0-9a-f]+$")
-
-
-def new_bucket(endpoint: str) -> str:
-    from resolver.stores import S3Options, make_s3_client
-
-    name = f"rel-{uuid.uuid4().hex[:12]}"
-    make_s3_client(S3Options(endpoint_url=endpoint, addressing_style="path")).create_bucket(Bucket=name)
-    return name
 
 
 def s3_client(endpoint: str) -> Any:
