@@ -18,18 +18,16 @@ REV = "0123456789abcdef0123456789abcdef01234567"
 SHA = "a" * 64
 
 
+def files_yaml(*entries: tuple[str, int, str]) -> str:
+    """The items of a files block, three lines each (path, size, sha256), as `catalog lock` writes them."""
+    return "".join(f"  - path: {path}\n    size: {size}\n    sha256: {sha}\n" for path, size, sha in entries)
+
+
 def manifest_text(name: str = "tiny", *, prefix: str | None = None, fmt: str = "safetensors",
                   revision: str = REV, files: str | None = None, extra: str = "") -> str:
     """A valid manifest (one key per line, so tests can name exact lines), with overrides."""
     if files is None:
-        files = f"""\
-  - path: config.json
-    size: 10
-    sha256: {SHA}
-  - path: model.safetensors
-    size: 1000
-    sha256: {"b" * 64}
-"""
+        files = files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "b" * 64))
     return (
         f"name: {name}\n"                                  # line 1
         "source:\n"                                        # line 2

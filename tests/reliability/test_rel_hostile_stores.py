@@ -83,9 +83,8 @@ def hostile_keys(prefix: str) -> dict[str, bytes]:
     }
 
 
-def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
-) -> None:
+def plant_odd_keys(bundled: Catalog, sources: dict[str, Path], moto, bucket: str):  # type: ignore[no-untyped-def]
+    """The model in the bucket, plus hostile keys under its prefix and two outside any prefix."""
     url = f"s3://{bucket}/"
     fill(bundled, url, sources)
     prefix = store_key(bundled, bundled.get(MODEL))
@@ -94,6 +93,13 @@ def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
     client = s3_client(moto.url)
     for key, data in {**odd, **outside}.items():
         client.put_object(Bucket=bucket, Key=key, Body=data)
+    return url, prefix, odd, outside
+
+
+def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
+    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto, bucket)
 
     store = open_store(url)
     listed = [o.key for o in store.list(prefix)]
@@ -122,14 +128,7 @@ def test_prune_deletes_odd_keys_under_a_prefix_or_reports_each_and_carries_on(
     objects. `sync --prune` must remove them (they are plain S3 keys; deleting one writes nothing local),
     or, if it refuses some on principle, name each refused key and still do the rest of the plan: delete
     the other extras, print its report, keep the pinned objects."""
-    url = f"s3://{bucket}/"
-    fill(bundled, url, sources)
-    prefix = store_key(bundled, bundled.get(MODEL))
-    odd = hostile_keys(prefix)
-    outside = {"/absolute/key.json": b"abs", "../root-escape": b"up"}
-    client = s3_client(moto.url)
-    for key, data in {**odd, **outside}.items():
-        client.put_object(Bucket=bucket, Key=key, Body=data)
+    url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto, bucket)
     env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(tmp_path / "sync-cache"),
                    "HOME": str(tmp_path / "home")})
     pruned = run_catalog(["sync", MODEL, "--prune", "--format", "json"], env)
@@ -138,7 +137,7 @@ def test_prune_deletes_odd_keys_under_a_prefix_or_reports_each_and_carries_on(
     for entry in bundled.get(MODEL).files:  # the pinned objects are untouched; nothing outside the prefix moved
         assert after[prefix + entry.path] == entry.size
     assert set(outside) <= set(after)
-    body = client.get_object(Bucket=bucket, Key=prefix + "config.json")["Body"].read()
+    body = s3_client(moto.url).get_object(Bucket=bucket, Key=prefix + "config.json")["Body"].read()
     assert body == (sources[MODEL] / "config.json").read_bytes()
     left = set(odd) & set(after)
     if pruned.returncode == 0:

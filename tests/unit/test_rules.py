@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import REV, SHA, manifest_text, write_catalog
+from helpers import REV, SHA, files_yaml, manifest_text, write_catalog
 
 from catalog.errors import Problem
 from catalog.loading import load_dir
@@ -146,50 +146,21 @@ def test_a_prefix_that_is_a_string_prefix_of_another_is_refused(tmp_path: Path) 
     ["../escape.json", "/etc/passwd", "dir\\file.json", ".git/config", "a/./b.json", "a//b.json", "C:/x.json", "sub/../../x"],
 )
 def test_file_paths_must_stay_inside_the_model(tmp_path: Path, path: str) -> None:
-    files = f"""\
-  - path: config.json
-    size: 10
-    sha256: {SHA}
-  - path: model.safetensors
-    size: 1000
-    sha256: {SHA}
-  - path: '{path}'
-    size: 1
-    sha256: {SHA}
-"""
+    files = files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, SHA), (f"'{path}'", 1, SHA))
     found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files=files)})
     assert lines(found) == ["manifests/tiny.yaml:15: file-path"]
 
 
 def test_duplicate_paths_also_case_insensitively(tmp_path: Path) -> None:
-    files = f"""\
-  - path: config.json
-    size: 10
-    sha256: {SHA}
-  - path: model.safetensors
-    size: 1000
-    sha256: {SHA}
-  - path: config.json
-    size: 10
-    sha256: {SHA}
-  - path: Config.JSON
-    size: 10
-    sha256: {SHA}
-"""
+    files = files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, SHA), ("config.json", 10, SHA),
+                       ("Config.JSON", 10, SHA))
     found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files=files)})
     assert lines(found) == ["manifests/tiny.yaml:15: duplicate-path", "manifests/tiny.yaml:18: duplicate-path"]
     assert "only in case" in found[1].message
 
 
 def test_bad_sha256_and_negative_size(tmp_path: Path) -> None:
-    files = f"""\
-  - path: config.json
-    size: -1
-    sha256: {SHA}
-  - path: model.safetensors
-    size: 1000
-    sha256: {"A" * 64}
-"""
+    files = files_yaml(("config.json", -1, SHA), ("model.safetensors", 1000, "A" * 64))
     found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files=files)})
     assert lines(found) == ["manifests/tiny.yaml:10: size", "manifests/tiny.yaml:14: sha256"]
 
