@@ -9,7 +9,6 @@ in front of the server (tests/servers.py), the same way for every tool.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import platform
 import shutil
@@ -21,30 +20,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+from reliability.support import write_generated_catalog  # noqa: E402
 from servers import FaultProxy, MotoServer, s3_env  # noqa: E402
 
 BUCKET = "bench-sync"
-
-
-def write(work: Path, models: int, files: int) -> tuple[Path, Path]:
-    manifests, data = work / "manifests", work / "data"
-    manifests.mkdir()
-    (manifests / "catalog.yaml").write_text(f"store: s3://{BUCKET}/\ndefault_gpu: cpu\ngpu_classes:\n  cpu: {{memory_gib: 16}}\n")
-    for i in range(models):
-        name = f"model-{i:03d}"
-        rev = hashlib.sha1(name.encode()).hexdigest()
-        folder = data / name
-        folder.mkdir(parents=True)
-        entries = []
-        for j in range(files):
-            path = "config.json" if j == 0 else f"model-{j:05d}.safetensors"
-            blob = hashlib.sha256(f"{name}/{j}".encode()).digest() * (64 * (j + 1))
-            (folder / path).write_bytes(blob)
-            entries.append(f"  - path: {path}\n    size: {len(blob)}\n    sha256: {hashlib.sha256(blob).hexdigest()}\n")
-        (manifests / f"{name}.yaml").write_text(
-            f"name: {name}\nsource:\n  hf_repo: org/{name}\n  revision: {rev}\ns3_prefix: s3://{BUCKET}/{name}/\n"
-            f"load_format: safetensors\nfiles:\n{''.join(entries)}")
-    return manifests, data
 
 
 def timed(cmd: list[str], env: dict[str, str], proxy: FaultProxy) -> tuple[float, int]:
@@ -65,7 +44,7 @@ def main() -> None:
     env = {**os.environ, **s3_env(proxy.url)}
     rows = []
     try:
-        manifests, data = write(work, args.models, args.files)
+        manifests, data, _ = write_generated_catalog(work, BUCKET, args.models, args.files)
         subprocess.run(["aws", "s3", "mb", f"s3://{BUCKET}"], env=env, check=True, capture_output=True)
         catalog = [sys.executable, "-m", "catalog", "--catalog", str(manifests), "sync", "--from-dir", str(data)]
         cenv = {**env, "CATALOG_CACHE": str(work / "cache")}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, servers.py
 
 from hubdouble import HubDouble  # noqa: E402
-from servers import MotoServer, s3_env  # noqa: E402
+from servers import MotoServer, new_bucket, s3_env  # noqa: E402
 
 import catalog  # noqa: E402
 from catalog.lookup import Catalog  # noqa: E402
@@ -52,14 +51,6 @@ def moto() -> Iterator[MotoServer]:
     os.environ.clear()
     os.environ.update(saved)
     server.stop()
-
-
-def new_bucket(endpoint: str) -> str:
-    from resolver.stores import S3Options, make_s3_client
-
-    name = f"test-{uuid.uuid4().hex[:12]}"
-    make_s3_client(S3Options(endpoint_url=endpoint, addressing_style="path")).create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture

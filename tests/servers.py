@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -143,6 +144,15 @@ class FaultProxy:
                 except OSError:
                     pass
                 s.close()
+
+
+def new_bucket(endpoint: str) -> str:
+    """A fresh bucket with a unique name on the S3 server at `endpoint`."""
+    from resolver.stores import S3Options, make_s3_client
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    make_s3_client(S3Options(endpoint_url=endpoint, addressing_style="path")).create_bucket(Bucket=name)
+    return name
 
 
 def s3_env(endpoint: str) -> dict[str, str]:

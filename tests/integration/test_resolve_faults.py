@@ -105,7 +105,7 @@ def test_cli_reports_a_corrupt_object_in_one_line_with_exit_1(bundled: Catalog, 
 
 @pytest.fixture
 def proxied(moto: MotoServer) -> tuple[FaultProxy, str]:
-    from conftest import new_bucket
+    from servers import new_bucket
 
     proxy = FaultProxy(int(moto.url.rsplit(":", 1)[1]))
     yield proxy, f"s3://{new_bucket(moto.url)}/"  # type: ignore[misc]
@@ -165,7 +165,7 @@ def test_offline_fails_fast_naming_what_is_missing(bundled: Catalog, tmp_path: P
 
 
 def test_concurrent_processes_resolve_once_with_identical_results(bundled: Catalog, sources: dict[str, Path], moto: MotoServer, tmp_path: Path) -> None:
-    from conftest import new_bucket
+    from servers import new_bucket
 
     url = f"s3://{new_bucket(moto.url)}/"
     fill(bundled, url, sources, "all-minilm-l6-v2")

@@ -72,7 +72,7 @@ def test_runai_streams_every_bundled_streaming_model(bundled: Catalog, sources: 
 
 
 def test_tensorizer_from_s3_equals_tiny_llama(bundled: Catalog, sources: dict[str, Path], moto: MotoServer, tmp_path: Path) -> None:
-    from conftest import new_bucket
+    from servers import new_bucket
 
     store_url = f"s3://{new_bucket(moto.url)}/"
     fill(bundled, store_url, sources, ["tiny-llama-tensorizer", "tiny-llama"])
@@ -121,7 +121,7 @@ def test_an_object_changed_under_its_pin_is_caught_while_streaming(
 ) -> None:
     """Streaming bypasses the resolver's download-time hash check, so check-load rebuilds each file from its
     header and the streamed tensors and compares the pin."""
-    from conftest import new_bucket
+    from servers import new_bucket
 
     bucket = new_bucket(moto.url)
     fill(bundled, f"s3://{bucket}/", sources, ["tiny-qwen2"])
@@ -143,7 +143,7 @@ def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
 ) -> None:
     """A warm cache (so resolving needs no request) and a store whose endpoint nothing listens on: the loader's
     own terse failure ("File access error") comes back naming what was read and where."""
-    from conftest import new_bucket
+    from servers import new_bucket
 
     bucket = new_bucket(moto.url)
     fill(bundled, f"s3://{bucket}/", sources, [name])

@@ -24,9 +24,9 @@ if str(TESTS) not in sys.path:  # servers.py, hubdouble.py, helpers.py (tests/co
     sys.path.insert(0, str(TESTS))
 
 from hubdouble import HubDouble  # noqa: E402
-from servers import FaultProxy, MotoServer, free_port, s3_env  # noqa: E402
+from servers import FaultProxy, MotoServer, free_port, new_bucket, s3_env  # noqa: E402
 
-__all__ = ["BUNDLED", "FaultProxy", "HubDouble", "MotoServer", "ROOT", "free_port", "s3_env"]
+__all__ = ["BUNDLED", "FaultProxy", "HubDouble", "MotoServer", "ROOT", "free_port", "new_bucket", "s3_env"]
 
 SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 # What a writer names its in-flight files: tmp/<pid>-<hex>.part, `.<name>.<pid>-<hex>` staging files and
