@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -28,7 +29,7 @@ from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache, atomic_write
 from resolver.hub import HubOptions, HubStore
 from resolver.resolve import store_key
-from resolver.stores import ObjectInfo, Store
+from resolver.stores import LocalStore, ObjectInfo, Store
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest
 from resolver.upload import provenance
 
@@ -288,16 +289,13 @@ class SourceOfBytes:
         if not self.cache.has_blob(entry):
             folder = self.folder_for(item.model)
             if folder is not None and (folder / item.path).is_file():
-                self._ingest(manifest, entry, folder)
+                # The folder read like a store: the same hashing transfer brings the file into the cache.
+                fetch(LocalStore(folder), [Wanted(item.model, entry, item.path)], self.cache, self.config)
             else:
                 hub = HubStore(manifest.source.hf_repo, manifest.source.revision, self.hub)
                 fetch(hub, [Wanted(item.model, entry, item.path)], self.cache, self.config)
         return self.cache.blob_path(entry.sha256)
 
-    def _ingest(self, manifest: ModelManifest, entry: FileEntry, folder: Path) -> None:
-        from resolver.stores import LocalStore
-
-        fetch(LocalStore(folder), [Wanted(manifest.name, entry, entry.path)], self.cache, self.config)
 
 
 def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *, max_delete: int,
@@ -317,22 +315,21 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
                              hint="make a new plan (catalog sync --out plan.json) and review it")
     report = ApplyReport()
     recorded: dict[str, dict[str, dict[str, Any]]] = {}
-    for item in plan_.items:
-        if item.action in (Action.UPLOAD, Action.REPLACE, Action.VERIFY):
-            try:
-                if item.action is Action.VERIFY:
-                    got = fetch_digest(store, Wanted(item.model, FileEntry(path=item.path, size=item.size, sha256=item.sha256), item.key), config)
-                    if got == item.sha256:
-                        info = store.head(item.key)
-                        recorded.setdefault(item.model, {})[item.path] = _record(item, info)
-                        report.verified.append(item)
-                        continue
-                    log.warning("%s/%s: sha256 %s in the store, the manifest pins %s: replacing it", item.model, item.path, got, item.sha256)
-                info = _upload(item, cat, store, source)
-                recorded.setdefault(item.model, {})[item.path] = _record(item, info)
-                report.uploaded.append(item)
-            except CatalogError as exc:
-                report.errors.append((item, exc))
+    work = [i for i in plan_.items if i.action in (Action.UPLOAD, Action.REPLACE, Action.VERIFY)]
+    small = [i for i in work if i.size <= config.part_size]
+    large = [i for i in work if i.size > config.part_size]
+    # Small files move in parallel (each a streamed single PUT); large ones one at a time, each already
+    # parallel in parts, so memory stays near concurrency x part size. Outcomes are gathered in plan order.
+    with ThreadPoolExecutor(max(1, config.concurrency), thread_name_prefix="catalog-sync") as pool:
+        outcomes = dict(zip(small, pool.map(lambda i: _carry_out(i, cat, store, source, config), small)))
+    outcomes |= {i: _carry_out(i, cat, store, source, config) for i in large}
+    outcomes_in_order = [outcomes[i] for i in work]
+    for item, (uploaded, info, error) in zip(work, outcomes_in_order):
+        if error is not None:
+            report.errors.append((item, error))
+            continue
+        recorded.setdefault(item.model, {})[item.path] = _record(item, info)
+        (report.uploaded if uploaded else report.verified).append(item)
     for item in deletions:
         try:
             store.delete(item.key)
@@ -343,6 +340,21 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
     for name, files in recorded.items():
         _write_state(store, name, files, source.cache)
     return report
+
+
+def _carry_out(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes,
+               config: TransferConfig) -> tuple[bool, ObjectInfo | None, CatalogError | None]:
+    """One upload/replace/verify item: (whether bytes were uploaded, the object now there, the error if any)."""
+    try:
+        if item.action is Action.VERIFY:
+            entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
+            got = fetch_digest(store, Wanted(item.model, entry, item.key), config)
+            if got == item.sha256:
+                return False, store.head(item.key), None
+            log.warning("%s/%s: sha256 %s in the store, the manifest pins %s: replacing it", item.model, item.path, got, item.sha256)
+        return True, _upload(item, cat, store, source), None
+    except CatalogError as exc:
+        return False, None, exc
 
 
 def _record(item: PlanItem, info: ObjectInfo | None) -> dict[str, Any]:
