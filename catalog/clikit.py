@@ -27,13 +27,15 @@ def settings_of(ctx: click.Context, *, store: str | None = None, cache_dir: str 
     return settings
 
 
-def _catalog_dir(settings: Settings) -> Path:
+def catalog_dir(ctx: click.Context) -> Path:
+    """--catalog / CATALOG_DIR, else the nearest manifests/ upward."""
+    settings = current_settings(ctx)
     return settings.catalog_dir if settings.catalog_dir is not None else find_catalog_dir()
 
 
 def load_catalog(ctx: click.Context, only: Sequence[str] | None = None) -> Catalog:
     """The validated catalog for commands that need one (just `only`'s manifests when given)."""
-    return load(_catalog_dir(current_settings(ctx)), only=only)
+    return load(catalog_dir(ctx), only=only)
 
 
 def human_bytes(size: float) -> str:

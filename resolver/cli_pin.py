@@ -8,18 +8,12 @@ from pathlib import Path
 
 import click
 
-from catalog.clikit import current_settings, load_catalog, settings_of
+from catalog.clikit import catalog_dir, load_catalog, settings_of
 from catalog.errors import CatalogError, InvalidCatalogError, UnknownModelError, UsageError
 from catalog.loading import load_dir
-from catalog.lookup import find_catalog_dir
 from catalog.schema import ModelManifest
 from resolver.hub import HubOptions
 from resolver.lock import FILE_RULES, LockResult, diff_files, lock_manifest
-
-
-def _catalog_dir(ctx: click.Context) -> Path:
-    settings = current_settings(ctx)
-    return settings.catalog_dir if settings.catalog_dir is not None else find_catalog_dir()
 
 
 def lockable(root: Path, names: list[str] | None) -> list[tuple[ModelManifest, Path]]:
@@ -51,7 +45,7 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
         raise UsageError("--from-dir pins one model at a time")
     hub = HubOptions.from_env(os.environ)
     drift = False
-    for manifest, path in lockable(_catalog_dir(ctx), list(names) or None):
+    for manifest, path in lockable(catalog_dir(ctx), list(names) or None):
         result: LockResult = lock_manifest(manifest, path, from_dir=from_dir, hub=hub, write=not check)
         if not result.changed:
             click.echo(f"{result.name}: up to date ({len(result.new)} files)", err=True)
@@ -76,7 +70,7 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
     from resolver.add import scaffold
     from resolver.lock import atomic_text_write
 
-    root = _catalog_dir(ctx)
+    root = catalog_dir(ctx)
     settings = load_dir(root).settings
     if settings is None:
         raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")

@@ -163,27 +163,12 @@ def resolve(
     # The Hub cannot be streamed from: a model fetched from it is fully local.
     plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF)
     spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
-    source = "cache"
-    state = cache.view_state(spec)
-    if state is not ViewState.FRESH:
-        if state is ViewState.STALE:
-            _recheck_blobs(cache, spec)  # something in the view changed under us: trust no blob blindly
-        missing = [e for e in plan.local if not cache.has_blob(e)]
-        if missing:
-            if options.offline:
-                listing = ", ".join(e.path for e in missing[:5]) + (" ..." if len(missing) > 5 else "")
-                raise NotCachedError(
-                    f"--offline: {len(missing)} file(s) of {name} are not in the cache at {cache.root}: {listing}",
-                    hint=f"run `catalog resolve {name}` once with store access, or point --cache at a warm cache",
-                )
-            source, from_hub = _fetch_missing(cat, manifest, missing, cache, store, options, progress)
-            if from_hub and plan.streamed:
-                # The bucket failed us, so the engine cannot stream from it either: bring the weights too.
-                plan = plan_files(manifest, materialize_weights=True)
-                spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
-                _fetch_missing(cat, manifest, [e for e in plan.local if not cache.has_blob(e)], cache, store,
-                               dataclasses.replace(options, source=Source.HF), progress)
-        _build_view(cache, spec)
+    source, from_hub = _ensure_view(cat, manifest, spec, cache, store, options, progress)
+    if from_hub and plan.streamed:
+        # The bucket failed us, so the engine cannot stream from it either: bring the weights too.
+        plan = plan_files(manifest, materialize_weights=True)
+        spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
+        _ensure_view(cat, manifest, spec, cache, store, dataclasses.replace(options, source=Source.HF), progress)
     path = cache.view_dir(spec)
     tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, cache, store, options, progress)
     model = store.stream_uri(store_key(cat, manifest)) if plan.streamed else str(path)
@@ -204,14 +189,37 @@ def resolve(
     )
 
 
+def _ensure_view(
+    cat: Catalog, manifest: ModelManifest, spec: ViewSpec, cache: Cache, store: Store, options: ResolveOptions,
+    progress: Progress | None,
+) -> tuple[str, bool]:
+    """Make `spec`'s view fresh: nothing to do when its marker still holds; else re-hash what changed,
+    fetch what is missing (never with --offline), lay it out, mark it. Returns `_fetch_missing`'s answer."""
+    state = cache.view_state(spec)
+    if state is ViewState.FRESH:
+        return "cache", False
+    if state is ViewState.STALE:
+        _recheck_blobs(cache, spec)  # something in the view changed under us: trust no blob blindly
+    missing = [e for e in spec.files if not cache.has_blob(e)]
+    if missing and options.offline:
+        listing = ", ".join(e.path for e in missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise NotCachedError(
+            f"--offline: {len(missing)} file(s) of {manifest.name} are not in the cache at {cache.root}: {listing}",
+            hint=f"run `catalog resolve {manifest.name}` once with store access, or point --cache at a warm cache",
+        )
+    answer = _fetch_missing(cat, manifest, missing, cache, store, options, progress)
+    _build_view(cache, spec)
+    return answer
+
+
 def _fetch_missing(
     cat: Catalog, manifest: ModelManifest, missing: list[FileEntry], cache: Cache, store: Store,
     options: ResolveOptions, progress: Progress | None,
 ) -> tuple[str, bool]:
     """Fetch from the store, the Hub, or the store then the Hub: (where the bytes came from, whether the Hub)."""
-    hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub)
     if not missing:
         return "cache", False
+    hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub)
     if options.source is Source.HF:
         fetch(hub, [Wanted(manifest.name, e, e.path) for e in missing], cache, options.transfer, progress)
         return hub.url, True
@@ -258,12 +266,7 @@ def _tokenizer(
             # Only the tokenizer's non-weight files are needed, whatever its format.
             local = tuple(f for f in other.files if f not in other.weight_files)
             spec = ViewSpec(other.name, other.source.hf_repo, other.source.revision, Layout.DIR, local)
-            if cache.view_state(spec) is not ViewState.FRESH:
-                missing = [e for e in local if not cache.has_blob(e)]
-                if missing and options.offline:
-                    raise NotCachedError(f"--offline: tokenizer {other.name} is not in the cache at {cache.root}")
-                _fetch_missing(cat, other, missing, cache, store, options, progress)
-                _build_view(cache, spec)
+            _ensure_view(cat, other, spec, cache, store, options, progress)
             return str(cache.view_dir(spec)), cache.marker_path(spec)
         return str(path / manifest.tokenizer.rstrip("/")), None
     if manifest.load_format.streams_weights and not options.materialize_weights:

@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 from catalog.lookup import Catalog
+from catalog.errors import NotCachedError
 from resolver.cache import Cache, Layout
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
@@ -119,3 +122,20 @@ def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalo
     opened = [p for p in report["opened"] if p.startswith(str(cache))]
     assert any(p.startswith(str(cache / "markers")) for p in opened)  # the marker was read ...
     assert not [p for p in opened if p.startswith((str(cache / "blobs"), str(cache / "models")))]  # ... and no model file
+
+
+def test_a_tokenizer_from_another_model_brings_only_its_non_weight_files(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    store_url = str(tmp_path / "store")
+    fill(bundled, store_url, sources, ["tiny-qwen2", "tiny-llama"])
+    qwen = bundled.get("tiny-qwen2").model_copy(update={"tokenizer": "tiny-llama"})
+    cat = Catalog(bundled.root, bundled.settings, {**bundled.models, "tiny-qwen2": qwen}, bundled.sources)
+    cache = Cache(tmp_path / "cache")
+    with pytest.raises(NotCachedError):
+        resolve(cat, "tiny-qwen2", cache=cache, store=open_store(store_url), options=ResolveOptions(offline=True))
+    result = resolve(cat, "tiny-qwen2", cache=cache, store=open_store(store_url))
+    assert result.tokenizer is not None and len(result.markers) == 2
+    tokenizer_dir = Path(result.tokenizer)
+    assert sorted(p.name for p in tokenizer_dir.iterdir()) == sorted(
+        f.path for f in bundled.get("tiny-llama").files if f.path != "model.safetensors")
+    again = resolve(cat, "tiny-qwen2", cache=cache, store=open_store(str(tmp_path / "gone")), options=ResolveOptions(offline=True))
+    assert again.tokenizer == result.tokenizer  # both views warm: no store needed
