@@ -1,0 +1,274 @@
+"""What every loader shares: the report and result types, where a streaming loader reads from, the process
+environment a load runs in, safetensors headers, and exact tensor comparison.
+
+torch and the loader libraries are imported inside functions only (see `_need`): importing this module
+stays cheap and works without the `loaders` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from catalog.errors import CatalogError, MissingObjectError
+from catalog.formats import LoadFormat
+from catalog.lookup import Catalog
+from catalog.schema import FileEntry, ModelManifest
+from catalog.settings import S3Options
+from resolver.cache import Cache
+from resolver.resolution import Resolution
+from resolver.resolve import store_key
+from resolver.stores import ObjectNotFound, Store
+
+if TYPE_CHECKING:
+    import torch
+
+MiB = 1024 * 1024
+MAX_HEADER = 100 * MiB  # the reference implementation refuses larger safetensors headers too
+
+INSTALL_HINT = "install the loaders extra: pip install 'model-catalog[loaders]'"
+
+
+class LoadError(CatalogError, RuntimeError):
+    """A loader could not read a model's weights (the store, the endpoint or the file is at fault)."""
+
+
+@dataclass
+class LoadReport:
+    name: str
+    load_format: LoadFormat
+    tensors: int = 0
+    bytes: int = 0
+    seconds: float = 0.0  # the load itself: resolving and the checks are not counted
+    throughput_mib_s: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    uri: str = ""  # where the weights were read from
+    compared_with: str | None = None  # the safetensors model a tensorizer load was compared to
+    skipped: str | None = None  # why nothing was loaded (the format has no loader): not a failure
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "load_format": self.load_format.value, "ok": self.ok, "tensors": self.tensors,
+            "bytes": self.bytes, "seconds": round(self.seconds, 6), "throughput_mib_s": round(self.throughput_mib_s, 1),
+            "uri": self.uri, "compared_with": self.compared_with, "skipped": self.skipped,
+            "problems": list(self.problems),
+        }
+
+
+@dataclass
+class LoadedWeights:
+    """Every tensor a load produced, per pinned file (sharded files repeat names, so never merged blindly)."""
+
+    name: str
+    load_format: LoadFormat
+    uri: str
+    files: dict[str, dict[str, torch.Tensor]]
+    seconds: float
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(len(t) for t in self.files.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for ts in self.files.values() for t in ts.values())
+
+    def merged(self) -> dict[str, torch.Tensor]:
+        """All tensors by name; only meaningful when names are unique across files (not for per-rank shards)."""
+        return {name: t for ts in self.files.values() for name, t in ts.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# where a streaming loader reads from, and the environment it reads it in
+
+
+@dataclass(frozen=True)
+class StreamTarget:
+    """How a streaming loader reaches the store. `env` holds endpoint settings, never credentials: those
+    come from the standard AWS variables of the process, as they would for the engine."""
+
+    env: Mapping[str, str]
+    endpoint: str | None  # None: the loader's default (AWS), or local files
+    region: str | None
+    unsigned: bool
+    where: str  # for messages
+
+    @property
+    def s3(self) -> bool:
+        return self.where != "local files"
+
+
+LOCAL = StreamTarget({}, None, None, False, "local files")
+
+
+def stream_target(store: Store, resolution: Resolution | None = None) -> StreamTarget:
+    """What `catalog resolve --format env` hands the engine: the store's own `stream_env()`, nothing else.
+    `resolution` None: the store's objects themselves (benchmarks), whether or not a model streams."""
+    if resolution is not None and not resolution.streams:
+        return LOCAL  # weights materialized into the cache
+    env = store.stream_env()
+    if not env and not isinstance(getattr(store, "options", None), S3Options):
+        return LOCAL  # a folder store: engines read the folder directly
+    endpoint = env.get("AWS_ENDPOINT_URL") or None
+    return StreamTarget(env, endpoint, env.get("AWS_REGION") or None, env.get("RUNAI_STREAMER_S3_UNSIGNED") == "1",
+                        f"endpoint {endpoint or 'the default AWS endpoint'}")
+
+
+def quiet_defaults() -> dict[str, str]:
+    """Variables a load sets only where the user has not: runai logs every load at INFO (from Python and
+    C++) and its DEBUG log names credentials, so its level follows the `resolver` logger (-v) but never
+    goes below INFO. A RUNAI_STREAMER_LOG_LEVEL the user set still wins."""
+    level = max(logging.getLogger("resolver").getEffectiveLevel(), logging.INFO)
+    return {"RUNAI_STREAMER_LOG_LEVEL": logging.getLevelName(level)}
+
+
+# The one place in resolver/ that touches os.environ, and it writes it: runai's C++ core and tensorizer
+# (and the curl it spawns) read the endpoint, addressing and credentials from the process environment and
+# take no other way in for some of them. Everything else gets its settings passed down as values.
+_ENVIRON_LOCK = threading.Lock()
+
+
+@contextmanager
+def scoped_environ(values: Mapping[str, str], defaults: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Overlay `values` onto os.environ for the duration, then restore it; `defaults` (None: `quiet_defaults()`)
+    are set only where the variable is unset. The lock keeps two loads in one process from seeing each
+    other's settings."""
+    defaults = quiet_defaults() if defaults is None else defaults
+    with _ENVIRON_LOCK:
+        overlay = {k: v for k, v in defaults.items() if k not in os.environ} | dict(values)
+        saved = {k: os.environ.get(k) for k in overlay}
+        os.environ.update(overlay)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# comparing tensors
+
+
+def compare_tensors(got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Tensor], *, what: str,
+                    reference: str) -> list[str]:
+    """Exact equality, tensor by tensor: names, dtypes, shapes and every element."""
+    import torch
+
+    problems = [f"{what}: tensor {n} is missing (it is in {reference})" for n in sorted(set(want) - set(got))]
+    problems += [f"{what}: tensor {n} is not in {reference}" for n in sorted(set(got) - set(want))]
+    for n in sorted(set(got) & set(want)):
+        a, b = got[n], want[n]
+        if a.dtype != b.dtype or a.shape != b.shape:
+            problems.append(f"{what}: tensor {n} is {a.dtype} {tuple(a.shape)} but {b.dtype} {tuple(b.shape)} in {reference}")
+        elif not torch.equal(a, b):
+            problems.append(f"{what}: tensor {n} differs from {reference}'s")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------
+# safetensors headers
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dtype: str  # safetensors name: F32, BF16, ...
+    shape: tuple[int, ...]
+    start: int  # data_offsets, relative to the end of the header
+    end: int
+
+
+@dataclass(frozen=True)
+class Header:
+    raw: bytes  # the 8-byte length plus the JSON, exactly as in the file (the start of its sha256)
+    tensors: dict[str, TensorSpec]
+
+
+def read_header(cat: Catalog, manifest: ModelManifest, entry: FileEntry, store: Store, cache: Cache) -> Header:
+    """The header from the verified cached copy when there is one (no request), else two ranged reads."""
+    if cache.has_blob(entry):
+        with open(cache.blob_path(entry.sha256), "rb") as f:
+            head = f.read(8)
+            length = _header_length(manifest.name, entry, head)
+            return parse_header(manifest.name, entry, head + f.read(length))
+    key = store_key(cat, manifest, entry.path)
+    head = _read_range(store, manifest.name, entry, key, 0, 8)
+    length = _header_length(manifest.name, entry, head)
+    return parse_header(manifest.name, entry, head + _read_range(store, manifest.name, entry, key, 8, 8 + length))
+
+
+def _header_length(model: str, entry: FileEntry, head: bytes) -> int:
+    if len(head) != 8:
+        raise LoadError(f"{model}/{entry.path} is shorter than a safetensors header ({len(head)} bytes)")
+    (length,) = struct.unpack("<Q", head)
+    if length > MAX_HEADER or 8 + length > entry.size:
+        raise LoadError(f"{model}/{entry.path}: header length {length} does not fit a {entry.size}-byte file",
+                        hint="the pinned file is not safetensors; fix the manifest's load_format or the file")
+    return int(length)
+
+
+def parse_header(model: str, entry: FileEntry, raw: bytes) -> Header:
+    try:
+        data = json.loads(raw[8:])
+        tensors = {
+            str(n): TensorSpec(str(v["dtype"]), tuple(int(d) for d in v["shape"]), int(v["data_offsets"][0]),
+                               int(v["data_offsets"][1]))
+            for n, v in data.items() if n != "__metadata__"
+        }
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise LoadError(f"{model}/{entry.path}: unreadable safetensors header ({type(exc).__name__})",
+                        hint="the pinned file is not safetensors; fix the manifest's load_format or the file") from None
+    return Header(raw, tensors)
+
+
+def _read_range(store: Store, model: str, entry: FileEntry, key: str, start: int, end: int) -> bytes:
+    try:
+        stream = store.open(key, start, end)
+    except ObjectNotFound:
+        raise MissingObjectError(model, entry.path, store.url) from None
+    buffer = bytearray(end - start)
+    view = memoryview(buffer)
+    got = 0
+    try:
+        while got < len(buffer) and (count := stream.readinto(view[got:])):
+            got += count
+    finally:
+        stream.close()
+    return bytes(buffer[:got])
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _terse(exc: BaseException) -> str:
+    """The first line of a loader library's error, without runai's boilerplate (they are long and repetitive)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.replace("Could not receive response from libstreamer due to: ", "").strip("b'\"")[:300]
+
+
+def _need(model: str, *modules: str) -> None:
+    """Import the loader's libraries now, so that a missing extra is one clear error and their import time
+    (seconds for torch) is not counted as load time. Imported under `quiet_defaults()`: runai fixes its
+    Python log level when first imported."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise LoadError(f"loading {model} needs {', '.join(missing)}, which is not installed", hint=INSTALL_HINT)
+    with scoped_environ({}):
+        for module in modules:
+            importlib.import_module(module)
