@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Exports load on first use (PEP 562), so `catalog.fast` (the warm resolve) can run without pydantic.
+# Exports load on first use (PEP 562), so the warm resolve can import catalog modules without pydantic.
 _EXPORTS = {
     "Catalog": "catalog.lookup",
-    "find_catalog_dir": "catalog.lookup",
+    "find_catalog_dir": "catalog.settings",
     "load": "catalog.lookup",
     "CatalogError": "catalog.errors",
     "InvalidCatalogError": "catalog.errors",
@@ -30,15 +30,18 @@ _EXPORTS = {
     "model_for_repo": "catalog.registry",
     "CatalogSettings": "catalog.schema",
     "FileEntry": "catalog.schema",
-    "LoadFormat": "catalog.schema",
+    "LoadFormat": "catalog.formats",
+    "Settings": "catalog.settings",
     "ModelManifest": "catalog.schema",
 }
 
 if TYPE_CHECKING:
     from catalog.errors import CatalogError, InvalidCatalogError, Problem, UnknownModelError
-    from catalog.lookup import Catalog, find_catalog_dir, load
+    from catalog.formats import LoadFormat
+    from catalog.lookup import Catalog, load
     from catalog.registry import NoCatalogModelError, example_model, model_for_repo
-    from catalog.schema import CatalogSettings, FileEntry, LoadFormat, ModelManifest
+    from catalog.schema import CatalogSettings, FileEntry, ModelManifest
+    from catalog.settings import Settings, find_catalog_dir
 
 
 def __getattr__(name: str) -> Any:
@@ -56,6 +59,6 @@ def __dir__() -> list[str]:
 
 __all__ = [  # spelled out for type checkers; equal to sorted(_EXPORTS) plus __version__
     "Catalog", "CatalogError", "CatalogSettings", "FileEntry", "InvalidCatalogError", "LoadFormat", "ModelManifest",
-    "NoCatalogModelError", "Problem", "UnknownModelError", "__version__", "example_model", "find_catalog_dir", "load",
+    "NoCatalogModelError", "Problem", "Settings", "UnknownModelError", "__version__", "example_model", "find_catalog_dir", "load",
     "model_for_repo",
 ]

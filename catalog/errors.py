@@ -46,8 +46,8 @@ class UnknownModelError(CatalogError, KeyError):
         self.name = name
         self.suggestions = list(suggestions)
 
-    def __str__(self) -> str:  # KeyError would quote the message otherwise
-        return self.message
+    def __str__(self) -> str:  # KeyError would quote the message otherwise; the suggestions belong in it too
+        return f"{self.message}; {self.hint}" if self.hint else self.message
 
 
 @dataclass(frozen=True)

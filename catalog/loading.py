@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from catalog import rules, yamlsource
 from catalog.errors import Problem
 from catalog.schema import CatalogSettings, ModelManifest
-from catalog.yamlsource import LineMap, Loc
+from catalog.yamlsource import LineMap, Loc, format_loc
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -206,11 +206,3 @@ def _allowed_keys(model: type[BaseModel], loc: Loc) -> list[str]:
     if isinstance(current, type) and issubclass(current, BaseModel):
         return [f.alias or n for n, f in current.model_fields.items()]
     return []
-
-
-def format_loc(loc: Iterable[str | int]) -> str:
-    """('files', 3, 'sha256') -> 'files[3].sha256'."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out

@@ -8,11 +8,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from catalog.errors import CatalogNotFoundError, InvalidCatalogError, UnknownModelError
+from catalog.errors import CatalogNotFoundError, InvalidCatalogError, UnknownModelError, UsageError
+from catalog.formats import LoadFormat
 from catalog.loading import LoadResult, load_dir, load_named
-from catalog.schema import CatalogSettings, LoadFormat, ModelManifest
-
-MANIFESTS_DIR = "manifests"
+from catalog.schema import CatalogSettings, ModelManifest
+from catalog.settings import Settings, find_catalog_dir
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,15 @@ class Catalog:
     def filter(
         self, *, gpu: str | None = None, tag: str | None = None, load_format: LoadFormat | str | None = None
     ) -> list[ModelManifest]:
-        """Models matching every given criterion, sorted by name."""
-        fmt = LoadFormat(load_format) if load_format is not None else None
+        """Models matching every given criterion, sorted by name. An unknown GPU class or load format is a
+        UsageError listing the known ones (a typo must not look like "no models")."""
+        if gpu is not None and gpu not in self.settings.gpu_classes:
+            raise UsageError(f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(self.settings.gpu_classes))}")
+        try:
+            fmt = LoadFormat(load_format) if load_format is not None else None
+        except ValueError:
+            raise UsageError(f"unknown load format {load_format!r}",
+                             hint=f"known: {', '.join(f.value for f in LoadFormat)}") from None
         return [
             m for m in sorted(self.models.values(), key=lambda m: m.name)
             if (gpu is None or self.gpu_class(m) == gpu)
@@ -59,21 +66,6 @@ class Catalog:
         """Every manifest pinning the Hub repo `repo_id` (case-insensitive, like the Hub)."""
         folded = repo_id.casefold()
         return sorted((m for m in self.models.values() if m.source.hf_repo.casefold() == folded), key=lambda m: m.name)
-
-
-def find_catalog_dir(start: Path | None = None) -> Path:
-    """The nearest `manifests/` holding a catalog.yaml, from `start` (default: cwd) upward."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "catalog.yaml").is_file() and folder.name == MANIFESTS_DIR:
-            return folder
-        candidate = folder / MANIFESTS_DIR
-        if (candidate / "catalog.yaml").is_file():
-            return candidate
-    raise CatalogNotFoundError(
-        f"no {MANIFESTS_DIR}/catalog.yaml found in {here} or any folder above it",
-        hint="pass --catalog DIR or set CATALOG_DIR",
-    )
 
 
 def from_result(result: LoadResult) -> Catalog:
@@ -95,9 +87,7 @@ def load(path: str | os.PathLike[str] | None = None, *, only: Sequence[str] | No
     `only` reads just those models' manifests (fast in a catalog of thousands); the Catalog then
     holds just them, and an unknown name falls back to a full load so the error can suggest names.
     """
-    if path is None:
-        path = os.environ.get("CATALOG_DIR") or None
-    root = Path(path) if path is not None else find_catalog_dir()
+    root = Path(path) if path is not None else Settings.from_process().find_catalog_dir()
     if not (root / "catalog.yaml").is_file():
         raise CatalogNotFoundError(f"{root} has no catalog.yaml", hint="point --catalog / CATALOG_DIR at a manifests/ folder")
     if only:
@@ -105,3 +95,6 @@ def load(path: str | os.PathLike[str] | None = None, *, only: Sequence[str] | No
         if partial is not None:
             return from_result(partial)
     return from_result(load_dir(root))
+
+
+__all__ = ["Catalog", "find_catalog_dir", "from_result", "load"]

@@ -24,8 +24,6 @@ _SHA256 = re.compile(SHA256_PATTERN)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _IP_LIKE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".tensors", ".gguf", ".ckpt")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 MAX_PATH_LENGTH = 1024
 
 
@@ -118,14 +116,6 @@ def check_relative_path(path: str) -> str | None:
     if parts[0] == ".git" or ".git" in parts:
         return f"{path!r} is inside .git/"
     return None
-
-
-def is_weight_file(path: str) -> bool:
-    return path.endswith(WEIGHT_SUFFIXES)
-
-
-def is_pickle_file(path: str) -> bool:
-    return path.endswith(PICKLE_SUFFIXES)
 
 
 def matches_any(path: str, patterns: tuple[str, ...]) -> bool:

@@ -15,7 +15,8 @@ import difflib
 
 from catalog.errors import CatalogError
 from catalog.lookup import Catalog, load
-from catalog.schema import LoadFormat, ModelManifest
+from catalog.formats import LoadFormat
+from catalog.schema import ModelManifest
 
 ARCH_TAG = "arch:"
 

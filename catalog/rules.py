@@ -10,10 +10,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from catalog import naming
+from catalog import formats, naming
 from catalog.errors import Problem
-from catalog.schema import CatalogSettings, LoadFormat, ModelManifest
-from catalog.yamlsource import LineMap, Loc
+from catalog.schema import CatalogSettings, ModelManifest
+from catalog.yamlsource import LineMap, Loc, format_loc
 
 if TYPE_CHECKING:
     from catalog.loading import ManifestDoc
@@ -31,8 +31,6 @@ class _Reporter:
         self.problems: list[Problem] = []
 
     def __call__(self, rule: str, loc: Loc, message: str) -> None:
-        from catalog.loading import format_loc
-
         self.problems.append(Problem(self.display, self.lines.line_of(loc), format_loc(loc), message, rule))
 
 
@@ -57,6 +55,7 @@ def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None)
         problems.extend(report.problems)
     problems.extend(_duplicate_names(valid))
     problems.extend(_prefix_overlaps(valid))
+    problems.extend(_primaries(valid))
     return problems
 
 
@@ -106,7 +105,7 @@ def _check_files(m: ModelManifest, report: _Reporter) -> None:
             report("sha256", (*loc, "sha256"), message)
         if entry.size < 0:
             report("size", (*loc, "size"), f"size {entry.size} is negative")
-        if naming.is_pickle_file(entry.path) and not m.allow_pickle:
+        if formats.is_pickle_file(entry.path) and not m.allow_pickle:
             report("pickle", (*loc, "path"), f"{entry.path!r} is pickle-based and can run code when loaded; "
                    "prefer safetensors, or set `allow_pickle: true` to opt in")
         if not _selected(entry.path, m):
@@ -128,28 +127,22 @@ def _files_used_as_dirs(m: ModelManifest) -> Iterator[tuple[str, int]]:
 
 
 def _check_load_format(m: ModelManifest, report: _Reporter) -> None:
+    """What the format's row in `catalog.formats` says the pinned files must contain."""
     if not m.files:
         return
     paths = [f.path for f in m.files]
-    top = [p for p in paths if "/" not in p]
-    fmt = m.load_format
-    needs: list[str] = []
-    if fmt in (LoadFormat.SAFETENSORS, LoadFormat.RUNAI_STREAMER, LoadFormat.FASTSAFETENSORS):
-        if "config.json" not in top:
-            needs.append("config.json")
-        if not any(p.endswith(".safetensors") for p in top):
-            needs.append("at least one *.safetensors")
-    elif fmt is LoadFormat.RUNAI_STREAMER_SHARDED:
-        if not any(naming.matches_any(p, ("model-rank-*-part-*.safetensors",)) for p in top):
-            needs.append("model-rank-*-part-*.safetensors shards")
-    elif fmt is LoadFormat.TENSORIZER:
-        if not any(p.endswith(".tensors") for p in top):
-            needs.append("a *.tensors file")
-    elif fmt is LoadFormat.GGUF:
-        if not any(p.endswith(".gguf") for p in paths):
-            needs.append("a *.gguf file")
+    spec = m.load_format.spec
+    needs = [n for n in spec.needs if not n.met_by(paths)]
+    # A streamed model's engine reads tokenizer and config locally: pinned here, or another model's.
+    if spec.streams_weights and m.tokenizer is None:
+        needs += [n for n in spec.streamed_needs if not n.met_by(paths)]
     if needs:
-        report("load-format", ("load_format",), f"load_format {fmt.value} needs {' and '.join(needs)} among the pinned files")
+        report("load-format", ("load_format",),
+               f"load_format {m.load_format.value} needs {' and '.join(n.what for n in needs)} among the pinned files")
+    ranks = formats.tensor_parallel_ranks(spec, paths)
+    if ranks is not None and ranks and ranks != m.gpu.count:
+        report("tensor-parallel", ("gpu",), f"the files hold {ranks} tensor-parallel rank(s) but gpu.count is {m.gpu.count}; "
+               "the engine needs one GPU per rank")
 
 
 def _check_gpu(m: ModelManifest, settings: CatalogSettings | None, report: _Reporter) -> None:
@@ -205,3 +198,16 @@ def _prefix_overlaps(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
                           f"{other_prefix!r} is {what} {doc.manifest.name!r} "
                           f"({doc.display}:{doc.lines.line_of(('s3_prefix',))}); give each model its own prefix",
                           "prefix-overlap")
+
+
+def _primaries(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
+    """At most one `primary: true` per Hub repo: a repo id must name one model in repo-id outputs."""
+    by_repo: dict[str, list[ManifestDoc]] = {}
+    for doc in docs:
+        assert doc.manifest is not None
+        if doc.manifest.primary:
+            by_repo.setdefault(doc.manifest.source.hf_repo.casefold(), []).append(doc)
+    for repo, group in by_repo.items():
+        for doc in group[1:]:
+            yield Problem(doc.display, doc.lines.line_of(("primary",)), "primary",
+                          f"{repo} already has a primary manifest ({group[0].display}); keep `primary: true` on one", "primary")

@@ -8,34 +8,12 @@ gets its own message and line; the patterns below are repeated into the JSON Sch
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from catalog import naming
-
-
-class LoadFormat(str, Enum):
-    """The engine's `--load-format` values that read weights from files."""
-
-    AUTO = "auto"
-    SAFETENSORS = "safetensors"
-    PT = "pt"
-    NPCACHE = "npcache"
-    TENSORIZER = "tensorizer"
-    SHARDED_STATE = "sharded_state"
-    GGUF = "gguf"
-    BITSANDBYTES = "bitsandbytes"
-    MISTRAL = "mistral"
-    FASTSAFETENSORS = "fastsafetensors"
-    RUNAI_STREAMER = "runai_streamer"
-    RUNAI_STREAMER_SHARDED = "runai_streamer_sharded"
-
-    @property
-    def streams_weights(self) -> bool:
-        """Formats whose weights the engine reads straight from the bucket."""
-        return self in (LoadFormat.RUNAI_STREAMER, LoadFormat.RUNAI_STREAMER_SHARDED, LoadFormat.TENSORIZER)
+from catalog import formats, naming
+from catalog.formats import LoadFormat
 
 
 MAX_FILE_SIZE = 2**63 - 1  # what a file system offsets can address; bigger is a typo
@@ -90,11 +68,14 @@ class ModelManifest(_Strict):
     tags: tuple[StrictStr, ...] = ()
     tokenizer: StrictStr | None = Field(None, description="Another model's logical name, or a subfolder of this one.")
     allow_pickle: StrictBool = Field(False, description="Opt in to pickle-based weights (.bin, .pt, .pth): they can run code.")
+    primary: StrictBool = Field(False, description="When several manifests pin one Hub repo, this one answers for the repo id "
+                                                   "in repo-id outputs (resolve --format redirect).")
     files: tuple[FileEntry, ...] = Field((), description="Every pinned file; machine-written by `catalog lock`.")
 
     @property
     def weight_files(self) -> tuple[FileEntry, ...]:
-        return tuple(f for f in self.files if naming.is_weight_file(f.path))
+        """Files holding weights of any format (a streamed model leaves exactly these in the store)."""
+        return tuple(f for f in self.files if formats.is_weight_file(f.path))
 
     @property
     def weights_bytes(self) -> int:

@@ -1,14 +1,219 @@
-"""Settings: read once at the entry point (flags over environment over defaults), then passed down.
+"""Settings: every knob, read once at an entry point (flags over environment over defaults), then passed down.
 
-No module reads os.environ at import time; library code receives a Settings value.
+`ENV` declares every environment variable the catalog reads. `Settings.build(env, flags)` is pure;
+`Settings.from_process(flags)` is the one place in the project that reads `os.environ` (a test checks it),
+called by the entry points: the CLI, the pytest plugin and `catalog.load()` for library callers.
+The warm resolve keys its index on the built value (`Settings.fingerprint`), so two spellings of one
+setting (`--cache=D`, `--cache D`, `CATALOG_CACHE=D`) share an entry and an undeclared variable cannot
+make a stale answer.
+
+Standard library only: the warm path builds a Settings before anything heavy is imported.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
+
+from catalog.errors import CatalogNotFoundError, UsageError
+
+MiB = 1024 * 1024
+MANIFESTS_DIR = "manifests"
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    help: str
+    secret: bool = False  # never shown; enters the fingerprint only as a hash
+
+
+ENV: tuple[EnvVar, ...] = (
+    EnvVar("CATALOG_DIR", "the manifests folder (default: the nearest manifests/ upward)"),
+    EnvVar("CATALOG_STORE", "overrides catalog.yaml's store: s3://bucket/base/, file:///dir/ or a folder"),
+    EnvVar("CATALOG_CACHE", "the cache folder (default: $XDG_CACHE_HOME/model-catalog or ~/.cache/model-catalog)"),
+    EnvVar("XDG_CACHE_HOME", "where the default cache lives"),
+    EnvVar("CATALOG_MODE", "ci (the bucket only), dev (the bucket, then the Hub) or offline (the cache only)"),
+    EnvVar("CATALOG_PART_SIZE", "part size of ranged GETs and multipart uploads (default: chosen from the file sizes)"),
+    EnvVar("CATALOG_CONCURRENCY", "parallel requests (default: chosen from the file sizes)"),
+    EnvVar("CATALOG_S3_ADDRESSING", "path or virtual (default: path when an endpoint is set, else auto)"),
+    EnvVar("CATALOG_S3_UNSIGNED", "1 for a public bucket: no credentials, unsigned requests"),
+    EnvVar("CATALOG_S3_READ_TIMEOUT", "seconds without a byte before a read is retried (default 60)"),
+    EnvVar("AWS_ENDPOINT_URL_S3", "the S3 endpoint (wins over AWS_ENDPOINT_URL)"),
+    EnvVar("AWS_ENDPOINT_URL", "the S3 endpoint of an S3-compatible store"),
+    EnvVar("S3_ENDPOINT_URL", "the S3 endpoint, s3cmd/tensorizer spelling (used when no AWS_ENDPOINT_URL is set)"),
+    EnvVar("AWS_REGION", "the region"),
+    EnvVar("AWS_DEFAULT_REGION", "the region, older spelling"),
+    EnvVar("AWS_PROFILE", "the credentials/config profile"),
+    EnvVar("AWS_RETRY_MODE", "standard or adaptive"),
+    EnvVar("AWS_MAX_ATTEMPTS", "attempts per request (default 5)"),
+    EnvVar("HF_ENDPOINT", "the Hub's address (default https://huggingface.co)"),
+    EnvVar("HF_TOKEN", "the Hub token", secret=True),
+    EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class (pytest plugin; default: detected)"),
+    EnvVar("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
+    EnvVar("CATALOG_DEBUG", "1: tracebacks for internal errors"),
+)
+ENV_NAMES = frozenset(v.name for v in ENV)
+
+ADDRESSING_STYLES = ("auto", "path", "virtual")
+RETRY_MODES = ("standard", "adaptive", "legacy")
+MODES = {"ci": ("store", False), "dev": ("fallback", False), "offline": ("store", True)}
+SOURCES = ("store", "hf", "fallback")
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach an S3-compatible endpoint. Credentials are never here: boto3's standard chain finds them."""
+
+    endpoint_url: str | None = None  # None: boto3's own lookup (config file, AWS defaults)
+    region: str | None = None
+    profile: str | None = None
+    addressing_style: str = "auto"  # "path" for most S3-compatible servers
+    unsigned: bool = False  # public buckets
+    retry_mode: str = "standard"
+    max_attempts: int = 5
+    max_pool_connections: int = 32
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+
+    def describe(self) -> str:
+        return self.endpoint_url or "the default AWS endpoint"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a command needs to know about where things are and how to move them."""
+
+    catalog_dir: Path | None = None  # None: the nearest manifests/ upward from the working directory
+    store: str | None = None  # overrides catalog.yaml's store
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "model-catalog")
+    source: str = "store"  # store | hf | fallback
+    offline: bool = False
+    part_size: int | None = None  # None: chosen from the file sizes
+    concurrency: int | None = None
+    s3: S3Options = field(default_factory=S3Options)
+    hub_endpoint: str = "https://huggingface.co"
+    hub_token: str | None = field(default=None, repr=False)
+    gpu_class: str | None = None
+    gpu_count: int = 1
+    debug: bool = False
+    ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
+
+    @classmethod
+    def build(cls, env: Mapping[str, str], **flags: Any) -> Settings:
+        """Flags (None: not given) over the environment over defaults. Pure; raises UsageError for bad values."""
+
+        def pick(flag: str, var: str) -> Any:
+            value = flags.get(flag)
+            return value if value is not None else (env.get(var) or None)
+
+        catalog = pick("catalog_dir", "CATALOG_DIR")
+        cache = pick("cache_dir", "CATALOG_CACHE")
+        mode = env.get("CATALOG_MODE") or "ci"
+        if mode not in MODES:
+            raise UsageError(f"CATALOG_MODE={mode!r} is not one of {', '.join(MODES)}")
+        source, offline = MODES[mode]
+        if flags.get("source") is not None:
+            source = str(flags["source"])
+            if source not in SOURCES:
+                raise UsageError(f"--source {source!r} is not one of {', '.join(SOURCES)}")
+        part = pick("part_size", "CATALOG_PART_SIZE")
+        concurrency = pick("concurrency", "CATALOG_CONCURRENCY")
+        part_size = parse_size(str(part), "--part-size / CATALOG_PART_SIZE") if part is not None else None
+        workers = _whole(concurrency, "--concurrency / CATALOG_CONCURRENCY") if concurrency is not None else None
+        if part_size is not None and part_size < MiB:
+            raise UsageError("--part-size must be at least 1MiB")
+        if workers is not None and workers < 1:
+            raise UsageError("--concurrency must be at least 1")
+        s3, ignored = _s3_options(env)
+        return cls(
+            catalog_dir=Path(catalog).expanduser() if catalog else None,
+            store=pick("store", "CATALOG_STORE"),
+            cache_dir=Path(cache).expanduser() if cache else default_cache_dir(env),
+            source=source,
+            offline=bool(flags.get("offline")) or offline,
+            part_size=part_size,
+            concurrency=workers,
+            s3=s3,
+            hub_endpoint=(env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
+            hub_token=env.get("HF_TOKEN") or None,
+            gpu_class=(env.get("CATALOG_GPU_CLASS") or "").strip().lower() or None,
+            gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1),
+            debug=env.get("CATALOG_DEBUG", "") in ("1", "true", "yes"),
+            ignored=ignored,
+        )
+
+    @classmethod
+    def from_process(cls, **flags: Any) -> Settings:
+        """The entry points' call: this process's environment plus the given flags."""
+        return cls.build(os.environ, **flags)
+
+    def with_flags(self, **flags: Any) -> Settings:
+        """These settings with a command's own flags on top (None: not given)."""
+        given = {k: v for k, v in flags.items() if v is not None}
+        if "cache_dir" in given:
+            given["cache_dir"] = Path(given["cache_dir"]).expanduser()
+        return replace(self, **given)
+
+    def find_catalog_dir(self, cwd: Path | None = None) -> Path:
+        """--catalog / CATALOG_DIR, else the nearest manifests/ upward from `cwd`."""
+        return self.catalog_dir if self.catalog_dir is not None else find_catalog_dir(cwd)
+
+    def fingerprint(self) -> str:
+        """Everything that can change an answer, with paths made absolute and secrets hashed."""
+        data = asdict(self)
+        data["cache_dir"] = str(self.cache_dir.resolve())
+        data["catalog_dir"] = str(self.catalog_dir.resolve()) if self.catalog_dir else None
+        data["hub_token"] = hashlib.sha256(self.hub_token.encode()).hexdigest() if self.hub_token else None
+        data.pop("debug")
+        data.pop("ignored")
+        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _s3_options(env: Mapping[str, str]) -> tuple[S3Options, tuple[str, ...]]:
+    ignored: list[str] = []
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+    if endpoint is None and env.get("S3_ENDPOINT_URL"):
+        endpoint = env["S3_ENDPOINT_URL"]  # s3cmd's and tensorizer's spelling
+    elif env.get("S3_ENDPOINT_URL") and env["S3_ENDPOINT_URL"] != endpoint:
+        ignored.append("S3_ENDPOINT_URL (AWS_ENDPOINT_URL wins)")
+    style = (env.get("CATALOG_S3_ADDRESSING") or ("path" if endpoint else "auto")).lower()
+    if style not in ADDRESSING_STYLES:
+        raise UsageError(f"CATALOG_S3_ADDRESSING={style!r} is not one of {', '.join(ADDRESSING_STYLES)}")
+    retry = (env.get("AWS_RETRY_MODE") or "standard").lower()
+    if retry not in RETRY_MODES:
+        raise UsageError(f"AWS_RETRY_MODE={retry!r} is not one of {', '.join(RETRY_MODES)}")
+    return S3Options(
+        endpoint_url=endpoint,
+        region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+        profile=env.get("AWS_PROFILE") or None,
+        addressing_style=style,
+        unsigned=env.get("CATALOG_S3_UNSIGNED", "").lower() in ("1", "true", "yes"),
+        retry_mode=retry,
+        max_attempts=_whole(env.get("AWS_MAX_ATTEMPTS") or "5", "AWS_MAX_ATTEMPTS", minimum=1),
+        read_timeout=_whole(env.get("CATALOG_S3_READ_TIMEOUT") or "60", "CATALOG_S3_READ_TIMEOUT", minimum=1),
+    ), tuple(ignored)
+
+
+def _whole(value: Any, name: str, minimum: int = 0) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < minimum:
+        raise UsageError(f"{name}={value!r} is not a whole number" + (f" >= {minimum}" if minimum else ""))
+    return int(text)
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'64MiB', '8M', '1GiB', '1048576' -> bytes (binary units)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise UsageError(f"bad {what} {text!r}", hint="use bytes or a unit: 16MiB, 1GiB")
+    return int(float(match.group(1)) * 1024 ** " kmgt".index(match.group(2).lower() or " "))
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
@@ -17,26 +222,19 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "model-catalog"
 
 
-@dataclass(frozen=True)
-class Settings:
-    catalog_dir: Path | None = None  # None: the nearest manifests/ upward from the working directory
-    store: str | None = None  # overrides catalog.yaml's store (a folder, file:// URL or s3:// URL)
-    cache_dir: Path | None = None
-
-    @classmethod
-    def from_env(
-        cls,
-        env: Mapping[str, str] | None = None,
-        *,
-        catalog_dir: str | None = None,
-        store: str | None = None,
-        cache_dir: str | None = None,
-    ) -> Settings:
-        env = os.environ if env is None else env
-        catalog = catalog_dir or env.get("CATALOG_DIR")
-        cache = cache_dir or env.get("CATALOG_CACHE")
-        return cls(
-            catalog_dir=Path(catalog) if catalog else None,
-            store=store or env.get("CATALOG_STORE") or None,
-            cache_dir=Path(cache) if cache else default_cache_dir(env),
-        )
+def find_catalog_dir(start: Path | None = None) -> Path:
+    """The nearest `manifests/` holding a catalog.yaml, from `start` (default: cwd) upward."""
+    try:
+        here = (start or Path.cwd()).resolve()
+    except FileNotFoundError:
+        raise CatalogNotFoundError("the working directory no longer exists", hint="cd somewhere else, or pass --catalog DIR") from None
+    for folder in (here, *here.parents):
+        if (folder / "catalog.yaml").is_file() and folder.name == MANIFESTS_DIR:
+            return folder
+        candidate = folder / MANIFESTS_DIR
+        if (candidate / "catalog.yaml").is_file():
+            return candidate
+    raise CatalogNotFoundError(
+        f"no {MANIFESTS_DIR}/catalog.yaml found in {here} or any folder above it",
+        hint="pass --catalog DIR or set CATALOG_DIR",
+    )

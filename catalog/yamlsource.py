@@ -8,7 +8,7 @@ Only the standard scalar tags are accepted; nothing is ever executed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,3 +141,11 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int]) 
             mapping[key] = _build(value_node, (*loc, key), lines, budget)
         return mapping
     raise YamlProblem(f"unsupported YAML node {type(node).__name__}", line, loc)  # pragma: no cover
+
+
+def format_loc(loc: Iterable[str | int]) -> str:
+    """('files', 3, 'sha256') -> 'files[3].sha256'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

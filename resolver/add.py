@@ -8,12 +8,9 @@ from pathlib import Path
 
 from catalog import naming
 from catalog.errors import UsageError
-from catalog.schema import CatalogSettings, LoadFormat
+from catalog.formats import LoadFormat
+from catalog.schema import CatalogSettings
 from resolver.hub import HubOptions, RemoteFile, commit_of, list_repo_files
-
-# Repos often carry the same weights several times; CI needs one copy. Written into the manifest,
-# visible and editable, rather than hidden in code.
-OTHER_WEIGHT_FORMATS = ("*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.ot", "*.onnx", "*.gguf", "onnx/", "openvino/", "coreml/")
 
 
 @dataclass(frozen=True)
@@ -29,11 +26,18 @@ def derive_name(repo: str) -> str:
     return name or "model"
 
 
+def parse_load_format(text: str) -> LoadFormat:
+    try:
+        return LoadFormat(text)
+    except ValueError:
+        raise UsageError(f"unknown load format {text!r}", hint=f"known: {', '.join(f.value for f in LoadFormat)}") from None
+
+
 def choose_load_format(files: list[RemoteFile], requested: str | None) -> tuple[LoadFormat, tuple[str, ...]]:
     """The load format and the exclude patterns a new manifest starts with (pure)."""
     paths = [f.path for f in files]
     if requested is not None:
-        fmt = LoadFormat(requested)
+        fmt = parse_load_format(requested)
     elif any(p.endswith(".safetensors") for p in paths):
         fmt = LoadFormat.SAFETENSORS
     elif any(p.endswith(".gguf") for p in paths):
@@ -41,9 +45,8 @@ def choose_load_format(files: list[RemoteFile], requested: str | None) -> tuple[
     else:
         raise UsageError("the repo has no safetensors or gguf weights",
                          hint="pass --load-format (pickle-based .bin/.pt weights also need `allow_pickle: true`)")
-    if fmt in (LoadFormat.SAFETENSORS, LoadFormat.RUNAI_STREAMER, LoadFormat.FASTSAFETENSORS, LoadFormat.AUTO) and \
-            any(p.endswith(".safetensors") for p in paths):
-        return fmt, OTHER_WEIGHT_FORMATS
+    if fmt.spec.default_excludes and any(p.endswith(".safetensors") for p in paths):
+        return fmt, fmt.spec.default_excludes
     return fmt, ()
 
 
@@ -57,6 +60,8 @@ def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, 
         raise UsageError(message, hint="pass --name")
     if gpu is not None and gpu not in settings.gpu_classes:
         raise UsageError(f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(settings.gpu_classes))}")
+    if load_format is not None:
+        parse_load_format(load_format)  # a typo fails before any Hub call
     path = catalog_dir / f"{name}.yaml"
     if path.exists():
         raise UsageError(f"{path} already exists", hint="pass --name, or `catalog lock` the existing manifest")

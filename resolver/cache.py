@@ -1,13 +1,16 @@
-"""The local cache: content-addressed blobs, per-model views, and markers of what was verified.
+"""The local cache, the one owner of every folder in it, and of the marker format.
 
     <root>/blobs/<aa>/<sha256>          read-only once published; shared by every model and revision
     <root>/tmp/<pid>-<token>.part       downloads in flight, owned by one process
-    <root>/locks/<sha256>.lock          only to avoid duplicate downloads; correctness never needs them
+    <root>/locks/<sha256>.lock          large downloads in flight, only to avoid duplicate work; removed after
     <root>/models/<name>/<view>/...     `--layout dir`: hard links to blobs (copies where links fail)
     <root>/hub/models--org--name/...    `--layout hf-cache`: the Hugging Face cache layout
     <root>/markers/<name>/<view>.json   written last and atomically: size, mtime_ns, inode, sha256 per file
+    <root>/warm-index/<key>.json        the warm resolve's answers (the application layer writes them)
+    <root>/sync-state/<name>/<tag>.json what sync last read of a model's state object, by its ETag
 
-A warm resolve reads one marker and stats each file: no byte of any weight is read.
+`catalog gc` cleans every one of them. A warm resolve reads one marker and stats each file: no byte of
+any weight is read. Standard library only (the warm path imports it).
 """
 
 from __future__ import annotations
@@ -21,19 +24,22 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog import naming
 from catalog.errors import UnsafePathError
-from catalog.schema import FileEntry
+from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name
+
+if TYPE_CHECKING:
+    from catalog.schema import FileEntry
 
 log = logging.getLogger(__name__)
 
-MARKER_VERSION = 1
+MARKER_VERSION = 2
 STALE_TEMP_SECONDS = 3600
 
 
@@ -72,6 +78,77 @@ class FileStamp:
     def of(cls, st: os.stat_result, sha256: str) -> FileStamp:
         return cls(st.st_size, st.st_mtime_ns, st.st_ino, sha256)
 
+    def as_list(self) -> list[Any]:
+        return [self.size, self.mtime_ns, self.inode, self.sha256]
+
+    @classmethod
+    def from_list(cls, value: Any) -> FileStamp | None:
+        try:
+            size, mtime_ns, inode, sha256 = value
+            return cls(int(size), int(mtime_ns), int(inode), str(sha256))
+        except (TypeError, ValueError):
+            return None
+
+    def holds_for(self, st: os.stat_result) -> bool:
+        """The file behind `st` is still the one this stamp was taken of."""
+        return (st.st_size, st.st_mtime_ns, st.st_ino) == (self.size, self.mtime_ns, self.inode)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What was verified of one view, and when: written last and atomically, so a reader sees all or nothing.
+
+    `path` is relative to the cache root: a cache copied or mounted elsewhere still names its own files.
+    """
+
+    view: str
+    name: str
+    hf_repo: str
+    revision: str
+    layout: str
+    path: str
+    files: Mapping[str, FileStamp]
+    verified_at: float = 0.0
+    version: int = MARKER_VERSION
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "version": self.version, "view": self.view, "name": self.name, "hf_repo": self.hf_repo,
+            "revision": self.revision, "layout": self.layout, "path": self.path, "verified_at": self.verified_at,
+            "files": {p: stamp.as_list() for p, stamp in self.files.items()},
+        }, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Marker | None:
+        """The marker in `raw`, or None for anything unreadable, of another version or malformed."""
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("version") != MARKER_VERSION:
+                return None
+            files = {str(p): FileStamp.from_list(v) for p, v in dict(data["files"]).items()}
+            if any(v is None for v in files.values()):
+                return None
+            return cls(str(data["view"]), str(data["name"]), str(data["hf_repo"]), str(data["revision"]),
+                       str(data["layout"]), str(data["path"]), {p: v for p, v in files.items() if v is not None},
+                       float(data.get("verified_at", 0.0)))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    @classmethod
+    def read(cls, path: Path) -> Marker | None:
+        try:
+            return cls.from_json(path.read_bytes())
+        except OSError:
+            return None
+
+    def holds(self, root: Path) -> bool:
+        """Every file of the view (under cache root `root`) is unchanged since it was verified."""
+        base = root / self.path
+        try:
+            return all(stamp.holds_for(os.stat(base / rel)) for rel, stamp in self.files.items())
+        except OSError:
+            return False
+
 
 class ViewState(Enum):
     FRESH = "fresh"  # marker present, every file unchanged since it was verified
@@ -79,17 +156,22 @@ class ViewState(Enum):
     MISSING = "missing"  # never built (or its marker is unreadable)
 
 
-def judge_view(spec: ViewSpec, marker: dict[str, Any] | None, stamps: dict[str, FileStamp | None]) -> ViewState:
+def judge_view(spec: ViewSpec, marker: Marker | None, stamps: Mapping[str, FileStamp | None]) -> ViewState:
     """Pure: is the view still what was verified? `stamps` are the current stats of the files."""
-    if marker is None or marker.get("version") != MARKER_VERSION or marker.get("view") != spec.view_id:
+    if marker is None or marker.view != spec.view_id:
         return ViewState.MISSING
-    recorded = marker.get("files", {})
+    return ViewState.FRESH if not changed_files(spec, marker, stamps) else ViewState.STALE
+
+
+def changed_files(spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp | None]) -> list[FileEntry]:
+    """Pure: the files of `spec` whose current stamp differs from the recorded one (or is missing)."""
+    changed = []
     for entry in spec.files:
-        then = recorded.get(entry.path)
+        then = marker.files.get(entry.path)
         now = stamps.get(entry.path)
-        if then is None or now is None or then != [now.size, now.mtime_ns, now.inode, entry.sha256]:
-            return ViewState.STALE
-    return ViewState.FRESH
+        if then is None or now is None or then != now or then.sha256 != entry.sha256:
+            changed.append(entry)
+    return changed
 
 
 def safe_join(root: Path, relative: str) -> Path:
@@ -113,6 +195,8 @@ class Cache:
         self.models = self.root / "models"
         self.hub = self.root / "hub"
         self.markers = self.root / "markers"
+        self.warm_index = self.root / "warm-index"
+        self.sync_state = self.root / "sync-state"
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
@@ -153,11 +237,16 @@ class Cache:
 
     @contextlib.contextmanager
     def download_lock(self, sha256: str, timeout: float = 600.0) -> Iterator[bool]:
-        """Hold a per-blob lock if we can get one; yields whether we did. Never required for safety."""
+        """Hold a per-blob lock if we can get one; yields whether we did. Never required for safety.
+
+        The lock file is removed on release: a process still waiting on the old file may then download
+        the same blob again, which costs time but never correctness (the blob is verified either way).
+        """
         from filelock import FileLock, Timeout
 
         self.locks.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.locks / f"{sha256}.lock"), thread_local=False)
+        path = self.locks / f"{sha256}.lock"
+        lock = FileLock(str(path), thread_local=False)
         try:
             lock.acquire(timeout=timeout)
         except (Timeout, OSError):
@@ -166,6 +255,7 @@ class Cache:
         try:
             yield True
         finally:
+            path.unlink(missing_ok=True)
             lock.release()
 
     def clean_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> int:
@@ -196,12 +286,8 @@ class Cache:
             return self.hub / hf_repo_folder(spec.hf_repo) / "snapshots" / spec.revision
         return self.models / spec.name / spec.view_id
 
-    def read_marker(self, spec: ViewSpec) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.marker_path(spec).read_bytes())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+    def read_marker(self, spec: ViewSpec) -> Marker | None:
+        return Marker.read(self.marker_path(spec))
 
     def current_stamps(self, spec: ViewSpec) -> dict[str, FileStamp | None]:
         root = self.view_dir(spec)
@@ -221,19 +307,19 @@ class Cache:
             return ViewState.MISSING
         return judge_view(spec, marker, self.current_stamps(spec))
 
-    def write_marker(self, spec: ViewSpec) -> None:
+    def write_marker(self, spec: ViewSpec) -> Marker:
         """Record what is verified now; written last, atomically, so a reader sees all or nothing."""
         stamps = self.current_stamps(spec)
-        files = {}
+        files: dict[str, FileStamp] = {}
         for entry in spec.files:
             stamp = stamps[entry.path]
             if stamp is None:
                 raise FileNotFoundError(f"{spec.name}/{entry.path} vanished while the view was being built")
-            files[entry.path] = [stamp.size, stamp.mtime_ns, stamp.inode, entry.sha256]
-        data = {"version": MARKER_VERSION, "view": spec.view_id, "name": spec.name, "hf_repo": spec.hf_repo,
-                "revision": spec.revision, "layout": spec.layout.value, "path": str(self.view_dir(spec)),
-                "verified_at": time.time(), "files": files}
-        atomic_write(self.marker_path(spec), json.dumps(data, sort_keys=True).encode())
+            files[entry.path] = stamp
+        marker = Marker(spec.view_id, spec.name, spec.hf_repo, spec.revision, spec.layout.value,
+                        self.view_dir(spec).relative_to(self.root).as_posix(), files, time.time())
+        atomic_write(self.marker_path(spec), marker.to_json())
+        return marker
 
     def build_view(self, spec: ViewSpec) -> Path:
         """Lay the (already verified) blobs out as the view, then write its marker."""
@@ -251,7 +337,7 @@ class Cache:
         final = self.view_dir(spec)
         final.parent.mkdir(parents=True, exist_ok=True)
         self.contained(final.parent)
-        staging = final.parent / f".{spec.view_id}.{os.getpid()}-{secrets.token_hex(4)}"
+        staging = final.parent / staging_name(spec.view_id)
         staging.mkdir()
         try:
             for entry in spec.files:
@@ -277,13 +363,15 @@ class Cache:
             hf_blob = blobs / entry.sha256
             # Always re-link from the verified blob: an hf blob left from before may have been corrupted
             # in place (it shares the inode) and dropped from blobs/ by `verify --deep` since.
-            staged = blobs / f".{entry.sha256}.{os.getpid()}-{secrets.token_hex(4)}"
+            staged = blobs / staging_name(entry.sha256)
             link_or_copy(self.blob_path(entry.sha256), staged)
             os.replace(staged, hf_blob)
+            # rename() between two links to one inode does nothing and leaves the source name behind.
+            staged.unlink(missing_ok=True)
             link = safe_join(snapshot, entry.path)
             link.parent.mkdir(parents=True, exist_ok=True)
             relative = os.path.relpath(hf_blob, link.parent)
-            staged_link = link.parent / f".{link.name}.{os.getpid()}-{secrets.token_hex(4)}"
+            staged_link = link.parent / staging_name(link.name)
             os.symlink(relative, staged_link)
             os.replace(staged_link, link)
         refs = repo_dir / "refs"
@@ -296,37 +384,16 @@ class Cache:
         if spec.layout is Layout.DIR:
             shutil.rmtree(self.view_dir(spec), ignore_errors=True)
 
-    def markers_all(self) -> Iterator[tuple[Path, dict[str, Any]]]:
+    def markers_all(self) -> Iterator[tuple[Path, Marker | None]]:
+        """Every marker file, with its content (None: unreadable or of another version)."""
         if not self.markers.is_dir():
             return
         for path in sorted(self.markers.glob("*/*.json")):
-            try:
-                data = json.loads(path.read_bytes())
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict):
-                yield path, data
+            yield path, Marker.read(path)
 
 
 def hf_repo_folder(repo: str) -> str:
     return "models--" + repo.replace("/", "--")
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    """Hard link (no extra space, same inode as the blob), falling back to a read-only copy."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-        os.chmod(target, 0o444)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
-    with open(temp, "wb") as f:
-        f.write(data)
-    os.replace(temp, path)
 
 
 def _swap_dir(staging: Path, final: Path) -> None:
@@ -336,7 +403,7 @@ def _swap_dir(staging: Path, final: Path) -> None:
         return
     except OSError:
         pass  # final exists (another process, or an old stale view)
-    trash = final.with_name(f".trash-{final.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    trash = final.with_name(staging_name(f"trash-{final.name}"))
     try:
         os.rename(final, trash)
     except FileNotFoundError:
@@ -346,16 +413,3 @@ def _swap_dir(staging: Path, final: Path) -> None:
     except OSError:
         pass  # someone else put theirs in place first: equally verified
     shutil.rmtree(trash, ignore_errors=True)
-
-
-def pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-

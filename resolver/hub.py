@@ -13,11 +13,12 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from catalog.errors import StoreUnavailableError, UsageError
+from catalog.settings import Settings
 from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream
 
 log = logging.getLogger(__name__)
@@ -30,12 +31,12 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class HubOptions:
     endpoint: str = DEFAULT_ENDPOINT
-    token: str | None = None  # None: huggingface_hub's own lookup (HF_TOKEN, then the stored login)
+    token: str | None = field(default=None, repr=False)  # None: huggingface_hub's own lookup (the stored login)
     attempts: int = 5
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> HubOptions:
-        return cls(endpoint=(env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"), token=env.get("HF_TOKEN") or None)
+    def from_settings(cls, settings: Settings) -> HubOptions:
+        return cls(endpoint=settings.hub_endpoint, token=settings.hub_token)
 
 
 class RetryLater(Exception):
@@ -130,6 +131,9 @@ class HubStore:
 
     def delete(self, key: str) -> None:
         raise UsageError("the Hub is a read-only source here")
+
+    def stream_env(self) -> dict[str, str]:
+        return {}  # never streamed from: a model fetched from the Hub is fully local
 
     def stream_uri(self, prefix: str) -> str:
         raise UsageError("weights cannot be streamed from the Hub; resolve with --materialize-weights")

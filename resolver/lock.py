@@ -21,6 +21,7 @@ from catalog import naming
 from catalog.errors import CatalogError, UsageError
 from catalog.schema import FileEntry, ModelManifest
 from resolver import hashing
+from resolver.fsutil import atomic_write
 from resolver.hub import HubOptions, HubStore, list_repo_files
 
 # Rules whose findings depend on the pinned files: a manifest with only these problems can be locked.
@@ -158,6 +159,4 @@ def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Pat
 
 def atomic_text_write(path: Path, text: str) -> None:
     """Never a half-written manifest: write beside it, then rename over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text.encode("utf-8"))

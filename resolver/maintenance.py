@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -12,7 +12,8 @@ from pathlib import Path
 
 from catalog.lookup import Catalog
 from resolver import hashing
-from resolver.cache import Cache, Layout, ViewSpec, ViewState, pid_alive
+from resolver.cache import Cache, Layout, Marker, ViewSpec, ViewState
+from resolver.fsutil import pid_alive, staging_owner
 
 
 @dataclass
@@ -22,19 +23,20 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
 
 
-def _spec_from_marker(marker: dict[str, object], cat: Catalog) -> ViewSpec | None:
-    name = str(marker.get("name"))
-    if name not in cat:
+def _spec_from_marker(marker: Marker | None, cat: Catalog) -> ViewSpec | None:
+    """The view a marker describes, if it still matches the catalog (None: obsolete or unreadable)."""
+    if marker is None or marker.name not in cat:
         return None
-    manifest = cat.get(name)
-    files = marker.get("files")
-    if not isinstance(files, dict):
-        return None
-    entries = tuple(e for e in manifest.files if e.path in files)
-    if len(entries) != len(files):
+    manifest = cat.get(marker.name)
+    entries = tuple(e for e in manifest.files if e.path in marker.files)
+    if len(entries) != len(marker.files):
         return None  # the manifest changed since: the view is obsolete, gc's business
-    spec = ViewSpec(name, manifest.source.hf_repo, manifest.source.revision, Layout(str(marker.get("layout", "dir"))), entries)
-    return spec if spec.view_id == marker.get("view") else None
+    try:
+        layout = Layout(marker.layout)
+    except ValueError:
+        return None
+    spec = ViewSpec(marker.name, manifest.source.hf_repo, manifest.source.revision, layout, entries)
+    return spec if spec.view_id == marker.view else None
 
 
 def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: bool) -> VerifyReport:
@@ -106,8 +108,9 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -
     for marker_path, marker in cache.markers_all():
         if _spec_from_marker(marker, cat) is None:  # the manifest changed or is gone: the view is obsolete
             remove(marker_path)
-            view = Path(str(marker.get("path", "")))
-            if marker.get("layout") == Layout.DIR.value and view.is_relative_to(cache.models):
+            view = cache.root / marker.path if marker is not None else None
+            if marker is not None and view is not None and marker.layout == Layout.DIR.value \
+                    and view.resolve().is_relative_to(cache.models):
                 remove(view)
     if cache.models.is_dir():
         for model_dir in cache.models.iterdir():
@@ -129,20 +132,17 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -
                 remove(link)
     for leftover in _dead_staging(cache):
         remove(leftover)
+    for lock in _idle_locks(cache):
+        remove(lock)
+    for entry in _stale_warm_entries(cache, now):
+        remove(entry)
+    for state in _stale_sync_states(cache, cat):
+        remove(state)
     if not dry_run:
         removed_temps = cache.clean_stale_temps()
         if removed_temps:
             result.removed.append(cache.tmp / f"({removed_temps} stale temp files)")
     return result
-
-
-_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")
-
-
-def staging_owner(name: str) -> int | None:
-    """The pid in a staging name (`.<name>.<pid>-<token>`: every temporary name the cache writes)."""
-    match = _STAGING.match(name)
-    return int(match.group(1)) if match else None
 
 
 def _older_than(path: Path, now: float, seconds: float) -> bool:
@@ -165,3 +165,51 @@ def _dead_staging(cache: Cache) -> list[Path]:
                     found.append(Path(dirpath) / name)
             dirnames[:] = [d for d in dirnames if staging_owner(d) is None]
     return found
+
+
+def _idle_locks(cache: Cache) -> list[Path]:
+    """Lock files nobody holds (a killed downloader's): taking one without waiting proves it is idle."""
+    from filelock import FileLock, Timeout
+
+    found: list[Path] = []
+    for path in sorted(cache.locks.glob("*.lock")) if cache.locks.is_dir() else ():
+        lock = FileLock(str(path), thread_local=False)
+        try:
+            lock.acquire(timeout=0)
+        except (Timeout, OSError):
+            continue  # held by a live download
+        lock.release()
+        found.append(path)
+    return found
+
+
+WARM_INDEX_MAX_AGE = 7 * 24 * 3600  # an entry unused for a week is rebuilt by the next full resolve
+WARM_INDEX_MAX_ENTRIES = 1000
+
+
+def _stale_warm_entries(cache: Cache, now: float) -> list[Path]:
+    """Warm-index entries whose views are gone, that are older than a week, or beyond the newest 1,000."""
+    if not cache.warm_index.is_dir():
+        return []
+    entries: list[tuple[float, Path]] = []
+    stale: list[Path] = []
+    for path in cache.warm_index.glob("*.json"):
+        try:
+            mtime = path.stat().st_mtime
+            markers = json.loads(path.read_bytes()).get("markers", [])
+        except (OSError, ValueError, AttributeError):
+            stale.append(path)
+            continue
+        if now - mtime > WARM_INDEX_MAX_AGE or not all(Path(m).is_file() for m in markers):
+            stale.append(path)
+        else:
+            entries.append((mtime, path))
+    entries.sort(reverse=True)
+    return stale + [path for _, path in entries[WARM_INDEX_MAX_ENTRIES:]]
+
+
+def _stale_sync_states(cache: Cache, cat: Catalog) -> list[Path]:
+    """Recorded sync states of models no longer in the catalog (each model keeps only its newest one)."""
+    if not cache.sync_state.is_dir():
+        return []
+    return sorted(p for p in cache.sync_state.iterdir() if p.name not in cat)

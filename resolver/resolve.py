@@ -8,22 +8,22 @@ stops after the stat and never imports boto3.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
-from catalog import naming
+from catalog import formats, naming
 from catalog.errors import CacheWriteError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
+from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
-from catalog.schema import FileEntry, LoadFormat, ModelManifest
+from catalog.schema import FileEntry, ModelManifest
+from catalog.settings import Settings
 from resolver import hashing
-from resolver.cache import Cache, Layout, ViewSpec, ViewState
+from resolver.cache import Cache, Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
-from resolver.stores import S3Store, Store, open_store
+from resolver.resolution import Resolution, engine_args, engine_env
+from resolver.stores import Store, open_store
 from resolver.transfer import Progress, TransferConfig, Wanted, fetch
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,13 @@ class ResolveOptions:
     source: Source = Source.STORE
     transfer: TransferConfig = field(default_factory=TransferConfig)
     hub: HubOptions = field(default_factory=HubOptions)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: object) -> ResolveOptions:
+        """The options a command's settings imply; `overrides` are the command's own (layout, ...)."""
+        options = cls(offline=settings.offline, source=Source(settings.source),
+                      transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings))
+        return dataclasses.replace(options, **overrides)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -66,87 +73,14 @@ def plan_files(manifest: ModelManifest, materialize_weights: bool) -> FilePlan:
     )
 
 
-@dataclass(frozen=True)
-class Resolution:
-    """What CI needs to load one model. `model` is what the engine's --model gets."""
-
-    name: str
-    hf_repo: str
-    revision: str
-    load_format: LoadFormat
-    model: str
-    path: Path  # the local folder holding every local file (config, tokenizer, weights unless streamed)
-    tokenizer: str | None
-    files: tuple[str, ...]
-    streamed: tuple[str, ...]
-    bytes: int
-    source: str  # "cache" when nothing was fetched, else the store URL
-    layout: Layout
-    hub_cache: Path | None  # HF_HUB_CACHE for the hf-cache layout
-    loader: Mapping[str, Any]
-    stream_env: Mapping[str, str]  # endpoint settings the streamer needs (never credentials)
-    markers: tuple[Path, ...] = ()  # the verified-view markers this answer rests on
-
-    @property
-    def streams(self) -> bool:
-        return bool(self.streamed)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "hf_repo": self.hf_repo, "revision": self.revision,
-            "load_format": self.load_format.value, "model": self.model, "path": str(self.path),
-            "tokenizer": self.tokenizer, "files": list(self.files), "streamed": list(self.streamed),
-            "bytes": self.bytes, "source": self.source, "layout": self.layout.value,
-            "hub_cache": str(self.hub_cache) if self.hub_cache else None,
-            "engine_args": engine_args(self), "env": engine_env(self),
-        }
-
-
-def engine_args(r: Resolution) -> list[str]:
-    """The engine's command-line arguments (vLLM spelling)."""
-    if r.layout is Layout.HF_CACHE and not r.streams:
-        args = ["--model", r.hf_repo, "--revision", r.revision]
-    else:
-        args = ["--model", r.model]
-    args += ["--load-format", r.load_format.value]
-    if r.tokenizer is not None:
-        args += ["--tokenizer", r.tokenizer]
-    if r.loader:
-        args += ["--model-loader-extra-config", json.dumps(dict(r.loader), sort_keys=True, separators=(",", ":"))]
-    return args
-
-
-def engine_env(r: Resolution) -> dict[str, str]:
-    """Environment the engine needs: offline HF cache for that layout, endpoint settings when streaming."""
-    env: dict[str, str] = {}
-    if r.layout is Layout.HF_CACHE and r.hub_cache is not None:
-        env |= {"HF_HUB_CACHE": str(r.hub_cache), "HF_HUB_OFFLINE": "1"}
-    if r.streams:
-        env |= dict(r.stream_env)
-    return env
-
-
 def store_key(cat: Catalog, manifest: ModelManifest, path: str = "") -> str:
     """The key of `path` relative to the store root (the manifest's prefix minus catalog.yaml's store)."""
     return manifest.s3_prefix[len(cat.settings.store):] + path
 
 
-def open_catalog_store(cat: Catalog, override: str | None, env: Mapping[str, str]) -> Store:
+def open_catalog_store(cat: Catalog, settings: Settings) -> Store:
     """The store: --store/CATALOG_STORE if given, else catalog.yaml's. Creating it does no I/O."""
-    return open_store(override or cat.settings.store, env)
-
-
-def _stream_env(store: Store) -> dict[str, str]:
-    if isinstance(store, S3Store):
-        env = {}
-        if store.options.endpoint_url:
-            env["AWS_ENDPOINT_URL"] = store.options.endpoint_url
-        if store.options.addressing_style == "path":
-            env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "0"
-        if store.options.unsigned:
-            env["RUNAI_STREAMER_S3_UNSIGNED"] = "1"  # a public bucket: the streamer must not sign either
-        return env
-    return {}
+    return open_store(settings.store or cat.settings.store, settings)
 
 
 def resolve(
@@ -184,7 +118,9 @@ def resolve(
         files=tuple(e.path for e in plan.local), streamed=tuple(e.path for e in plan.streamed),
         bytes=sum(e.size for e in plan.local), source=source, layout=options.layout,
         hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
-        stream_env=_stream_env(store) if plan.streamed else {},
+        stream_env=store.stream_env() if plan.streamed else {},
+        tensor_parallel=formats.tensor_parallel_ranks(manifest.load_format.spec, [f.path for f in manifest.files]),
+        primary=manifest.primary,
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
     )
 
@@ -277,13 +213,9 @@ def _tokenizer(
 def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
     """Re-hash the blobs behind the changed files of a stale view (view files are hard links to blobs);
     a blob that no longer matches is removed and refetched. Unchanged files are not re-read."""
-    marker = cache.read_marker(spec) or {}
-    recorded = marker.get("files", {})
-    stamps = cache.current_stamps(spec)
-    for entry in spec.files:
-        stamp = stamps.get(entry.path)
-        if stamp is not None and recorded.get(entry.path) == [stamp.size, stamp.mtime_ns, stamp.inode, entry.sha256]:
-            continue
+    marker = cache.read_marker(spec)
+    changed = list(spec.files) if marker is None else changed_files(spec, marker, cache.current_stamps(spec))
+    for entry in changed:
         blob = cache.blob_path(entry.sha256)
         if not blob.exists():
             continue

@@ -26,7 +26,8 @@ from typing import Any
 from catalog.errors import CatalogError, IntegrityError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
-from resolver.cache import Cache, atomic_write
+from resolver.cache import Cache
+from resolver.fsutil import atomic_write
 from resolver.hub import HubOptions, HubStore
 from resolver.resolve import store_key
 from resolver.stores import LocalStore, ObjectInfo, Store
@@ -202,24 +203,24 @@ def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], c
         obj = present.get(key)
         if obj is None:
             continue
-        local = _cached_state(cache, store, key, obj.etag)
+        local = _cached_state(cache, store, m.name, obj.etag)
         data = local.read_bytes() if local is not None and local.is_file() else _read_small(store, key)
         try:
             parsed = json.loads(data)
         except ValueError:
             parsed = {}
         if local is not None and not local.is_file():
-            atomic_write(local, data)
+            _remember_state(local, data)
         states[m.name] = parsed.get("files", {}) if isinstance(parsed, dict) else {}
     return states
 
 
-def _cached_state(cache: Cache | None, store: Store, key: str, etag: str | None) -> Path | None:
-    """Where a state object with this ETag is kept locally (ETags change whenever the object does)."""
+def _cached_state(cache: Cache | None, store: Store, name: str, etag: str | None) -> Path | None:
+    """Where a model's state object with this ETag is kept locally (ETags change whenever the object does)."""
     if cache is None or not etag:
         return None
-    tag = hashlib.sha256(f"{store.url}\0{key}\0{etag}".encode()).hexdigest()[:32]
-    return cache.root / "sync-state" / f"{tag}.json"
+    tag = hashlib.sha256(f"{store.url}\0{name}\0{etag}".encode()).hexdigest()[:32]
+    return cache.sync_state / name / f"{tag}.json"
 
 
 def _read_small(store: Store, key: str) -> bytes:
@@ -393,29 +394,14 @@ def _write_state(store: Store, name: str, files: Mapping[str, Mapping[str, Any]]
         info = store.put(key, path, {"kind": "model-catalog-sync-state"})
     finally:
         path.unlink(missing_ok=True)
-    local = _cached_state(cache, store, key, info.etag)
-    if local is not None:
-        atomic_write(local, data)
+    _remember_state(_cached_state(cache, store, name, info.etag), data)
 
 
-def render_text(plan_: SyncPlan) -> str:
-    """Like a terraform plan: counts and bytes per action, then each change."""
-    from catalog.clikit import human_bytes
-
-    lines = []
-    for item in plan_.items:
-        if item.action is Action.OK:
-            continue
-        where = f"{item.model}/{item.path}" if item.model else item.key
-        mark = {"upload": "+", "replace": "!", "verify": "?", "extra": "-" if plan_.prune else "~", "orphan": "-" if plan_.delete_orphans else "~"}[item.action.value]
-        lines.append(f"  {mark} {item.action.value:<8} {where}  ({human_bytes(item.size)}){'  ' + item.reason if item.reason else ''}")
-    summary = ", ".join(
-        f"{len(plan_.by_action(a))} {a.value} ({human_bytes(sum(i.size for i in plan_.by_action(a)))})" for a in Action if plan_.by_action(a)
-    )
-    lines.append(f"Plan for {plan_.store}: {summary or 'no files'}")
-    if not plan_.drift:
-        lines.append("No changes: the store matches the manifests.")
-    kept = [i for i in plan_.items if i.action in (Action.EXTRA, Action.ORPHAN) and i not in plan_.deletions]
-    if kept:
-        lines.append(f"  {len(kept)} extra/orphan object(s) kept: pass --prune (and --delete-orphans for orphans) to delete them")
-    return "\n".join(lines)
+def _remember_state(local: Path | None, data: bytes) -> None:
+    """Keep the state just read or written, and only it: older ETags of the model can never match again."""
+    if local is None:
+        return
+    atomic_write(local, data)
+    for other in local.parent.glob("*.json"):
+        if other != local:
+            other.unlink(missing_ok=True)

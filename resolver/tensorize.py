@@ -14,6 +14,7 @@ from pathlib import Path
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from resolver.cache import Cache
+from resolver.fsutil import staging_name
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import Store
 
@@ -35,7 +36,7 @@ def tensorize(cat: Catalog, name: str, out: Path, *, cache: Cache, store: Store,
         state.update(load_file(str(result.path / shard)))
     out.mkdir(parents=True, exist_ok=True)
     target = out / TENSORS_FILE
-    temp = out / f".{TENSORS_FILE}.{os.getpid()}.tmp"
+    temp = out / staging_name(TENSORS_FILE)
     serializer = TensorSerializer(str(temp))
     serializer.write_state_dict({key: state[key] for key in sorted(state)})
     serializer.close()

@@ -19,17 +19,26 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 from pathlib import Path
 
 from catalog.errors import CacheWriteError, CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError
 from catalog.schema import FileEntry
+from catalog.settings import Settings
 from resolver.cache import Cache
 from resolver.stores import ObjectNotFound, ObjectStream, Store
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-Progress = Callable[[str, int], None]  # (model/path, bytes just received)
+class Progress(Protocol):
+    """Where transfers report; the application layer draws it (a bar on a terminal, lines in CI logs)."""
+
+    def __call__(self, label: str, count: int) -> None:
+        """`count` more bytes of `label` (model/path) arrived."""
+
+    def file_done(self, label: str, size: int) -> None:
+        """`label` is verified and in the cache."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,11 @@ class TransferConfig:
     attempts: int = 5  # per part, on transient errors
     backoff: float = 0.25  # seconds, doubled each attempt, with jitter
     read_size: int = 4 * MiB  # per read call; larger reads cost fewer Python-level calls per GiB
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TransferConfig:
+        default = cls()
+        return cls(part_size=settings.part_size or default.part_size, concurrency=settings.concurrency or default.concurrency)
 
 
 @dataclass(frozen=True)
@@ -170,6 +184,8 @@ def _fetch_one(
             if first_error is not None:
                 raise first_error
             _verify_and_publish(job, cache)
+            if progress is not None:
+                progress.file_done(item.label, item.entry.size)
         finally:
             job.discard()
 

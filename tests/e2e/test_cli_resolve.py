@@ -54,6 +54,14 @@ def test_resolve_all_as_a_redirect_file(env: dict[str, str], bundled: Catalog) -
     assert done.returncode == 0, done.stderr
     mapping = json.loads(done.stdout)
     assert set(mapping) == {"model-catalog/tiny-llama", "model-catalog/tiny-qwen2"}
+    # Three manifests pin model-catalog/tiny-llama: the primary one answers for it, whatever the order.
+    llama = catalog(env, "resolve", "tiny-llama").stdout.strip()
+    assert mapping["model-catalog/tiny-llama"] == llama
+    reordered = json.loads(catalog(env, "resolve", *reversed(TINY), "--format", "redirect").stdout)
+    assert reordered == mapping
+    # Without a primary among them, the ambiguity is refused instead of decided by the last writer.
+    twins = catalog(env, "resolve", "tiny-llama-sharded", "tiny-llama-tensorizer", "--format", "redirect")
+    assert twins.returncode == 2 and "primary: true" in twins.stderr and not twins.stdout
     offline = catalog(env, "resolve", "--all", "--offline")
     assert offline.returncode == 1 and offline.stderr.startswith("error: --offline: ")
     assert "all-minilm-l6-v2" in offline.stderr

@@ -1,5 +1,5 @@
-"""The warm resolve answered by `catalog.fast` before click, pydantic or boto3 load; any changed input
-sends the call to the full CLI."""
+"""The warm resolve (catalog_app.warm) answers before click, pydantic or boto3 load, with exactly what the full
+CLI prints now; any changed input sends the call to the full CLI."""
 
 from __future__ import annotations
 
@@ -24,29 +24,73 @@ PROBE = (
     "heavy = [m for m in ('pydantic', 'click', 'yaml', 'boto3', 'botocore', 'huggingface_hub') if m in sys.modules]\n"
     "print(json.dumps({'code': code, 'heavy': heavy}), file=sys.stderr)\n"
 )
+FULL = "import sys\nfrom catalog_app.main import run\nsys.exit(run(sys.argv[1:]))\n"  # never the warm path
+FORMATS = ("path", "json", "env", "vllm-args", "redirect")
+LAYOUTS = ("dir", "hf-cache")
+MODELS = ("tiny-llama", "tiny-qwen2", "tiny-llama-tensorizer", "tiny-llama-sharded")
 
 
 @pytest.fixture
 def setup(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> tuple[dict[str, str], Path]:
-    upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], open_store(str(tmp_path / "store")))
+    for name in MODELS:
+        upload_from_dir(bundled, name, sources[name], open_store(str(tmp_path / "store")))
     catalog_dir = tmp_path / "manifests"
     shutil.copytree(ROOT / "manifests", catalog_dir)
     env = {**os.environ, "CATALOG_DIR": str(catalog_dir), "CATALOG_STORE": str(tmp_path / "store"), "CATALOG_CACHE": str(tmp_path / "cache")}
     return env, catalog_dir
 
 
-def probe(env: dict[str, str], *args: str) -> tuple[str, dict[str, object]]:
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env)
+def probe(env: dict[str, str], *args: str, cwd: Path | None = None) -> tuple[str, dict[str, object]]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd)
     return done.stdout, json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def full(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "-c", FULL, *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def warm_entries(env: dict[str, str]) -> list[Path]:
+    return sorted((Path(env["CATALOG_CACHE"]) / "warm-index").glob("*.json"))
 
 
 def test_second_resolve_is_answered_without_heavy_imports(setup: tuple[dict[str, str], Path]) -> None:
     env, _ = setup
     cold_out, cold = probe(env, "resolve", "tiny-llama", "--format", "json")
     assert cold["code"] == 0 and "pydantic" in cold["heavy"]  # the first call takes the full path
+    assert len(warm_entries(env)) == 1  # ... and records one entry
     warm_out, warm = probe(env, "resolve", "tiny-llama", "--format", "json")
     assert warm == {"code": 0, "heavy": []}
-    assert warm_out == cold_out
+    # Not a replay of the cold run: the bytes now come from the cache, as the full CLI would say.
+    assert json.loads(cold_out)["source"] != "cache" and json.loads(warm_out)["source"] == "cache"
+    assert warm_out == full(env, "resolve", "tiny-llama", "--format", "json")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_warm_answers_equal_the_full_cli_for_every_format(setup: tuple[dict[str, str], Path], layout: str) -> None:
+    env, _ = setup
+    for name in MODELS:
+        probe(env, "resolve", name, "--layout", layout)  # prime (one entry per request, whatever the format)
+        for fmt in FORMATS:
+            warm_out, warm = probe(env, "resolve", name, "--layout", layout, "--format", fmt)
+            assert warm == {"code": 0, "heavy": []}, (name, fmt)
+            assert warm_out == full(env, "resolve", name, "--layout", layout, "--format", fmt), (name, layout, fmt)
+
+
+def test_equivalent_spellings_share_one_entry(setup: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+    env, _ = setup
+    cache = env["CATALOG_CACHE"]
+    without = {k: v for k, v in env.items() if k != "CATALOG_CACHE"}
+    probe(env, "resolve", "tiny-llama")
+    assert len(warm_entries(env)) == 1
+    for args in (["--cache", cache], [f"--cache={cache}"], ["--format=path", "--cache", cache]):
+        _, result = probe(without, "resolve", "tiny-llama", *args)
+        assert result == {"code": 0, "heavy": []}, args
+    # The working directory does not matter when the catalog is named...
+    _, elsewhere = probe(env, "resolve", "tiny-llama", cwd=tmp_path)
+    assert elsewhere["heavy"] == []
+    assert len(warm_entries(env)) == 1
 
 
 def test_a_changed_manifest_or_view_file_goes_to_the_full_cli(setup: tuple[dict[str, str], Path]) -> None:
@@ -66,8 +110,29 @@ def test_a_changed_manifest_or_view_file_goes_to_the_full_cli(setup: tuple[dict[
     assert json.loads((Path(repaired_out.strip()) / "config.json").read_text())["model_type"] == "llama"
 
 
+def test_a_retargeted_catalog_symlink_or_a_changed_setting_misses(setup: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+    env, catalog_dir = setup
+    link = tmp_path / "current"
+    link.symlink_to(catalog_dir)
+    linked = {**env, "CATALOG_DIR": str(link)}
+    probe(linked, "resolve", "tiny-llama")
+    _, hit = probe(linked, "resolve", "tiny-llama")
+    assert hit["heavy"] == []
+    release = tmp_path / "release-2"
+    shutil.copytree(catalog_dir, release)
+    link.unlink()
+    link.symlink_to(release)  # the next catalog release, same path
+    _, retargeted = probe(linked, "resolve", "tiny-llama")
+    assert "pydantic" in retargeted["heavy"]
+    for variable, value in (("CATALOG_MODE", "dev"), ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("CATALOG_PART_SIZE", "8MiB")):
+        _, changed = probe({**env, variable: value}, "resolve", "tiny-llama")
+        assert "pydantic" in changed["heavy"], variable
+
+
 def test_flags_it_does_not_know_go_to_the_full_cli(setup: tuple[dict[str, str], Path]) -> None:
     env, _ = setup
     probe(env, "resolve", "tiny-llama")
-    _, verbose = probe(env, "-v", "resolve", "tiny-llama")
-    assert "click" in verbose["heavy"]
+    for args in (["-v", "resolve", "tiny-llama"], ["resolve", "tiny-llama", "--bogus"], ["resolve", "--all"],
+                 ["resolve", "tiny-llama", "--format", "yaml"]):
+        _, result = probe(env, *args)
+        assert "click" in result["heavy"], args

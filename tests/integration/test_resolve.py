@@ -108,8 +108,8 @@ def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalo
         "import sys, json\n"
         "opened = []\n"
         "sys.addaudithook(lambda e, a: opened.append(str(a[0])) if e == 'open' and isinstance(a[0], (str, bytes)) else None)\n"
-        "from catalog.cli import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+        "from catalog_app.main import run\n"
+        "code = run(sys.argv[1:])\n"
         "print(json.dumps({'code': code, 'opened': opened, 'boto3': 'boto3' in sys.modules, 'botocore': 'botocore' in sys.modules}), file=sys.stderr)\n"
     )
     warm = subprocess.run([sys.executable, "-c", code, "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2"],

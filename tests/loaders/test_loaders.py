@@ -1,4 +1,4 @@
-"""Every load format end to end: runai-model-streamer and tensorizer read the weights from moto's S3 server
+"""Every load format end to end: runai-model-streamer and tensorizer read the weights from SeaweedFS over S3
 (and from a folder store), safetensors and transformers from the verified cache. Real libraries, real
 server, real bytes: nothing here is mocked."""
 
@@ -24,7 +24,7 @@ from resolver.loaders import LoadError, check_load, load_weights
 from resolver.resolve import ResolveOptions, resolve, store_key
 from resolver.stores import S3Options, S3Store, make_s3_client, open_store
 from resolver.upload import upload_from_dir
-from servers import MotoServer, free_port
+from servers import SeaweedServer, free_port
 
 torch = pytest.importorskip("torch")
 from safetensors.torch import load_file  # noqa: E402
@@ -56,14 +56,14 @@ def test_runai_streams_every_bundled_streaming_model(bundled: Catalog, sources: 
     fill(bundled, store_url, sources, [name])
     store = open_store(store_url)
     cache = Cache(tmp_path / "cache")
-    loaded = load_weights(bundled, name, store=store, cache=cache, env=os.environ)
+    loaded = load_weights(bundled, name, store=store, cache=cache)
     prefix = store.stream_uri(store_key(bundled, bundled.get(name)))
     assert loaded.uri == prefix and not loaded.problems
     weights = [f.path for f in bundled.get(name).files if f.path.endswith(".safetensors")]
     assert sorted(loaded.files) == sorted(weights)
     for path in weights:  # every file's tensors, equal to the source file's
         assert_same_tensors(loaded.files[path], load_file(str(sources[name] / path)))
-    report = check_load(bundled, name, store=store, cache=cache, env=os.environ)
+    report = check_load(bundled, name, store=store, cache=cache)
     assert report.ok, report.problems
     assert report.tensors == loaded.count and report.bytes == loaded.bytes > 0
     assert report.seconds > 0 and report.throughput_mib_s > 0
@@ -71,17 +71,17 @@ def test_runai_streams_every_bundled_streaming_model(bundled: Catalog, sources: 
     assert not any(p.name.endswith(".safetensors") for p in resolve(bundled, name, cache=cache, store=store).path.iterdir())
 
 
-def test_tensorizer_from_s3_equals_tiny_llama(bundled: Catalog, sources: dict[str, Path], moto: MotoServer, tmp_path: Path) -> None:
+def test_tensorizer_from_s3_equals_tiny_llama(bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path) -> None:
     from servers import new_bucket
 
-    store_url = f"s3://{new_bucket(moto.url)}/"
+    store_url = f"s3://{new_bucket(s3_server.url)}/"
     fill(bundled, store_url, sources, ["tiny-llama-tensorizer", "tiny-llama"])
     store = open_store(store_url)
     cache = Cache(tmp_path / "cache")
-    loaded = load_weights(bundled, "tiny-llama-tensorizer", store=store, cache=cache, env=os.environ)
+    loaded = load_weights(bundled, "tiny-llama-tensorizer", store=store, cache=cache)
     assert loaded.uri.startswith(store_url) and loaded.uri.endswith("/model.tensors")
     assert_same_tensors(loaded.merged(), load_file(str(sources["tiny-llama"] / "model.safetensors")))
-    report = check_load(bundled, "tiny-llama-tensorizer", store=store, cache=cache, env=os.environ)
+    report = check_load(bundled, "tiny-llama-tensorizer", store=store, cache=cache)
     assert report.ok, report.problems
     assert report.compared_with == "tiny-llama" and report.tensors == 21
 
@@ -111,26 +111,26 @@ def test_tensorizer_weights_that_differ_from_the_safetensors_twin_are_reported(
     store_url = str(tmp_path / "store")
     fill(cat, store_url, {"tiny-llama": sources["tiny-llama"], "tiny-llama-tensorizer": folder},
          ["tiny-llama", "tiny-llama-tensorizer"])
-    report = check_load(cat, "tiny-llama-tensorizer", store=open_store(store_url), cache=Cache(tmp_path / "cache"), env=os.environ)
+    report = check_load(cat, "tiny-llama-tensorizer", store=open_store(store_url), cache=Cache(tmp_path / "cache"))
     assert report.compared_with == "tiny-llama"
     assert report.problems == ["tiny-llama-tensorizer: tensor model.norm.weight differs from tiny-llama's"]
 
 
 def test_an_object_changed_under_its_pin_is_caught_while_streaming(
-    bundled: Catalog, sources: dict[str, Path], moto: MotoServer, tmp_path: Path,
+    bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path,
 ) -> None:
     """Streaming bypasses the resolver's download-time hash check, so check-load rebuilds each file from its
     header and the streamed tensors and compares the pin."""
     from servers import new_bucket
 
-    bucket = new_bucket(moto.url)
+    bucket = new_bucket(s3_server.url)
     fill(bundled, f"s3://{bucket}/", sources, ["tiny-qwen2"])
     shard = "model-00002-of-00002.safetensors"
     data = bytearray((sources["tiny-qwen2"] / shard).read_bytes())
     data[-1] ^= 0xFF  # one byte of the last tensor: same size, same header, still a valid file
     key = store_key(bundled, bundled.get("tiny-qwen2"), shard)
-    make_s3_client(S3Options(endpoint_url=moto.url, addressing_style="path")).put_object(Bucket=bucket, Key=key, Body=bytes(data))
-    report = check_load(bundled, "tiny-qwen2", store=open_store(f"s3://{bucket}/"), cache=Cache(tmp_path / "cache"), env=os.environ)
+    make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path")).put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    report = check_load(bundled, "tiny-qwen2", store=open_store(f"s3://{bucket}/"), cache=Cache(tmp_path / "cache"))
     assert len(report.problems) == 1, report.problems
     assert report.problems[0].startswith(f"tiny-qwen2/{shard}: the streamed bytes hash to ")
     assert bundled.get("tiny-qwen2").file(shard).sha256 in report.problems[0]  # type: ignore[union-attr]
@@ -138,14 +138,14 @@ def test_an_object_changed_under_its_pin_is_caught_while_streaming(
 
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama-tensorizer"])
 def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
-    bundled: Catalog, sources: dict[str, Path], moto: MotoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     name: str,
 ) -> None:
     """A warm cache (so resolving needs no request) and a store whose endpoint nothing listens on: the loader's
     own terse failure ("File access error") comes back naming what was read and where."""
     from servers import new_bucket
 
-    bucket = new_bucket(moto.url)
+    bucket = new_bucket(s3_server.url)
     fill(bundled, f"s3://{bucket}/", sources, [name])
     cache = Cache(tmp_path / "cache")
     resolve(bundled, name, cache=cache, store=open_store(f"s3://{bucket}/"), options=ResolveOptions(materialize_weights=True))
@@ -154,7 +154,7 @@ def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
     monkeypatch.setenv("RUNAI_STREAMER_S3_MAX_RETRIES", "1")  # runai's default backs off for ~8 s
     started = time.monotonic()
     with pytest.raises(LoadError) as caught:
-        check_load(bundled, name, store=store, cache=cache, env=os.environ)
+        check_load(bundled, name, store=store, cache=cache)
     message = str(caught.value)
     assert f"s3://{bucket}/{store_key(bundled, bundled.get(name))}" in message
     assert f"(endpoint {dead})" in message and "\n" not in message
@@ -163,10 +163,8 @@ def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The real `catalog` entry point with check-load registered, as it will be once wired in."""
-    code = ("import sys\nfrom catalog.cli import cli, main\nfrom resolver.cli_loaders import register\n"
-            "register(cli)\nmain(sys.argv[1:])\n")
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120)
+    """The real `catalog` entry point."""
+    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_check_load_cli_json(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
@@ -192,7 +190,7 @@ def test_check_load_cli_json(bundled: Catalog, sources: dict[str, Path], tmp_pat
 
 
 def test_importing_the_loaders_and_their_cli_imports_no_heavy_library() -> None:
-    code = ("import sys, resolver.loaders, resolver.cli_loaders\n"
+    code = ("import sys, resolver.loaders, catalog_app.commands.check_load\n"
             "print(sorted(m for m in ('torch', 'safetensors', 'tensorizer', 'runai_model_streamer', 'boto3') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from catalog.errors import UsageError
+from catalog.settings import Settings
 from catalog.lookup import Catalog
-from catalog.pytest_plugin import Machine, detect_machine, match_gpu_class, skip_reason
+from catalog_app.pytest_plugin import Machine, detect_machine, match_gpu_class, skip_reason
 from helpers import manifest_text
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
@@ -59,7 +60,7 @@ from pathlib import Path
 import pytest
 
 import catalog
-from catalog.pytest_plugin import RESOLUTIONS
+from catalog_app.pytest_plugin import RESOLUTIONS
 
 
 @pytest.mark.catalog_model("tiny-llama")
@@ -154,7 +155,7 @@ def test_without_prefetch_the_first_test_fetches(user_env: dict[str, str], tmp_p
 
 
 def test_importing_the_plugin_imports_no_heavy_library() -> None:
-    code = ("import sys, catalog.pytest_plugin\n"
+    code = ("import sys, catalog_app.pytest_plugin\n"
             "print(sorted(m for m in ('boto3', 'botocore', 'torch', 'huggingface_hub', 'resolver') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -179,15 +180,17 @@ def test_device_names_map_to_catalog_classes(bundled: Catalog, device: str, memo
 def test_machine_detection_order(bundled: Catalog) -> None:
     settings = bundled.settings
     h200s = lambda: ("NVIDIA H200", 8, 140.4)  # noqa: E731 - what probe_cuda returns on an 8-GPU H200 node
-    assert detect_machine(settings, {}, h200s) == Machine("h200", 8, 141)
-    assert detect_machine(settings, {}, lambda: ("NVIDIA L40S", 2, 44.39)) == Machine("NVIDIA L40S", 2, 44.4)
-    assert detect_machine(settings, {}, lambda: None) == Machine("cpu", 1, 16)
-    # A declaration wins over what torch sees.
-    assert detect_machine(settings, {"CATALOG_GPU_CLASS": "l4", "CATALOG_GPU_COUNT": "4"}, h200s) == Machine("l4", 4, 24)
+    none = Settings.build({})
+    assert detect_machine(settings, none, h200s) == Machine("h200", 8, 141)
+    assert detect_machine(settings, none, lambda: ("NVIDIA L40S", 2, 44.39)) == Machine("NVIDIA L40S", 2, 44.4)
+    assert detect_machine(settings, none, lambda: None) == Machine("cpu", 1, 16)
+    # A declaration wins over what torch sees; its case does not matter.
+    declared = Settings.build({"CATALOG_GPU_CLASS": "L4", "CATALOG_GPU_COUNT": "4"})
+    assert detect_machine(settings, declared, h200s) == Machine("l4", 4, 24)
     with pytest.raises(UsageError, match="CATALOG_GPU_CLASS='l40s' is not a GPU class"):
-        detect_machine(settings, {"CATALOG_GPU_CLASS": "l40s"})
+        detect_machine(settings, Settings.build({"CATALOG_GPU_CLASS": "l40s"}))
     with pytest.raises(UsageError, match="CATALOG_GPU_COUNT='0'"):
-        detect_machine(settings, {"CATALOG_GPU_CLASS": "l4", "CATALOG_GPU_COUNT": "0"})
+        Settings.build({"CATALOG_GPU_CLASS": "l4", "CATALOG_GPU_COUNT": "0"})
 
 
 def test_skip_reasons(bundled: Catalog) -> None:

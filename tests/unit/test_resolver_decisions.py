@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
-from resolver.cache import MARKER_VERSION, FileStamp, Layout, ViewSpec, ViewState, judge_view
-from resolver.cli import parse_size
-from resolver.resolve import Resolution, engine_args, engine_env, plan_files
+from catalog.settings import parse_size
+from resolver.cache import FileStamp, Layout, Marker, ViewSpec, ViewState, judge_view
+from resolver.resolution import Resolution, engine_args, engine_env
+from resolver.resolve import plan_files
 
 
 def test_plan_keeps_streamed_weights_remote_and_every_other_pinned_file_local(bundled: Catalog) -> None:
@@ -31,11 +33,11 @@ def _spec(bundled: Catalog) -> ViewSpec:
 def test_judge_view(bundled: Catalog) -> None:
     spec = _spec(bundled)
     stamps = {f.path: FileStamp(f.size, 100 + i, 1000 + i, f.sha256) for i, f in enumerate(spec.files)}
-    marker = {"version": MARKER_VERSION, "view": spec.view_id,
-              "files": {p: [s.size, s.mtime_ns, s.inode, s.sha256] for p, s in stamps.items()}}
+    marker = Marker(spec.view_id, spec.name, spec.hf_repo, spec.revision, "dir", "models/x", stamps)
+    assert Marker.from_json(marker.to_json()) == marker  # what is written is what is read
     assert judge_view(spec, marker, stamps) is ViewState.FRESH
     assert judge_view(spec, None, stamps) is ViewState.MISSING
-    assert judge_view(spec, {**marker, "view": "other"}, stamps) is ViewState.MISSING
+    assert judge_view(spec, dataclasses.replace(marker, view="other"), stamps) is ViewState.MISSING
     touched = dict(stamps)
     first = spec.files[0].path
     touched[first] = FileStamp(stamps[first].size, 999, stamps[first].inode, stamps[first].sha256)
@@ -65,11 +67,15 @@ def _resolution(**kw: object) -> Resolution:
 def test_engine_arguments() -> None:
     from catalog import LoadFormat
 
-    assert engine_args(_resolution()) == ["--model", "/cache/models/m/x", "--load-format", "safetensors"]
+    assert engine_args(_resolution()) == ["--model", "/cache/models/m/x", "--served-model-name", "m", "--load-format", "safetensors"]
     streamed = _resolution(load_format=LoadFormat.RUNAI_STREAMER, model="s3://b/m/", tokenizer="/cache/m", streamed=("w.safetensors",),
                            loader={"concurrency": 4}, stream_env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
-    assert engine_args(streamed) == ["--model", "s3://b/m/", "--load-format", "runai_streamer", "--tokenizer", "/cache/m",
-                                     "--model-loader-extra-config", '{"concurrency":4}']
+    # The logical name is the served name: a storage URI never becomes the engine's model id or metric label.
+    assert engine_args(streamed) == ["--model", "s3://b/m/", "--served-model-name", "m", "--load-format", "runai_streamer",
+                                     "--tokenizer", "/cache/m", "--model-loader-extra-config", '{"concurrency":4}']
+    sharded = _resolution(load_format=LoadFormat.RUNAI_STREAMER_SHARDED, model="s3://b/m/", streamed=("r.safetensors",),
+                          tensor_parallel=2)
+    assert engine_args(sharded)[-2:] == ["--tensor-parallel-size", "2"]
     assert engine_env(streamed) == {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
     hf = _resolution(layout=Layout.HF_CACHE, hub_cache=Path("/cache/hub"))
     assert engine_args(hf)[:4] == ["--model", "org/m", "--revision", "a" * 40]  # the plain repo id: no string rewriting

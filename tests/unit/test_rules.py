@@ -177,10 +177,17 @@ def test_an_unlocked_manifest_names_the_lock_command(tmp_path: Path) -> None:
         ("safetensors", ["config.json", "model.safetensors"], True),
         ("safetensors", ["model.safetensors"], False),
         ("runai_streamer", ["config.json", "tokenizer.json"], False),
-        ("runai_streamer_sharded", ["config.json", "model-rank-0-part-0.safetensors"], True),
-        ("runai_streamer_sharded", ["config.json", "model.safetensors"], False),
-        ("tensorizer", ["config.json", "model.tensors"], True),
-        ("tensorizer", ["config.json", "model.safetensors"], False),
+        ("runai_streamer", ["config.json", "tokenizer.json", "model.safetensors"], True),
+        # A streamed model's engine reads the tokenizer locally: it must be pinned.
+        ("runai_streamer", ["config.json", "model.safetensors"], False),
+        ("runai_streamer_sharded", ["config.json", "tokenizer.json", "model-rank-0-part-0.safetensors"], True),
+        ("runai_streamer_sharded", ["config.json", "model-rank-0-part-0.safetensors"], False),
+        ("runai_streamer_sharded", ["config.json", "tokenizer.json", "model.safetensors"], False),
+        ("tensorizer", ["config.json", "tokenizer_config.json", "model.tensors"], True),
+        ("tensorizer", ["config.json", "model.tensors"], False),
+        ("tensorizer", ["config.json", "tokenizer.json", "model.safetensors"], False),
+        ("gguf", ["model-q4.gguf"], True),
+        ("gguf", ["config.json"], False),
     ],
 )
 def test_load_format_requirements(tmp_path: Path, fmt: str, paths: list[str], ok: bool) -> None:
@@ -267,3 +274,20 @@ def test_loading_only_named_models_reads_just_them_and_their_tokenizer(tmp_path:
     with pytest.raises(catalog.UnknownModelError) as unknown:
         catalog.load(folder, only=["tokk"]).get("tokk")
     assert unknown.value.suggestions == ["tok"]
+
+
+def test_rank_files_must_match_the_gpu_count(tmp_path: Path) -> None:
+    ranks = ["config.json", "tokenizer.json", "model-rank-0-part-0.safetensors", "model-rank-1-part-0.safetensors"]
+    files = "".join(f"  - path: {p}\n    size: 10\n    sha256: {SHA}\n" for p in ranks)
+    text = manifest_text(fmt="runai_streamer_sharded", files=files)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    assert lines(problems_of(tmp_path / "one", {"tiny.yaml": text})) == ["manifests/tiny.yaml:7: tensor-parallel"]
+    two = text.replace("gpu: {class: cpu}", "gpu: {class: cpu, count: 2}")
+    assert lines(problems_of(tmp_path / "two", {"tiny.yaml": two})) == []
+
+
+def test_one_primary_manifest_per_repo(tmp_path: Path) -> None:
+    a = manifest_text("a", extra="primary: true\n").replace("hf_repo: org/a", "hf_repo: org/shared")
+    b = manifest_text("b", extra="primary: true\n").replace("hf_repo: org/b", "hf_repo: org/shared")
+    assert lines(problems_of(tmp_path, {"a.yaml": a, "b.yaml": b})) == ["manifests/b.yaml:8: primary"]

@@ -1,233 +1,20 @@
-"""Stores: where pinned objects live. One small interface, two implementations.
-
-- `LocalStore`: a folder acting as the bucket (the embedded default; no server, no credentials).
-- `S3Store`: any S3-compatible endpoint through boto3 (imported only when an S3 store is used).
-
-Keys are relative to the store's root and always checked with `naming.check_relative_path`, so a
-listing cannot make us read or write outside it.
-"""
+"""Any S3-compatible endpoint through boto3 (imported only when an S3 store is actually used)."""
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from catalog import naming
-from catalog.errors import StoreUnavailableError, UnsafePathError, UsageError
+from catalog.errors import StoreUnavailableError, UsageError
+from catalog.settings import S3Options
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    key: str  # relative to the store root
-    size: int
-    etag: str | None = None
-    metadata: Mapping[str, str] = field(default_factory=dict)
-
-
-class ObjectStream(Protocol):
-    """An open GET: `total` is the whole object's size (not the range's)."""
-
-    total: int
-
-    def readinto(self, buffer: memoryview) -> int: ...
-
-    def close(self) -> None: ...
-
-
-class Store(Protocol):
-    url: str  # what messages show; never carries credentials
-    requests: Counter[str]  # requests made, by operation (botocore's names for S3)
-
-    def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
-
-    def head(self, key: str) -> ObjectInfo | None: ...
-
-    def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream: ...
-
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
-        """Store `source` under `key` so that it appears whole or not at all; `sha256` (hex) lets the
-        server check the bytes where it can."""
-        ...
-
-    def delete(self, key: str) -> None: ...
-
-    def stream_uri(self, prefix: str) -> str: ...
-
-
-class ObjectNotFound(LookupError):
-    """Internal: the key is not in the store (the caller names the model and file)."""
-
-
-def check_key(key: str) -> str:
-    if (message := naming.check_relative_path(key)) is not None:
-        raise UnsafePathError(f"refusing store key {key!r}: {message}")
-    return key
-
-
-class _FileStream:
-    def __init__(self, path: Path, start: int, end: int | None) -> None:
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
-        self.total = os.fstat(self._file.fileno()).st_size
-        self._file.seek(start)
-        self._left = (self.total if end is None else min(end, self.total)) - start
-
-    def readinto(self, buffer: memoryview) -> int:
-        if self._left <= 0:
-            return 0
-        count = self._file.readinto(buffer[: self._left])
-        self._left -= count
-        return count
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class LocalStore:
-    """A folder as the bucket. Writes go to a temp file beside the target, renamed into place."""
-
-    META_DIR = ".catalog-meta"  # sidecar metadata, the local stand-in for x-amz-meta-*
-
-    def __init__(self, root: Path) -> None:
-        self.root = root.resolve()
-        self.url = self.root.as_uri() + "/"
-        self.requests: Counter[str] = Counter()
-
-    def _path(self, key: str) -> Path:
-        path = self.root / check_key(key)
-        if self.META_DIR in Path(key).parts:
-            raise UnsafePathError(f"refusing store key {key!r}: reserved folder {self.META_DIR}")
-        return path
-
-    @staticmethod
-    def _etag(st: os.stat_result) -> str:
-        """Changes whenever the file is rewritten: the local stand-in for an S3 ETag."""
-        return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
-
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        self.requests["ListObjectsV2"] += 1
-        base = self.root / prefix if prefix else self.root
-        if prefix and not prefix.endswith("/"):
-            base = base.parent  # a key prefix, not a folder: filter below
-        if not base.is_dir():
-            return
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if d != self.META_DIR)
-            for filename in sorted(filenames):
-                path = Path(dirpath) / filename
-                if filename.endswith(".part") or path.is_symlink():
-                    continue
-                key = path.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
-                    st = path.stat()
-                    yield ObjectInfo(key, st.st_size, etag=self._etag(st))
-
-    def head(self, key: str) -> ObjectInfo | None:
-        self.requests["HeadObject"] += 1
-        path = self._path(key)
-        if not path.is_file():
-            return None
-        st = path.stat()
-        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=self._metadata(key))
-
-    def _metadata(self, key: str) -> dict[str, str]:
-        import json
-
-        meta = self.root / self.META_DIR / (key + ".json")
-        try:
-            data = json.loads(meta.read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-    def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
-        self.requests["GetObject"] += 1
-        path = self._path(key)
-        try:
-            return _FileStream(path, start, end)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise ObjectNotFound(key) from None
-
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
-        import json
-
-        self.requests["PutObject"] += 1
-        target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-                shutil.copyfileobj(src, out, 8 * 1024 * 1024)
-            if metadata:
-                meta = self.root / self.META_DIR / (key + ".json")
-                meta.parent.mkdir(parents=True, exist_ok=True)
-                meta_tmp = meta.with_name(meta.name + f".{os.getpid()}.part")
-                meta_tmp.write_text(json.dumps(dict(metadata), sort_keys=True))
-                os.replace(meta_tmp, meta)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        st = target.stat()
-        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=dict(metadata or {}))
-
-    def delete(self, key: str) -> None:
-        self.requests["DeleteObject"] += 1
-        self._path(key).unlink(missing_ok=True)
-        (self.root / self.META_DIR / (key + ".json")).unlink(missing_ok=True)
-
-    def stream_uri(self, prefix: str) -> str:
-        return str(self.root / prefix) + "/"
-
-
-@dataclass(frozen=True)
-class S3Options:
-    """How to reach an S3-compatible endpoint. Credentials are never here: boto3's standard chain finds them."""
-
-    endpoint_url: str | None = None  # None: boto3 reads AWS_ENDPOINT_URL / config itself
-    region: str | None = None
-    profile: str | None = None
-    addressing_style: str = "auto"  # "path" for most S3-compatible servers
-    unsigned: bool = False  # public buckets
-    retry_mode: str = "standard"  # or "adaptive"
-    max_attempts: int = 5
-    max_pool_connections: int = 32
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> S3Options:
-        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
-        style = env.get("CATALOG_S3_ADDRESSING") or ("path" if endpoint else "auto")
-        return cls(
-            endpoint_url=endpoint,
-            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-            profile=env.get("AWS_PROFILE") or None,
-            addressing_style=style,
-            unsigned=env.get("CATALOG_S3_UNSIGNED", "") in ("1", "true", "yes"),
-            retry_mode=env.get("AWS_RETRY_MODE") or "standard",
-            max_attempts=_number(env, "AWS_MAX_ATTEMPTS", 5),
-            read_timeout=_number(env, "CATALOG_S3_READ_TIMEOUT", 60),
-        )
-
-    def describe(self) -> str:
-        return self.endpoint_url or "the default AWS endpoint"
-
-
-def _number(env: Mapping[str, str], name: str, default: int) -> int:
-    try:
-        return int(env.get(name) or default)
-    except ValueError:
-        raise UsageError(f"{name}={env[name]!r} is not a whole number") from None
 
 
 def make_s3_client(options: S3Options) -> Any:
@@ -408,6 +195,19 @@ class S3Store:
     def stream_uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{self.base}{prefix}"
 
+    def stream_env(self) -> dict[str, str]:
+        """The endpoint and addressing the resolver used, in the variables runai and tensorizer read."""
+        env: dict[str, str] = {}
+        if self.options.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self.options.endpoint_url
+        if self.options.region:
+            env["AWS_REGION"] = self.options.region
+        if self.options.addressing_style in ("path", "virtual"):
+            env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "1" if self.options.addressing_style == "virtual" else "0"
+        if self.options.unsigned:
+            env["RUNAI_STREAMER_S3_UNSIGNED"] = "1"  # a public bucket: the streamer must not sign either
+        return env
+
 
 def _b64(sha256_hex: str) -> str:
     import base64
@@ -415,18 +215,10 @@ def _b64(sha256_hex: str) -> str:
     return base64.b64encode(bytes.fromhex(sha256_hex)).decode()
 
 
-def open_store(url: str, env: Mapping[str, str] | None = None) -> Store:
-    """A store from a URL: `s3://bucket/[base/]`, `file:///path/`, or a plain folder path."""
-    env = os.environ if env is None else env
-    if url.startswith("s3://"):
-        if (message := naming.check_s3_prefix(url if url.endswith("/") else url + "/", allow_root=True)) is not None:
-            raise UsageError(f"bad store URL: {message}")
-        parsed = naming.parse_s3_url(url if url.endswith("/") else url + "/")
-        return S3Store(parsed.bucket, parsed.key, S3Options.from_env(env))
-    if url.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
-        return LocalStore(Path(unquote(urlparse(url).path)))
-    if "://" in url:
-        raise UsageError(f"unsupported store URL {url!r}", hint="use s3://bucket/, file:///path/ or a folder path")
-    return LocalStore(Path(url))
+def from_url(url: str, options: S3Options, *, part_size: int | None = None, concurrency: int | None = None) -> S3Store:
+    """`s3://bucket/[base/]`; `part_size`/`concurrency` shape multipart uploads (None: the defaults)."""
+    prefix = url if url.endswith("/") else url + "/"
+    if (message := naming.check_s3_prefix(prefix, allow_root=True)) is not None:
+        raise UsageError(f"bad store URL: {message}")
+    parsed = naming.parse_s3_url(prefix)
+    return S3Store(parsed.bucket, parsed.key, options, part_size=part_size or 64 * 1024 * 1024, concurrency=concurrency or 8)

@@ -1,15 +1,14 @@
-"""`catalog lock`, `catalog add`, `catalog tensorize`: pinning models (registered on the `catalog` group)."""
+"""`catalog lock`, `catalog add`, `catalog tensorize`: pinning models."""
 
 from __future__ import annotations
 
 import difflib
-import os
 from pathlib import Path
 
 import click
 
-from catalog.clikit import catalog_dir, load_catalog, settings_of
 from catalog.errors import CatalogError, InvalidCatalogError, UnknownModelError, UsageError
+from catalog_app.context import cache_option, catalog_dir, load_catalog, settings
 from catalog.loading import load_dir
 from catalog.schema import ModelManifest
 from resolver.hub import HubOptions
@@ -43,7 +42,7 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
         raise UsageError("name one or more models, or pass --all")
     if from_dir is not None and len(names) != 1:
         raise UsageError("--from-dir pins one model at a time")
-    hub = HubOptions.from_env(os.environ)
+    hub = HubOptions.from_settings(settings(ctx))
     drift = False
     for manifest, path in lockable(catalog_dir(ctx), list(names) or None):
         result: LockResult = lock_manifest(manifest, path, from_dir=from_dir, hub=hub, write=not check)
@@ -70,12 +69,13 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
     from resolver.add import scaffold
     from resolver.lock import atomic_text_write
 
+    hub = HubOptions.from_settings(settings(ctx))
     root = catalog_dir(ctx)
-    settings = load_dir(root).settings
-    if settings is None:
+    catalog_settings = load_dir(root).settings
+    if catalog_settings is None:
         raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
-    hub = HubOptions.from_env(os.environ)
-    new = scaffold(repo, revision, name=name, load_format=load_format, gpu=gpu_class, settings=settings, catalog_dir=root, hub=hub)
+    new = scaffold(repo, revision, name=name, load_format=load_format, gpu=gpu_class, settings=catalog_settings,
+                   catalog_dir=root, hub=hub)
     atomic_text_write(new.path, new.text)
     try:
         [(manifest, path)] = lockable(root, [new.name])
@@ -94,7 +94,7 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
 @click.argument("name")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Folder to write model.tensors into.")
 @click.option("--store", metavar="URL", help="Override the catalog's store.")
-@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder.")
+@cache_option
 @click.pass_context
 def tensorize_command(ctx: click.Context, name: str, out: Path, store: str | None, cache_dir: str | None) -> int:
     """Write a byte-deterministic model.tensors from a model's safetensors (needs the loaders extra)."""
@@ -102,15 +102,12 @@ def tensorize_command(ctx: click.Context, name: str, out: Path, store: str | Non
     from resolver.resolve import ResolveOptions, open_catalog_store
     from resolver.tensorize import tensorize
 
-    settings = settings_of(ctx, store=store, cache_dir=cache_dir)
+    current = settings(ctx, store=store, cache_dir=cache_dir)
     cat = load_catalog(ctx, only=[name])
-    assert settings.cache_dir is not None
-    target = tensorize(cat, name, out, cache=Cache(settings.cache_dir), store=open_catalog_store(cat, settings.store, os.environ),
-                       options=ResolveOptions())
+    target = tensorize(cat, name, out, cache=Cache(current.cache_dir), store=open_catalog_store(cat, current),
+                       options=ResolveOptions.from_settings(current))
     click.echo(str(target))
     return 0
 
 
-def register(group: click.Group) -> None:
-    for command in (lock_command, add_command, tensorize_command):
-        group.add_command(command)
+COMMANDS = (lock_command, add_command, tensorize_command)

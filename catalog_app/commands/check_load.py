@@ -1,22 +1,19 @@
 """`catalog check-load`: load models per their load format from the store and check every tensor.
 
-Registered on the `catalog` group by `register(group)`. torch and the loaders are imported only when a
-model is actually loaded, so `catalog --help` stays fast.
+torch and the loaders are imported only when a model is actually loaded, so `catalog --help` stays fast.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 
 import click
 
-from catalog.clikit import human_bytes, load_catalog, settings_of
 from catalog.errors import CatalogError, UsageError
+from catalog_app.context import cache_option, load_catalog, settings
+from catalog_app.markdown import table
+from catalog_app.progress import human_bytes
 from resolver.cache import Cache
-from resolver.cli import source_for_mode, transfer_config
-from resolver.hub import HubOptions
 from resolver.loaders import LoadReport, check_load
 from resolver.resolve import ResolveOptions, open_catalog_store
 
@@ -24,9 +21,9 @@ from resolver.resolve import ResolveOptions, open_catalog_store
 @click.command("check-load")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).")
-@click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog).")
+@cache_option
 @click.pass_context
 def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, store: str | None,
                        cache_dir: str | None) -> int:
@@ -34,27 +31,20 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
     tensor: dtype and shape against the file header, bytes against the pin, tensorizer against safetensors."""
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
-    # runai logs every load at INFO from Python and C++: follow -v instead, never below INFO (its debug log
-    # names credentials); RUNAI_STREAMER_LOG_LEVEL set by the user still wins.
-    level = max(logging.getLogger("resolver").getEffectiveLevel(), logging.INFO)
-    os.environ.setdefault("RUNAI_STREAMER_LOG_LEVEL", logging.getLevelName(level))
-    settings = settings_of(ctx, store=store, cache_dir=cache_dir)
+    current = settings(ctx, store=store, cache_dir=cache_dir)
     # The whole catalog, not just NAMES: a tensorizer model is compared with the safetensors model that
     # pins the same repo and revision.
     cat = load_catalog(ctx)
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
         cat.get(name)  # unknown names fail before anything loads
-    assert settings.cache_dir is not None
-    cache = Cache(settings.cache_dir)
-    the_store = open_catalog_store(cat, settings.store, os.environ)
-    source, offline = source_for_mode(None, os.environ.get("CATALOG_MODE"))
-    options = ResolveOptions(offline=offline, source=source, transfer=transfer_config(None, None),
-                             hub=HubOptions.from_env(os.environ))
+    cache = Cache(current.cache_dir)
+    the_store = open_catalog_store(cat, current)
+    options = ResolveOptions.from_settings(current)
     reports: list[LoadReport] = []
     for name in selected:
         try:
-            reports.append(check_load(cat, name, store=the_store, cache=cache, env=os.environ, options=options))
+            reports.append(check_load(cat, name, store=the_store, cache=cache, options=options))
         except CatalogError as exc:
             # One model's failure is that model's problem: --all goes on and reports every model.
             hint = f" (hint: {exc.hint})" if exc.hint else ""
@@ -62,6 +52,8 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
     if fmt == "json":
         data = [r.to_json() for r in reports]
         click.echo(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+    elif fmt == "markdown":
+        click.echo(render_markdown(reports))
     else:
         for report in reports:
             click.echo(render_line(report))
@@ -73,6 +65,8 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
 
 
 def render_line(report: LoadReport) -> str:
+    if report.skipped:
+        return f"skip {report.name} ({report.load_format.value}): {report.skipped}"
     status = "ok  " if report.ok else "FAIL"
     if not report.tensors:
         return f"{status} {report.name} ({report.load_format.value})"
@@ -81,5 +75,13 @@ def render_line(report: LoadReport) -> str:
             f"in {report.seconds:.3f} s ({report.throughput_mib_s:.1f} MiB/s) from {report.uri}{compared}")
 
 
-def register(group: click.Group) -> None:
-    group.add_command(check_load_command)
+def render_markdown(reports: list[LoadReport]) -> str:
+    def status(r: LoadReport) -> str:
+        return "skipped" if r.skipped else "ok" if r.ok else "FAIL"
+
+    rows = [(r.name, r.load_format.value, status(r), r.tensors, human_bytes(r.bytes), f"{r.seconds:.3f} s",
+             f"{r.throughput_mib_s:.1f} MiB/s", "; ".join(r.problems) or (r.skipped or "")) for r in reports]
+    return "### catalog check-load\n\n" + table(("model", "format", "status", "tensors", "bytes", "load time", "throughput", "notes"), rows)
+
+
+COMMANDS = (check_load_command,)

@@ -1,21 +1,21 @@
-"""`catalog sync`: plan, show, save, apply (registered on the `catalog` group)."""
+"""`catalog sync`: plan, show (text, JSON, markdown), save, apply."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
 
-from catalog.clikit import human_bytes, load_catalog, settings_of
 from catalog.errors import UsageError
+from catalog_app.context import load_catalog, settings, store_options
+from catalog_app.markdown import table
+from catalog_app.progress import human_bytes
 from resolver.cache import Cache
-from resolver.cli import store_options, transfer_config
 from resolver.hub import HubOptions
 from resolver.resolve import open_catalog_store
-from resolver.stores import S3Store
-from resolver.sync import ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan, render_text
+from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
+from resolver.transfer import TransferConfig
 
 DEFAULT_MAX_DELETE = 10
 
@@ -33,7 +33,8 @@ DEFAULT_MAX_DELETE = 10
 @click.option("--deep", is_flag=True, help="Download and re-hash what is already in the bucket.")
 @click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Upload from this folder (DIR/<name>/ when present) instead of the Hub.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
+              help="markdown: the plan as a table for CI summaries (buildkite-agent annotate, $GITHUB_STEP_SUMMARY).")
 @store_options
 @click.pass_context
 def sync_command(
@@ -46,12 +47,10 @@ def sync_command(
         raise UsageError("--delete-orphans needs --prune")
     if apply_path is not None and (names or out_path or dry_run or check):
         raise UsageError("--apply executes a saved plan as it is; give it alone")
-    settings = settings_of(ctx, store=store, cache_dir=cache_dir)
+    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
     cat = load_catalog(ctx)
-    config = transfer_config(part_size, concurrency)
-    the_store = open_catalog_store(cat, settings.store, os.environ)
-    if isinstance(the_store, S3Store):
-        the_store.part_size, the_store.concurrency = config.part_size, config.concurrency
+    config = TransferConfig.from_settings(current)
+    the_store = open_catalog_store(cat, current)
     if apply_path is not None:
         try:
             plan = SyncPlan.from_json(json.loads(apply_path.read_text()))
@@ -61,9 +60,8 @@ def sync_command(
     else:
         for name in names:
             cat.get(name)
-        assert settings.cache_dir is not None
         plan = make_plan(cat, names, the_store, prune=prune, delete_orphans=delete_orphans, deep=deep, config=config,
-                         cache=Cache(settings.cache_dir))
+                         cache=Cache(current.cache_dir))
         fresh = False
     planning_requests = dict(the_store.requests)
     if out_path is not None:
@@ -73,9 +71,10 @@ def sync_command(
     if dry_run or check or out_path is not None:
         if fmt == "json":
             click.echo(json.dumps({"plan": plan.to_json(), "requests": planning_requests}, indent=2))
+        elif fmt == "markdown":
+            click.echo(render_markdown(plan))
         return 1 if check and plan.drift else 0
-    assert settings.cache_dir is not None
-    source = SourceOfBytes(cat, Cache(settings.cache_dir), HubOptions.from_env(os.environ), from_dir, config)
+    source = SourceOfBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config)
     report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config)
     _print_report(report, fmt, plan, dict(the_store.requests))
     return 1 if report.errors else 0
@@ -97,5 +96,38 @@ def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[
         click.echo(f"error: {error}", err=True)
 
 
-def register(group: click.Group) -> None:
-    group.add_command(sync_command)
+def render_text(plan_: SyncPlan) -> str:
+    """Like a terraform plan: counts and bytes per action, then each change."""
+    lines = []
+    for item in plan_.items:
+        if item.action is Action.OK:
+            continue
+        where = f"{item.model}/{item.path}" if item.model else item.key
+        mark = {"upload": "+", "replace": "!", "verify": "?", "extra": "-" if plan_.prune else "~", "orphan": "-" if plan_.delete_orphans else "~"}[item.action.value]
+        lines.append(f"  {mark} {item.action.value:<8} {where}  ({human_bytes(item.size)}){'  ' + item.reason if item.reason else ''}")
+    summary = ", ".join(
+        f"{len(plan_.by_action(a))} {a.value} ({human_bytes(sum(i.size for i in plan_.by_action(a)))})" for a in Action if plan_.by_action(a)
+    )
+    lines.append(f"Plan for {plan_.store}: {summary or 'no files'}")
+    if not plan_.drift:
+        lines.append("No changes: the store matches the manifests.")
+    kept = [i for i in plan_.items if i.action in (Action.EXTRA, Action.ORPHAN) and i not in plan_.deletions]
+    if kept:
+        lines.append(f"  {len(kept)} extra/orphan object(s) kept: pass --prune (and --delete-orphans for orphans) to delete them")
+    return "\n".join(lines)
+
+
+def render_markdown(plan_: SyncPlan) -> str:
+    """The plan as a CI summary: a count per action, then a row per change."""
+    counts = table(("action", "objects", "bytes"), [(a.value, len(plan_.by_action(a)), human_bytes(sum(i.size for i in plan_.by_action(a))))
+                                                    for a in Action if plan_.by_action(a)])
+    changes = [(i.action.value, f"{i.model}/{i.path}" if i.model else i.key, human_bytes(i.size), i.reason)
+               for i in plan_.items if i.action is not Action.OK]
+    verdict = "**drift**: the store differs from the manifests" if plan_.drift else "**no drift**: the store matches the manifests"
+    parts = [f"### catalog sync: {plan_.store}", "", verdict, "", counts]
+    if changes:
+        parts += ["", table(("action", "object", "size", "why"), changes)]
+    return "\n".join(parts)
+
+
+COMMANDS = (sync_command,)

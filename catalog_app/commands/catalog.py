@@ -1,14 +1,8 @@
-"""The `catalog` command line: the one place that maps errors to exit codes and draws output.
-
-Results go to stdout, messages to stderr. Exit codes: 0 ok, 1 problems found / drift, 2 usage,
-130 interrupted. Any CatalogError becomes one `error:` line plus a `hint:` line, never a traceback.
-"""
+"""The declarative commands: validate, list, show, schema, matrix (no store, no network)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,40 +10,26 @@ from typing import Any
 import click
 import yaml
 
-from catalog import report
-from catalog.errors import CatalogError, UsageError
+from catalog.errors import UsageError
+from catalog.formats import LoadFormat
 from catalog.loading import display_path, load_dir
-from catalog.clikit import current_settings, human_bytes, load_catalog
-from catalog.lookup import Catalog, find_catalog_dir
-from catalog.schema import LoadFormat, ModelManifest, json_schema
-from catalog.settings import Settings
-
-log = logging.getLogger("catalog")
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="model-catalog", prog_name="catalog")
-@click.option("--catalog", "catalog_dir", metavar="DIR", help="The manifests folder (env CATALOG_DIR; default: nearest manifests/ upward).")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
-@click.pass_context
-def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
-    """Pinned, verified CI models: validate manifests, list and show models."""
-    # Only our own loggers get more verbose: botocore's and httpx's debug logs print request headers,
-    # which carry signatures and session tokens.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for name in ("catalog", "resolver"):
-        logging.getLogger(name).setLevel(logging.WARNING - 10 * min(verbose, 2))
-    ctx.ensure_object(dict)["settings"] = Settings.from_env(catalog_dir=catalog_dir)
+from catalog.lookup import Catalog
+from catalog.schema import ModelManifest, json_schema
+from catalog.settings import Settings, find_catalog_dir
+from catalog_app import report
+from catalog_app.context import load_catalog, settings
+from catalog_app.markdown import table
+from catalog_app.progress import human_bytes
 
 
-@cli.command()
+@click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(report.FORMATS), default="text", show_default=True)
 @click.option("--base", metavar="GIT_REF", help="Also refuse hash changes to manifests whose revision is unchanged since GIT_REF.")
 @click.pass_context
 def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | None) -> int:
     """Check every manifest (or just PATHS) and report every problem at once."""
-    root, selected = _validate_target(current_settings(ctx), paths)
+    root, selected = _validate_target(settings(ctx), paths)
     result = load_dir(root, selected)
     problems = list(result.problems)
     if base is not None:
@@ -87,7 +67,7 @@ def _validate_target(settings: Settings, paths: Sequence[Path]) -> tuple[Path, l
     return root, files
 
 
-@cli.command("list")
+@click.command("list")
 @click.option("--gpu", metavar="CLASS", help="Only models needing this GPU class.")
 @click.option("--tag", metavar="TAG", help="Only models with this tag.")
 @click.option("--load-format", type=click.Choice([f.value for f in LoadFormat]), help="Only models with this load format.")
@@ -96,8 +76,6 @@ def _validate_target(settings: Settings, paths: Sequence[Path]) -> tuple[Path, l
 def list_models(ctx: click.Context, gpu: str | None, tag: str | None, load_format: str | None, fmt: str) -> int:
     """List the catalog's models."""
     cat = load_catalog(ctx)
-    if gpu is not None and gpu not in cat.settings.gpu_classes:
-        raise UsageError(f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(cat.settings.gpu_classes))}")
     models = cat.filter(gpu=gpu, tag=tag, load_format=load_format)
     if fmt == "json":
         click.echo(json.dumps([_summary(cat, m) for m in models], indent=2))
@@ -123,7 +101,7 @@ def _summary(cat: Catalog, m: ModelManifest) -> dict[str, Any]:
     }
 
 
-@cli.command()
+@click.command()
 @click.argument("name")
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.pass_context
@@ -139,9 +117,9 @@ def show(ctx: click.Context, name: str, fmt: str) -> int:
     return 0
 
 
-@cli.command()
+@click.command()
 @click.option("--gpu", metavar="CLASS", help="Only this GPU class.")
-@click.option("--format", "fmt", type=click.Choice(["json", "buildkite"]), default="json", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["json", "buildkite", "markdown"]), default="json", show_default=True)
 @click.pass_context
 def matrix(ctx: click.Context, gpu: str | None, fmt: str) -> int:
     """Which models each GPU class needs, to shard jobs and pre-warm caches per hardware."""
@@ -150,58 +128,22 @@ def matrix(ctx: click.Context, gpu: str | None, fmt: str) -> int:
     cat = load_catalog(ctx)
     if gpu is not None and gpu not in cat.settings.gpu_classes:
         raise UsageError(f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(cat.settings.gpu_classes))}")
-    table = gpu_matrix(cat, gpu)
+    by_class = gpu_matrix(cat, gpu)
     if fmt == "buildkite":
-        click.echo(yaml.safe_dump(buildkite_steps(table), sort_keys=False, width=200), nl=False)
+        click.echo(yaml.safe_dump(buildkite_steps(by_class), sort_keys=False, width=200), nl=False)
+    elif fmt == "markdown":
+        rows = [(c, m["name"], m["gpu_count"], m["load_format"], human_bytes(m["bytes"])) for c, ms in by_class.items() for m in ms]
+        click.echo(table(("GPU class", "model", "GPUs", "load format", "size"), rows))
     else:
-        click.echo(json.dumps(table, indent=2))
+        click.echo(json.dumps(by_class, indent=2))
     return 0
 
 
-@cli.command()
+@click.command()
 def schema() -> int:
     """Print the manifest JSON Schema (for editors: yaml-language-server, VS Code)."""
     click.echo(json.dumps(json_schema(), indent=2))
     return 0
 
 
-def _register_operational_commands() -> None:
-    # resolve/verify/gc live with the resolver; importing it costs no heavy library (boto3 is lazy).
-    from resolver import cli as resolve_commands
-    from resolver import cli_pin as pin_commands
-    from resolver import cli_loaders as loader_commands
-    from resolver import cli_sync as sync_commands
-
-    resolve_commands.register(cli)
-    loader_commands.register(cli)
-    pin_commands.register(cli)
-    sync_commands.register(cli)
-
-
-_register_operational_commands()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point: run the CLI and turn expected failures into exit codes."""
-    try:
-        args = list(argv) if argv is not None else sys.argv[1:]
-        code = cli.main(args=args, prog_name="catalog", standalone_mode=False, obj={"argv": args})
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except CatalogError as exc:
-        click.echo(f"error: {exc.message}", err=True)
-        if exc.hint:
-            click.echo(f"hint: {exc.hint}", err=True)
-        sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-if __name__ == "__main__":
-    main()
+COMMANDS = (validate, list_models, show, matrix, schema)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -40,8 +39,10 @@ from catalog.errors import CatalogError, UsageError
 if TYPE_CHECKING:  # the catalog and resolver load on first use: every pytest session imports this module
     from catalog.lookup import Catalog
     from catalog.schema import CatalogSettings, GpuClass, ModelManifest
+    from catalog.settings import Settings
     from resolver.cache import Cache
-    from resolver.resolve import Resolution, ResolveOptions
+    from resolver.resolution import Resolution
+    from resolver.resolve import ResolveOptions
     from resolver.stores import Store
 
 MARKER = "catalog_model"
@@ -80,19 +81,18 @@ def match_gpu_class(device: str, memory_gib: float, classes: Mapping[str, GpuCla
     return min(candidates, key=lambda key: abs(classes[key].memory_gib - memory_gib))
 
 
-def detect_machine(settings: CatalogSettings, env: Mapping[str, str],
+def detect_machine(settings: CatalogSettings, declared: Settings,
                    probe: Callable[[], tuple[str, int, float] | None] | None = None) -> Machine:
     """CATALOG_GPU_CLASS (+ CATALOG_GPU_COUNT) when declared, else torch.cuda's first device, else a CPU machine.
 
     A declaration wins over detection so that a runner (and a test) can state exactly what it is, e.g. a MIG
     slice that reports its parent's name.
     """
-    declared = env.get("CATALOG_GPU_CLASS")
-    if declared:
-        if declared not in settings.gpu_classes:
-            raise UsageError(f"CATALOG_GPU_CLASS={declared!r} is not a GPU class of the catalog",
+    if declared.gpu_class:
+        if declared.gpu_class not in settings.gpu_classes:
+            raise UsageError(f"CATALOG_GPU_CLASS={declared.gpu_class!r} is not a GPU class of the catalog",
                              hint=f"known: {', '.join(sorted(settings.gpu_classes))}")
-        return Machine(declared, _count(env), settings.gpu_classes[declared].memory_gib)
+        return Machine(declared.gpu_class, declared.gpu_count, settings.gpu_classes[declared.gpu_class].memory_gib)
     found = (probe or probe_cuda)()
     if found is None:
         cpu = settings.gpu_classes.get(CPU)
@@ -103,13 +103,6 @@ def detect_machine(settings: CatalogSettings, env: Mapping[str, str],
         return Machine(name, count, round(memory, 1))
     # The catalog's figure, not the measured one: an H200 reports 140.4 GiB and must still fit an h200 model.
     return Machine(matched, count, settings.gpu_classes[matched].memory_gib)
-
-
-def _count(env: Mapping[str, str]) -> int:
-    text = env.get("CATALOG_GPU_COUNT") or "1"
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"CATALOG_GPU_COUNT={text!r} is not a positive whole number")
-    return int(text)
 
 
 _PROBE = """\
@@ -154,8 +147,8 @@ def skip_reason(cat: Catalog, model: ModelManifest, machine: Callable[[], Machin
 
 
 class _Session:
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
+    def __init__(self) -> None:
+        self.settings: Settings | None = None
         self.lock = threading.Lock()
         self.ready: tuple[Catalog, Store, Cache, ResolveOptions] | None = None
         self.machine: Machine | None = None
@@ -167,24 +160,20 @@ class _Session:
                 import catalog
                 from catalog.settings import Settings
                 from resolver.cache import Cache
-                from resolver.cli import source_for_mode, transfer_config
-                from resolver.hub import HubOptions
                 from resolver.resolve import ResolveOptions, open_catalog_store
 
-                settings = Settings.from_env(self.env)
-                cat = catalog.load(settings.catalog_dir)
-                source, offline = source_for_mode(None, self.env.get("CATALOG_MODE"))
-                options = ResolveOptions(offline=offline, source=source, transfer=transfer_config(None, None),
-                                         hub=HubOptions.from_env(self.env))
-                assert settings.cache_dir is not None
-                self.ready = (cat, open_catalog_store(cat, settings.store, self.env), Cache(settings.cache_dir), options)
+                self.settings = settings = Settings.from_process()  # this plugin's entry point: read once
+                cat = catalog.load(settings.find_catalog_dir())
+                self.ready = (cat, open_catalog_store(cat, settings), Cache(settings.cache_dir),
+                              ResolveOptions.from_settings(settings))
             return self.ready
 
     def this_machine(self) -> Machine:
         cat = self.setup()[0]
         with self.lock:
             if self.machine is None:
-                self.machine = detect_machine(cat.settings, self.env)
+                assert self.settings is not None
+                self.machine = detect_machine(cat.settings, self.settings)
             return self.machine
 
     def skip_reason(self, name: str) -> str | None:
@@ -268,7 +257,7 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{MARKER}(name, **resolve_options): resolve the catalog model `name` (verified) before the test, available "
         "as the catalog_resolution fixture; skip when this machine's GPU class is too small for it.",
     )
-    config.stash[SESSION] = _Session(os.environ)
+    config.stash[SESSION] = _Session()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,0 +1,127 @@
+"""Load formats, described once: what each format streams, needs, counts as weights and asks of the engine.
+
+The schema, the lint rules, `catalog add`, `resolve` and `check-load` all read this table; a new load
+format is one row here (plus, if it can be load-checked, one loader module in `resolver/loaders/`).
+Standard library only: the warm resolve path imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from fnmatch import fnmatchcase
+
+
+class LoadFormat(str, Enum):
+    """The engine's `--load-format` values that read weights from files."""
+
+    AUTO = "auto"
+    SAFETENSORS = "safetensors"
+    PT = "pt"
+    NPCACHE = "npcache"
+    TENSORIZER = "tensorizer"
+    SHARDED_STATE = "sharded_state"
+    GGUF = "gguf"
+    BITSANDBYTES = "bitsandbytes"
+    MISTRAL = "mistral"
+    FASTSAFETENSORS = "fastsafetensors"
+    RUNAI_STREAMER = "runai_streamer"
+    RUNAI_STREAMER_SHARDED = "runai_streamer_sharded"
+
+    @property
+    def spec(self) -> FormatSpec:
+        return FORMATS[self]
+
+    @property
+    def streams_weights(self) -> bool:
+        """Formats whose weights the engine reads straight from the store."""
+        return FORMATS[self].streams_weights
+
+
+@dataclass(frozen=True)
+class Needs:
+    """One requirement on the pinned files: some path matches one of `patterns` (top-level only unless `nested`)."""
+
+    what: str  # how a message names it: "config.json", "a *.tensors file"
+    patterns: tuple[str, ...]
+    nested: bool = False
+
+    def met_by(self, paths: list[str]) -> bool:
+        candidates = paths if self.nested else [p for p in paths if "/" not in p]
+        return any(fnmatchcase(p, pattern) for p in candidates for pattern in self.patterns)
+
+
+# Every suffix that holds weights in some format: a streamed format leaves exactly these in the store.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".tensors", ".gguf", ".ckpt")
+# Pickle-based files can run code when loaded.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Repos often carry the same weights several times; CI needs one copy. `catalog add` writes these
+# into a new safetensors manifest, visible and editable, rather than hiding them in code.
+OTHER_WEIGHT_FORMATS = ("*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.ot", "*.onnx", "*.gguf", "onnx/", "openvino/", "coreml/")
+
+_CONFIG = Needs("config.json", ("config.json",))
+_SAFETENSORS = Needs("at least one *.safetensors", ("*.safetensors",))
+# What the engine reads besides the weights: without these, a streamed model cannot start offline.
+_TOKENIZER = Needs("tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model or vocab.*)",
+                   ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.*"), nested=True)
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """What one load format means for the catalog."""
+
+    streams_weights: bool = False  # the engine streams weights from the store; only the rest is local
+    needs: tuple[Needs, ...] = ()  # what the pinned files must contain (the `load-format` lint rule)
+    streamed_needs: tuple[Needs, ...] = ()  # also required when weights stream: what the engine reads locally
+    weight_patterns: tuple[str, ...] = ("*.safetensors",)  # the files that are this format's weights
+    default_excludes: tuple[str, ...] = ()  # what `catalog add` excludes for this format
+    loader: str | None = None  # the check-load loader (resolver/loaders/<loader>.py), None: cannot be load-checked
+    engine_load_format: str | None = None  # the engine's --load-format when it differs from the value
+    tensor_parallel_files: str | None = None  # files per tensor-parallel rank (their count must match gpu.count)
+
+    def weight_files(self, paths: list[str]) -> list[str]:
+        return [p for p in paths if any(fnmatchcase(p, pattern) for pattern in self.weight_patterns)]
+
+
+FORMATS: dict[LoadFormat, FormatSpec] = {
+    LoadFormat.AUTO: FormatSpec(default_excludes=OTHER_WEIGHT_FORMATS, loader="safetensors",
+                                weight_patterns=("*.safetensors", "*.bin", "*.pt", "*.pth")),
+    LoadFormat.SAFETENSORS: FormatSpec(needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS,
+                                       loader="safetensors"),
+    LoadFormat.FASTSAFETENSORS: FormatSpec(needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS,
+                                           loader="safetensors"),
+    LoadFormat.PT: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth")),
+    LoadFormat.NPCACHE: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth", "*.npy")),
+    LoadFormat.BITSANDBYTES: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors", "*.bin")),
+    LoadFormat.MISTRAL: FormatSpec(loader="safetensors"),
+    LoadFormat.SHARDED_STATE: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors",)),
+    LoadFormat.GGUF: FormatSpec(needs=(Needs("a *.gguf file", ("*.gguf",), nested=True),), weight_patterns=("*.gguf",)),
+    LoadFormat.RUNAI_STREAMER: FormatSpec(
+        streams_weights=True, needs=(_CONFIG, _SAFETENSORS), streamed_needs=(_TOKENIZER,),
+        default_excludes=OTHER_WEIGHT_FORMATS, loader="runai"),
+    LoadFormat.RUNAI_STREAMER_SHARDED: FormatSpec(
+        streams_weights=True, needs=(Needs("model-rank-*-part-*.safetensors shards", ("model-rank-*-part-*.safetensors",)),),
+        streamed_needs=(_TOKENIZER,), loader="runai", tensor_parallel_files="model-rank-{rank}-part-*.safetensors"),
+    LoadFormat.TENSORIZER: FormatSpec(
+        streams_weights=True, needs=(Needs("a *.tensors file", ("*.tensors",)),), streamed_needs=(_TOKENIZER,),
+        weight_patterns=("*.tensors",), loader="tensorizer"),
+}
+
+
+def is_weight_file(path: str) -> bool:
+    """Weights of any format (a streamed format leaves these in the store, whatever its own weights are)."""
+    return path.endswith(WEIGHT_SUFFIXES)
+
+
+def is_pickle_file(path: str) -> bool:
+    return path.endswith(PICKLE_SUFFIXES)
+
+
+def tensor_parallel_ranks(spec: FormatSpec, paths: list[str]) -> int | None:
+    """How many tensor-parallel ranks the pinned files hold (None: the format is not split per rank)."""
+    if spec.tensor_parallel_files is None:
+        return None
+    ranks = 0
+    while any(fnmatchcase(p, spec.tensor_parallel_files.format(rank=ranks)) for p in paths if "/" not in p):
+        ranks += 1
+    return ranks

@@ -1,0 +1,112 @@
+"""`catalog resolve`, `verify`, `gc`: the cache side. Heavy imports (boto3) happen inside the store, only when
+bytes must move."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import click
+
+from catalog.errors import UsageError
+from catalog_app import outputs, warm
+from catalog_app.context import cache_option, catalog_dir, load_catalog, settings, store_options
+from catalog_app.progress import for_terminal, human_bytes
+from resolver.cache import Cache, Layout
+from resolver.resolution import Resolution
+from resolver.resolve import ResolveOptions, Source, open_catalog_store, resolve
+
+log = logging.getLogger("catalog.resolve")
+
+
+@click.command("resolve")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
+@click.option("--format", "fmt", type=click.Choice(list(outputs.OUTPUTS)), default="path", show_default=True)
+@click.option("--layout", type=click.Choice([layout.value for layout in Layout]), default="dir", show_default=True)
+@click.option("--materialize-weights", is_flag=True, help="Streaming formats: download the weights too.")
+@click.option("--offline", is_flag=True, help="Use the cache only; fail fast naming what is missing.")
+@click.option("--source", type=click.Choice([x.value for x in Source]),
+              help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback "
+                   "(the bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline.")
+@store_options
+@click.pass_context
+def resolve_command(
+    ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
+    offline: bool, source: str | None, store: str | None, cache_dir: str | None, part_size: str | None,
+    concurrency: int | None,
+) -> int:
+    """Materialize verified models and print where they are."""
+    if bool(names) == all_models:
+        raise UsageError("name one or more models, or pass --all")
+    if fmt in ("path", "vllm-args") and len(names) > 1:
+        raise UsageError(f"--format {fmt} prints one model; use --format json for several")
+    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
+                       source=source, offline=offline or None)
+    cat = load_catalog(ctx, only=None if all_models else names)
+    cache = Cache(current.cache_dir)
+    the_store = open_catalog_store(cat, current)
+    options = ResolveOptions.from_settings(current, layout=Layout(layout), materialize_weights=materialize_weights)
+    selected = [m.name for m in cat.filter()] if all_models else list(names)
+    for name in selected:
+        cat.get(name)  # unknown names fail before any download
+    progress = for_terminal(sum(m.total_bytes for m in (cat.get(n) for n in selected)))
+    results: list[Resolution] = []
+    try:
+        for name in selected:
+            started = time.perf_counter()
+            result = resolve(cat, name, cache=cache, store=the_store, options=options, progress=progress)
+            log.info("resolved %s from %s in %.3fs", name, result.source, time.perf_counter() - started)
+            results.append(result)
+    finally:
+        progress.finish()
+    try:
+        text = outputs.render(results, fmt)
+    except outputs.OutputError as exc:
+        raise UsageError(str(exc)) from None
+    click.echo(text, nl=False)
+    if not all_models:
+        request = warm.ResolveRequest(names=tuple(names), layout=layout, materialize_weights=materialize_weights, fmt=fmt)
+        inputs = [cat.root / "catalog.yaml", *cat.sources.values()]
+        warm.record(request, current, catalog_dir(ctx), inputs, results)
+    return 0
+
+
+@click.command("verify")
+@click.argument("names", nargs=-1)
+@click.option("--deep", is_flag=True, help="Re-hash every file instead of trusting unchanged stats.")
+@cache_option
+@click.pass_context
+def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, cache_dir: str | None) -> int:
+    """Check the cache's views against the manifests (stat check; --deep re-hashes)."""
+    from resolver.maintenance import verify
+
+    current = settings(ctx, cache_dir=cache_dir)
+    cat = load_catalog(ctx)
+    report = verify(cat, Cache(current.cache_dir), list(names) or None, deep=deep)
+    for line in report.problems:
+        click.echo(line)
+    click.echo(f"{report.checked} view(s), {report.files} file(s) checked{' (deep)' if deep else ''}: "
+               f"{len(report.problems)} problem(s)", err=True)
+    return 1 if report.problems else 0
+
+
+@click.command("gc")
+@click.option("--dry-run", is_flag=True, help="Print what would be removed.")
+@cache_option
+@click.pass_context
+def gc_command(ctx: click.Context, dry_run: bool, cache_dir: str | None) -> int:
+    """Remove what no manifest references (blobs, views, markers), what dead writers left (temp and staging
+    files, idle locks), and stale warm-index and sync-state entries."""
+    from resolver.maintenance import gc
+
+    current = settings(ctx, cache_dir=cache_dir)
+    cat = load_catalog(ctx)
+    result = gc(cat, Cache(current.cache_dir), dry_run=dry_run)
+    for path in result.removed:
+        click.echo(f"{'would remove' if dry_run else 'removed'} {path}")
+    click.echo(f"{len(result.removed)} item(s), {human_bytes(result.bytes)}{' (dry run)' if dry_run else ''}", err=True)
+    return 0
+
+
+COMMANDS = (resolve_command, verify_command, gc_command)

@@ -1,0 +1,84 @@
+"""The console entry point: answer a warm resolve from the index, else run the full CLI; map every outcome
+to an exit code.
+
+    0 ok    1 problems found / drift    2 usage    3 internal error (a bug: one line, the traceback only
+    with CATALOG_DEBUG=1 or -vv)    130 interrupted
+
+Results go to stdout, messages to stderr; a CatalogError is one `error:` line plus a `hint:` line.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import traceback
+from collections.abc import Sequence
+
+OK, PROBLEMS, USAGE, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def run(argv: Sequence[str]) -> int:
+    """The full CLI for `argv`, as an exit code; never raises (in-process callers and tests use this)."""
+    import click
+
+    from catalog.errors import CatalogError
+    from catalog_app.cli import cli
+
+    args = list(argv)
+    try:
+        code = cli.main(args=args, prog_name="catalog", standalone_mode=False, obj={})
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except click.ClickException as exc:
+        exc.show()
+        return USAGE if exc.exit_code == 2 else exc.exit_code
+    except CatalogError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        return OK  # the reader went away (`| head`): nothing left to say
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug, said in one line
+        if _debug(args):
+            traceback.print_exc()
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(f"error: internal error: {type(exc).__name__}: {first}", file=sys.stderr)
+        print("hint: this is a bug in model-catalog: rerun with CATALOG_DEBUG=1 (or -vv) and file an issue with "
+              "the traceback", file=sys.stderr)
+        return INTERNAL
+    return code if isinstance(code, int) else OK
+
+
+def _debug(args: Sequence[str]) -> bool:
+    """-vv (or --verbose twice) or CATALOG_DEBUG=1."""
+    from catalog.errors import CatalogError
+    from catalog.settings import Settings
+
+    verbose = sum(len(a) - 1 for a in args if a.startswith("-v") and set(a[1:]) == {"v"}) + args.count("--verbose")
+    try:
+        return verbose >= 2 or Settings.from_process().debug
+    except CatalogError:
+        return verbose >= 2
+
+
+def main() -> None:
+    """`catalog ...`: the warm answer when the index has one, else the full CLI."""
+    argv = sys.argv[1:]
+    from catalog_app import warm
+
+    answer = warm.answer(argv)
+    if answer is not None:
+        sys.stdout.write(answer)
+        sys.stdout.flush()
+        return
+    code = run(argv)
+    # Skip the interpreter's final garbage collection (tens of ms after a large resolve): frozen objects are
+    # left to the operating system, which reclaims the whole process anyway.
+    gc.freeze()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Small filesystem helpers with one job each: atomic writes and links. Standard library only."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+
+_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")
+
+
+def staging_name(name: str) -> str:
+    """A temporary sibling name for `name` (`.<name>.<pid>-<token>`): hidden, unique, and telling gc its writer."""
+    return f".{name}.{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def staging_owner(name: str) -> int | None:
+    """The pid in a staging name, None for any other name."""
+    match = _STAGING.match(name)
+    return int(match.group(1)) if match else None
+
+
+def pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so a reader sees the old content or the new, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(staging_name(path.name))
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Hard link (no extra space, same inode as the blob), falling back to a read-only copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+        os.chmod(target, 0o444)

@@ -1,0 +1,51 @@
+"""Stores, a registry by URL scheme: `open_store(url, settings)` picks the store that owns the scheme.
+
+Each store owns its specifics (how it lists, opens ranges and puts; which of its errors are worth a
+retry; what a streaming engine needs to reach it: `stream_env()`), so code above never asks which
+kind of store it holds. A new store is one module here plus one `register()` line below.
+
+    file:///dir/ or a plain folder    LocalStore  (the embedded default; no server, no credentials)
+    s3://bucket/[base/]               S3Store     (any S3-compatible endpoint, boto3 imported on first use)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from catalog.errors import UsageError
+from catalog.settings import S3Options, Settings
+from resolver.stores import local, s3
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
+from resolver.stores.local import LocalStore
+from resolver.stores.s3 import S3Store, make_s3_client
+
+StoreFactory = Callable[[str, Settings], Store]
+_SCHEMES: dict[str, StoreFactory] = {}
+
+
+def register(scheme: str, factory: StoreFactory) -> None:
+    """Make `scheme://...` URLs open with `factory(url, settings)`."""
+    _SCHEMES[scheme] = factory
+
+
+def schemes() -> list[str]:
+    return sorted(_SCHEMES)
+
+
+def open_store(url: str, settings: Settings | None = None) -> Store:
+    """The store for `url` (a plain path is a folder). Creating it does no I/O.
+    `settings` default to this process's (for library callers)."""
+    settings = settings if settings is not None else Settings.from_process()
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
+    factory = _SCHEMES.get(scheme)
+    if factory is None:
+        known = ", ".join(f"{s}://" for s in schemes())
+        raise UsageError(f"unsupported store URL {url!r}", hint=f"known schemes: {known}, or a folder path")
+    return factory(url, settings)
+
+
+register("file", lambda url, settings: local.from_url(url))
+register("s3", lambda url, settings: s3.from_url(url, settings.s3, part_size=settings.part_size, concurrency=settings.concurrency))
+
+__all__ = ["LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
+           "check_key", "make_s3_client", "open_store", "register", "schemes"]

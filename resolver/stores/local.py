@@ -1,0 +1,137 @@
+"""A folder as the bucket: the embedded default store (no server, no credentials)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from catalog.errors import UnsafePathError
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
+
+
+class _FileStream:
+    def __init__(self, path: Path, start: int, end: int | None) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self.total = os.fstat(self._file.fileno()).st_size
+        self._file.seek(start)
+        self._left = (self.total if end is None else min(end, self.total)) - start
+
+    def readinto(self, buffer: memoryview) -> int:
+        if self._left <= 0:
+            return 0
+        count = self._file.readinto(buffer[: self._left])
+        self._left -= count
+        return count
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class LocalStore:
+    """A folder as the bucket. Writes go to a temp file beside the target, renamed into place."""
+
+    META_DIR = ".catalog-meta"  # sidecar metadata, the local stand-in for x-amz-meta-*
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.url = self.root.as_uri() + "/"
+        self.requests: Counter[str] = Counter()
+
+    def _path(self, key: str) -> Path:
+        path = self.root / check_key(key)
+        if self.META_DIR in Path(key).parts:
+            raise UnsafePathError(f"refusing store key {key!r}: reserved folder {self.META_DIR}")
+        return path
+
+    @staticmethod
+    def _etag(st: os.stat_result) -> str:
+        """Changes whenever the file is rewritten: the local stand-in for an S3 ETag."""
+        return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self.requests["ListObjectsV2"] += 1
+        base = self.root / prefix if prefix else self.root
+        if prefix and not prefix.endswith("/"):
+            base = base.parent  # a key prefix, not a folder: filter below
+        if not base.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if d != self.META_DIR)
+            for filename in sorted(filenames):
+                path = Path(dirpath) / filename
+                if filename.endswith(".part") or path.is_symlink():
+                    continue
+                key = path.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    st = path.stat()
+                    yield ObjectInfo(key, st.st_size, etag=self._etag(st))
+
+    def head(self, key: str) -> ObjectInfo | None:
+        self.requests["HeadObject"] += 1
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        st = path.stat()
+        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=self._metadata(key))
+
+    def _metadata(self, key: str) -> dict[str, str]:
+        meta = self.root / self.META_DIR / (key + ".json")
+        try:
+            data = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
+        self.requests["GetObject"] += 1
+        path = self._path(key)
+        try:
+            return _FileStream(path, start, end)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+
+    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+        self.requests["PutObject"] += 1
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+                shutil.copyfileobj(src, out, 8 * 1024 * 1024)
+            if metadata:
+                meta = self.root / self.META_DIR / (key + ".json")
+                meta.parent.mkdir(parents=True, exist_ok=True)
+                meta_tmp = meta.with_name(meta.name + f".{os.getpid()}.part")
+                meta_tmp.write_text(json.dumps(dict(metadata), sort_keys=True))
+                os.replace(meta_tmp, meta)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        st = target.stat()
+        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=dict(metadata or {}))
+
+    def delete(self, key: str) -> None:
+        self.requests["DeleteObject"] += 1
+        self._path(key).unlink(missing_ok=True)
+        (self.root / self.META_DIR / (key + ".json")).unlink(missing_ok=True)
+
+    def stream_uri(self, prefix: str) -> str:
+        return str(self.root / prefix) + "/"
+
+    def stream_env(self) -> dict[str, str]:
+        return {}  # engines read the folder directly
+
+
+def from_url(url: str) -> LocalStore:
+    """`file:///path/` or a plain folder path."""
+    if url.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return LocalStore(Path(unquote(urlparse(url).path)))
+    return LocalStore(Path(url))
