@@ -80,11 +80,12 @@ def diff_files(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[str]:
     for path in sorted(before.keys() | after.keys()):
         a, b = before.get(path), after.get(path)
         if a is None and b is not None:
-            out.append(f"+ {path} ({b.size} bytes, sha256 {b.sha256[:12]}..)")
+            out.append(f"+ {path} ({b.size} bytes, sha256 {b.sha256})")
         elif b is None and a is not None:
             out.append(f"- {path}")
         elif a is not None and b is not None and (a.size, a.sha256) != (b.size, b.sha256):
-            out.append(f"~ {path}: sha256 {a.sha256[:12]}.. ({a.size} bytes) -> {b.sha256[:12]}.. ({b.size} bytes)")
+            # Whole hashes: two pins that share their first 12 digits must not look equal.
+            out.append(f"~ {path}: sha256 {a.sha256} ({a.size} bytes) -> {b.sha256} ({b.size} bytes)")
     return out
 
 
@@ -151,6 +152,15 @@ def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Pat
         raise CatalogError(f"{manifest.name}: the source has no files matching source.include/exclude",
                            hint="check the patterns and the revision")
     result = LockResult(manifest.name, manifest_path, manifest.files, tuple(sorted(entries, key=lambda e: e.path)))
+    spec = manifest.load_format.spec
+    unmet = [n.what for n in spec.needs if not n.met_by([e.path for e in result.new])]
+    if unmet:
+        # A derived artifact (a tensorizer file, per-rank shards) is not on the Hub: locking it from there
+        # would pin the wrong files and leave an invalid manifest.
+        where = f"--from-dir {from_dir}" if from_dir else f"{manifest.source.hf_repo}@{manifest.source.revision[:12]}"
+        raise UsageError(f"{manifest.name}: {where} has no {' and '.join(unmet)}, which load_format {manifest.load_format.value} "
+                         "needs; nothing was written",
+                         hint=f"lock it from the folder holding the artifacts: catalog lock {manifest.name} --from-dir DIR")
     if write and result.changed:
         text = manifest_path.read_text(encoding="utf-8")
         atomic_text_write(manifest_path, replace_files_block(text, result.new))

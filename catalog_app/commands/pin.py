@@ -43,9 +43,18 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
     if from_dir is not None and len(names) != 1:
         raise UsageError("--from-dir pins one model at a time")
     hub = HubOptions.from_settings(settings(ctx))
-    drift = False
+    drift = failed = False
     for manifest, path in lockable(catalog_dir(ctx), list(names) or None):
-        result: LockResult = lock_manifest(manifest, path, from_dir=from_dir, hub=hub, write=not check)
+        # --from-dir means what it means for sync: DIR/<name>/ when present, else DIR.
+        folder = from_dir / manifest.name if from_dir is not None and (from_dir / manifest.name).is_dir() else from_dir
+        try:
+            result: LockResult = lock_manifest(manifest, path, from_dir=folder, hub=hub, write=not check)
+        except UsageError as exc:
+            if not all_models:
+                raise
+            failed = True  # --all goes on and reports every manifest it could not lock
+            click.echo(f"error: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""), err=True)
+            continue
         if not result.changed:
             click.echo(f"{result.name}: up to date ({len(result.new)} files)", err=True)
             continue
@@ -54,7 +63,7 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
         click.echo(f"{result.name}: {verb}", err=True)
         for line in diff_files(result.old, result.new):
             click.echo(f"  {line}")
-    return 1 if check and drift else 0
+    return 1 if failed or (check and drift) else 0
 
 
 @click.command("add")
