@@ -126,11 +126,9 @@ class Settings:
         part = pick("part_size", "CATALOG_PART_SIZE")
         concurrency = pick("concurrency", "CATALOG_CONCURRENCY")
         part_size = parse_size(str(part), "--part-size / CATALOG_PART_SIZE") if part is not None else None
-        workers = _whole(concurrency, "--concurrency / CATALOG_CONCURRENCY") if concurrency is not None else None
+        workers = _whole(concurrency, "--concurrency / CATALOG_CONCURRENCY", minimum=1) if concurrency is not None else None
         if part_size is not None and part_size < MiB:
-            raise UsageError("--part-size must be at least 1MiB")
-        if workers is not None and workers < 1:
-            raise UsageError("--concurrency must be at least 1")
+            raise UsageError("--part-size / CATALOG_PART_SIZE must be at least 1MiB")
         s3, ignored = _s3_options(env)
         return cls(
             catalog_dir=Path(catalog).expanduser() if catalog else None,
