@@ -151,6 +151,10 @@ def test_prefetch_resolves_every_marked_model_before_the_tests(user_env: dict[st
 def test_without_prefetch_the_first_test_fetches(user_env: dict[str, str], tmp_path: Path) -> None:
     done = run_pytest(tmp_path, PREFETCHED, user_env)
     assert counts(done.stdout) == {"failed": 2, "skipped": 1, "error": 1}, done.stdout  # the tests fetched their models
+    # The two failures are exactly the ones meant: each model came from the store during its own test.
+    for test in ("test_llama", "test_qwen"):
+        failure = done.stdout.split(f"_ {test} _", 1)[1].split("\n_", 1)[0]
+        assert '>       assert catalog_resolution.source == "cache"' in failure, failure
     assert "prefetched" not in done.stdout
 
 
