@@ -70,8 +70,9 @@ def discover(root: Path) -> list[Path]:
 def load_dir(root: Path, paths: Sequence[Path] | None = None) -> LoadResult:
     """Load catalog.yaml and the manifests (all of them, or just `paths`), then run every rule.
 
-    Cross-manifest rules (unique names, prefix overlap) always see the whole catalog, so checking one
-    changed file in pre-commit still catches a collision with an untouched one.
+    Cross-manifest rules (unique names, prefix overlap, pin conflicts) always see the whole catalog and
+    report on every file involved, so checking one changed file in pre-commit still catches a collision
+    with an untouched one, whichever way the two files sort.
     """
     root = root.resolve()
     problems: list[Problem] = []

@@ -56,6 +56,7 @@ def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None)
     problems.extend(_duplicate_names(valid))
     problems.extend(_prefix_overlaps(valid))
     problems.extend(_primaries(valid))
+    problems.extend(_pin_conflicts(valid))
     return problems
 
 
@@ -169,23 +170,28 @@ def _check_tokenizer(m: ModelManifest, names: set[str], report: _Reporter) -> No
     report("tokenizer", ("tokenizer",), f"{m.tokenizer!r} is neither a model in the catalog nor a pinned subfolder")
 
 
+def _at(doc: ManifestDoc, loc: Loc) -> str:
+    return f"{doc.display}:{doc.lines.line_of(loc)}"
+
+
 def _duplicate_names(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
-    first: dict[str, ManifestDoc] = {}
+    """A name defined twice is reported on every file that defines it, so a changed file always sees it."""
+    by_name: dict[str, list[ManifestDoc]] = {}
     for doc in docs:
         assert doc.manifest is not None
-        name = doc.manifest.name
-        if name in first:
-            other = first[name]
+        by_name.setdefault(doc.manifest.name, []).append(doc)
+    for name, group in by_name.items():
+        for doc in group if len(group) > 1 else ():
+            others = ", ".join(_at(o, ("name",)) for o in group if o is not doc)
             yield Problem(doc.display, doc.lines.line_of(("name",)), "name",
-                          f"{name!r} is already defined at {other.display}:{other.lines.line_of(('name',))}", "duplicate-name")
-        else:
-            first[name] = doc
+                          f"{name!r} is also defined at {others}", "duplicate-name")
 
 
 def _prefix_overlaps(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
     """No prefix may be a string prefix of another: one listing would return both models' objects.
 
-    Sorted, every prefix that starts another comes right before a run of the prefixes it starts.
+    Sorted, every prefix that starts another comes right before a run of the prefixes it starts. Each
+    overlap is reported on both files, so checking either one alone (pre-commit) still fails.
     """
     entries = sorted(((d.manifest.s3_prefix, d) for d in docs if d.manifest is not None), key=lambda e: (e[0], e[1].display))
     for i, (prefix, doc) in enumerate(entries):
@@ -193,11 +199,16 @@ def _prefix_overlaps(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
             if not other_prefix.startswith(prefix):
                 break
             assert other.manifest is not None and doc.manifest is not None
-            what = "the same prefix as" if other_prefix == prefix else "inside the prefix of"
-            yield Problem(other.display, other.lines.line_of(("s3_prefix",)), "s3_prefix",
-                          f"{other_prefix!r} is {what} {doc.manifest.name!r} "
-                          f"({doc.display}:{doc.lines.line_of(('s3_prefix',))}); give each model its own prefix",
-                          "prefix-overlap")
+            same = other_prefix == prefix
+            yield _overlap(other, "the same prefix as" if same else "inside the prefix of", doc)
+            yield _overlap(doc, "the same prefix as" if same else "a string prefix of the prefix of", other)
+
+
+def _overlap(doc: ManifestDoc, what: str, other: ManifestDoc) -> Problem:
+    assert doc.manifest is not None and other.manifest is not None
+    return Problem(doc.display, doc.lines.line_of(("s3_prefix",)), "s3_prefix",
+                   f"{doc.manifest.s3_prefix!r} is {what} {other.manifest.name!r} "
+                   f"({_at(other, ('s3_prefix',))}); give each model its own prefix", "prefix-overlap")
 
 
 def _primaries(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
@@ -208,6 +219,38 @@ def _primaries(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
         if doc.manifest.primary:
             by_repo.setdefault(doc.manifest.source.hf_repo.casefold(), []).append(doc)
     for repo, group in by_repo.items():
-        for doc in group[1:]:
+        for doc in group if len(group) > 1 else ():
+            others = ", ".join(_at(o, ("primary",)) for o in group if o is not doc)
             yield Problem(doc.display, doc.lines.line_of(("primary",)), "primary",
-                          f"{repo} already has a primary manifest ({group[0].display}); keep `primary: true` on one", "primary")
+                          f"{repo} also has a primary manifest at {others}; keep `primary: true` on one", "primary")
+
+
+def _pin_conflicts(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
+    """One path at one hf_repo+revision is one set of bytes: two manifests may not pin it differently.
+
+    Reported on every file whose pin disagrees with another's, at that file's `files[i].path`.
+    """
+    pins: dict[tuple[str, str, str], list[tuple[ManifestDoc, int]]] = {}
+    for doc in docs:
+        m = doc.manifest
+        assert m is not None
+        for index, entry in enumerate(m.files):
+            pins.setdefault((m.source.hf_repo.casefold(), m.source.revision, entry.path), []).append((doc, index))
+    for (_, revision, path), group in pins.items():
+        for doc, index in group:
+            m = doc.manifest
+            assert m is not None
+            mine = m.files[index]
+            clashes = []
+            for other, other_index in group:
+                assert other.manifest is not None
+                theirs = other.manifest.files[other_index]
+                if other is not doc and (theirs.size, theirs.sha256) != (mine.size, mine.sha256):
+                    clashes.append(f"sha256 {theirs.sha256[:12]}.., {theirs.size} bytes in "
+                                   f"{_at(other, ('files', other_index, 'path'))}")
+            if clashes:
+                loc: Loc = ("files", index, "path")
+                yield Problem(doc.display, doc.lines.line_of(loc), format_loc(loc),
+                              f"{path!r} at {m.source.hf_repo}@{revision[:12]} is pinned here as sha256 {mine.sha256[:12]}.., "
+                              f"{mine.size} bytes but as {'; '.join(clashes)}; one revision has one set of bytes: "
+                              "re-run `catalog lock` on the stale manifest", "pin-conflict")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,15 @@ from catalog.errors import Problem
 from catalog.loading import load_dir
 
 
-def problems_of(tmp_path: Path, manifests: dict[str, str], **kw: str) -> list[Problem]:
-    os.chdir(tmp_path)
-    return load_dir(write_catalog(tmp_path, manifests, **kw)).problems
+def problems_of(tmp_path: Path, manifests: dict[str, str], *changed: str, **kw: str) -> list[Problem]:
+    """The problems `catalog validate` reports from `tmp_path` (only those of `changed` files, when named).
+
+    The working directory is changed only for the call (display paths are relative to it) and restored.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        folder = write_catalog(tmp_path, manifests, **kw)
+        return load_dir(folder, [folder / c for c in changed] or None).problems
 
 
 def lines(problems: list[Problem]) -> list[str]:
@@ -87,8 +92,9 @@ def test_a_document_that_is_not_a_mapping_is_one_problem(tmp_path: Path) -> None
 
 def test_duplicate_names_point_at_the_first_definition(tmp_path: Path) -> None:
     found = problems_of(tmp_path, {"tiny.yaml": manifest_text(), "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")})
-    assert lines(found) == ["manifests/more/tiny.yaml:1: duplicate-name"]
-    assert "already defined at manifests/tiny.yaml:1" in found[0].message
+    assert lines(found) == ["manifests/more/tiny.yaml:1: duplicate-name", "manifests/tiny.yaml:1: duplicate-name"]
+    assert "also defined at manifests/tiny.yaml:1" in found[0].message
+    assert "also defined at manifests/more/tiny.yaml:1" in found[1].message
 
 
 def test_file_name_must_match_the_name(tmp_path: Path) -> None:
@@ -133,12 +139,17 @@ def test_a_prefix_that_is_a_string_prefix_of_another_is_refused(tmp_path: Path) 
         "opt-hf.yaml": manifest_text("opt-hf", prefix="s3://ci-bucket/facebook/opt-125m-hf/"),  # fine: '/' boundary
         "same.yaml": manifest_text("same", prefix="s3://ci-bucket/facebook/opt-125m/"),
     })
-    assert lines(found) == [
+    assert lines(found) == [  # every overlap on both of its files
         "manifests/opt-inner.yaml:5: prefix-overlap",  # inside opt's prefix
         "manifests/opt-inner.yaml:5: prefix-overlap",  # and inside same's
+        "manifests/opt.yaml:5: prefix-overlap",  # a string prefix of opt-inner's
+        "manifests/opt.yaml:5: prefix-overlap",  # identical to same's
+        "manifests/same.yaml:5: prefix-overlap",  # a string prefix of opt-inner's
         "manifests/same.yaml:5: prefix-overlap",  # identical to opt's
     ]
     assert "'opt' (manifests/opt.yaml:5)" in found[0].message
+    on_opt = " ".join(p.message for p in found if p.path == "manifests/opt.yaml")
+    assert "'opt-inner' (manifests/opt-inner.yaml:5)" in on_opt and "'same' (manifests/same.yaml:5)" in on_opt
 
 
 @pytest.mark.parametrize(
@@ -290,4 +301,82 @@ def test_rank_files_must_match_the_gpu_count(tmp_path: Path) -> None:
 def test_one_primary_manifest_per_repo(tmp_path: Path) -> None:
     a = manifest_text("a", extra="primary: true\n").replace("hf_repo: org/a", "hf_repo: org/shared")
     b = manifest_text("b", extra="primary: true\n").replace("hf_repo: org/b", "hf_repo: org/shared")
-    assert lines(problems_of(tmp_path, {"a.yaml": a, "b.yaml": b})) == ["manifests/b.yaml:8: primary"]
+    assert lines(problems_of(tmp_path, {"a.yaml": a, "b.yaml": b})) == ["manifests/a.yaml:8: primary", "manifests/b.yaml:8: primary"]
+
+
+# Cross-manifest rules with only the changed file named (what pre-commit runs): the changed file always
+# gets its problem, whichever way the two files sort.
+
+QWEN = "s3://ci-bucket/org/tiny-qwen2/"
+
+
+@pytest.mark.parametrize("copy", ["aa-copy", "zz-copy"])
+def test_a_changed_file_reusing_a_prefix_fails_alone_whichever_way_it_sorts(tmp_path: Path, copy: str) -> None:
+    catalog = {"tiny-qwen2.yaml": manifest_text("tiny-qwen2"), f"{copy}.yaml": manifest_text(copy, prefix=QWEN)}
+    found = problems_of(tmp_path, catalog, f"{copy}.yaml")
+    assert lines(found) == [f"manifests/{copy}.yaml:5: prefix-overlap"]
+    assert "the same prefix as 'tiny-qwen2' (manifests/tiny-qwen2.yaml:5)" in found[0].message
+    untouched = problems_of(tmp_path, catalog, "tiny-qwen2.yaml")  # the other side is told too
+    assert lines(untouched) == ["manifests/tiny-qwen2.yaml:5: prefix-overlap"]
+
+
+def test_an_umbrella_prefix_fails_alone(tmp_path: Path) -> None:
+    catalog = {
+        "tiny-qwen2.yaml": manifest_text("tiny-qwen2"),
+        "tiny-llama.yaml": manifest_text("tiny-llama"),
+        "umbrella.yaml": manifest_text("umbrella", prefix="s3://ci-bucket/org/"),  # holds every other model
+    }
+    found = problems_of(tmp_path, catalog, "umbrella.yaml")
+    assert lines(found) == ["manifests/umbrella.yaml:5: prefix-overlap"] * 2
+    assert "a string prefix of the prefix of 'tiny-llama' (manifests/tiny-llama.yaml:5)" in found[0].message
+    assert "'tiny-qwen2' (manifests/tiny-qwen2.yaml:5)" in found[1].message
+
+
+def test_a_duplicate_name_fails_alone_on_either_file(tmp_path: Path) -> None:
+    catalog = {"tiny.yaml": manifest_text(), "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")}
+    assert lines(problems_of(tmp_path, catalog, "tiny.yaml")) == ["manifests/tiny.yaml:1: duplicate-name"]
+    assert lines(problems_of(tmp_path, catalog, "more/tiny.yaml")) == ["manifests/more/tiny.yaml:1: duplicate-name"]
+
+
+def test_a_second_primary_fails_alone_on_either_file(tmp_path: Path) -> None:
+    a = manifest_text("a", extra="primary: true\n").replace("hf_repo: org/a", "hf_repo: org/shared")
+    b = manifest_text("b", extra="primary: true\n").replace("hf_repo: org/b", "hf_repo: org/shared")
+    found = problems_of(tmp_path, {"a.yaml": a, "b.yaml": b}, "a.yaml")
+    assert lines(found) == ["manifests/a.yaml:8: primary"]
+    assert "manifests/b.yaml:8" in found[0].message
+    assert lines(problems_of(tmp_path, {"a.yaml": a, "b.yaml": b}, "b.yaml")) == ["manifests/b.yaml:8: primary"]
+
+
+def _same_repo(name: str, files: str) -> str:
+    return manifest_text(name, files=files).replace(f"hf_repo: org/{name}", "hf_repo: org/shared")
+
+
+def test_two_manifests_pinning_different_bytes_for_one_path_at_one_revision(tmp_path: Path) -> None:
+    a = _same_repo("a", files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "b" * 64)))
+    b = _same_repo("b", files_yaml(("config.json", 10, SHA), ("extra.json", 5, SHA), ("model.safetensors", 1000, "c" * 64)))
+    c = _same_repo("c", files_yaml(("config.json", 11, SHA), ("model.safetensors", 1000, "b" * 64)))  # size differs
+    found = problems_of(tmp_path, {"a.yaml": a, "b.yaml": b, "c.yaml": c})
+    assert lines(found) == [
+        "manifests/a.yaml:9: pin-conflict",  # config.json vs c
+        "manifests/a.yaml:12: pin-conflict",  # model.safetensors vs b
+        "manifests/b.yaml:9: pin-conflict",  # config.json vs c
+        "manifests/b.yaml:15: pin-conflict",  # model.safetensors vs a and c
+        "manifests/c.yaml:9: pin-conflict",  # config.json vs a and b
+        "manifests/c.yaml:12: pin-conflict",  # model.safetensors vs b
+    ]
+    on_b = next(p for p in found if p.path == "manifests/b.yaml" and p.line == 15)
+    assert on_b.field == "files[2].path"
+    assert "'model.safetensors' at org/shared@0123456789ab is pinned here as sha256 cccccccccccc.., 1000 bytes" in on_b.message
+    assert "manifests/a.yaml:12" in on_b.message and "manifests/c.yaml:12" in on_b.message
+    (tmp_path / "two").mkdir()
+    alone = problems_of(tmp_path / "two", {"a.yaml": a, "b.yaml": b}, "b.yaml")  # the changed file alone
+    assert lines(alone) == ["manifests/b.yaml:15: pin-conflict"]
+
+
+def test_the_same_path_may_differ_at_another_revision_or_repo(tmp_path: Path) -> None:
+    a = _same_repo("a", files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "b" * 64)))
+    newer = _same_repo("b", files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "c" * 64)))
+    newer = newer.replace("0123456789abcdef0123", "fedcba98765432100123")
+    other_repo = manifest_text("c", files=files_yaml(("config.json", 10, SHA), ("model.safetensors", 7, "d" * 64)))
+    same = _same_repo("d", files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "b" * 64)))  # agrees
+    assert problems_of(tmp_path, {"a.yaml": a, "b.yaml": newer, "c.yaml": other_repo, "d.yaml": same}) == []
