@@ -1,7 +1,9 @@
 """Shared fixtures: the bundled catalog, the bundled models' source files, and real stores.
 
-The S3 side is moto's server in its own process on 127.0.0.1, started once per test session; each
-test gets a fresh bucket. Dummy credentials are set for the whole session, never real ones.
+The S3 side is SeaweedFS (a real S3-compatible store) in its own process group on 127.0.0.1, started
+once per test session (per xdist worker; about 3 s); each test gets a fresh bucket. Dummy credentials
+are set for the whole session, never real ones. moto's mock S3 starts only for the few tests that need
+what SeaweedFS cannot do (`moto_s3`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, servers.py
 
 from hubdouble import HubDouble  # noqa: E402
-from servers import MotoServer, new_bucket, s3_env  # noqa: E402
+from servers import MotoServer, SeaweedServer, new_bucket, s3_env  # noqa: E402
 
 import catalog  # noqa: E402
 from catalog.lookup import Catalog  # noqa: E402
@@ -43,8 +45,9 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def moto() -> Iterator[MotoServer]:
-    server = MotoServer().start()
+def s3_server() -> Iterator[SeaweedServer]:
+    """The session's S3 server: SeaweedFS on loopback (`.url` S3, `.filer_url` plain HTTP with ranges)."""
+    server = SeaweedServer().start()
     saved = dict(os.environ)
     os.environ.update(s3_env(server.url))
     yield server
@@ -53,10 +56,34 @@ def moto() -> Iterator[MotoServer]:
     server.stop()
 
 
+# alias, removed once every test uses s3_server
+@pytest.fixture(scope="session")
+def moto(s3_server: SeaweedServer) -> SeaweedServer:
+    """The same SeaweedFS server under its old name (alias, removed once every test uses s3_server)."""
+    return s3_server
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    """moto's mock S3, started only when a test asks for it: for what SeaweedFS cannot do (each such
+    test says why). Use it through `moto_s3`."""
+    server = MotoServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def bucket(moto: MotoServer) -> str:
+def moto_s3(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> MotoServer:
+    """moto as the S3 server of one test: AWS_ENDPOINT_URL and the dummy credentials point at it for the test."""
+    for key, value in s3_env(moto_server.url).items():
+        monkeypatch.setenv(key, value)
+    return moto_server
+
+
+@pytest.fixture
+def bucket(s3_server: SeaweedServer) -> str:
     """A fresh, empty bucket on the S3 server."""
-    return new_bucket(moto.url)
+    return new_bucket(s3_server.url)
 
 
 @pytest.fixture
@@ -76,5 +103,5 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The same tests against the embedded folder store and a fresh bucket on the S3 server."""
     if request.param == "local":
         return str(tmp_path / "store")
-    server: MotoServer = request.getfixturevalue("moto")
+    server: SeaweedServer = request.getfixturevalue("s3_server")
     return f"s3://{new_bucket(server.url)}/"

@@ -1,4 +1,4 @@
-"""`catalog sync` against moto's S3 server, with the Hub double as the upstream."""
+"""`catalog sync` against SeaweedFS as the S3 server, with the Hub double as the upstream."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from hubdouble import HubDouble
-from servers import FaultProxy, MotoServer
+from servers import FaultProxy, SeaweedServer
 
 from catalog.lookup import Catalog
 from resolver.resolve import store_key
@@ -28,26 +28,26 @@ def run(hub: HubDouble, bucket: str, tmp_path: Path, *args: str, endpoint: str |
     return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=300)
 
 
-def s3(moto: MotoServer):  # type: ignore[no-untyped-def]
-    return make_s3_client(S3Options(endpoint_url=moto.url, addressing_style="path"))
+def s3(s3_server: SeaweedServer):  # type: ignore[no-untyped-def]
+    return make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path"))
 
 
-def keys(moto: MotoServer, bucket: str) -> dict[str, int]:
-    out = s3(moto).list_objects_v2(Bucket=bucket)
+def keys(s3_server: SeaweedServer, bucket: str) -> dict[str, int]:
+    out = s3(s3_server).list_objects_v2(Bucket=bucket)
     return {o["Key"]: o["Size"] for o in out.get("Contents", [])}
 
 
-def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
     first = run(hub, bucket, tmp_path, "sync", "--format", "json")
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
     total = sum(len(m.files) for m in bundled)
     assert len(report["uploaded"]) == total and report["errors"] == []
-    stored = keys(moto, bucket)
+    stored = keys(s3_server, bucket)
     for m in bundled:
         for e in m.files:
             assert stored[store_key(bundled, m, e.path)] == e.size
-    head = s3(moto).head_object(Bucket=bucket, Key=store_key(bundled, bundled.get("tiny-llama"), "model.safetensors"))
+    head = s3(s3_server).head_object(Bucket=bucket, Key=store_key(bundled, bundled.get("tiny-llama"), "model.safetensors"))
     assert head["Metadata"]["sha256"] == bundled.get("tiny-llama").file("model.safetensors").sha256  # type: ignore[union-attr]
     assert head["Metadata"]["hf-repo"] == "model-catalog/tiny-llama"
 
@@ -71,9 +71,9 @@ def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, mot
         assert done.returncode == 0, done.stderr
 
 
-def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
     assert run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2").returncode == 0
-    client = s3(moto)
+    client = s3(s3_server)
     llama, qwen = bundled.get("tiny-llama"), bundled.get("tiny-qwen2")
     deleted = store_key(bundled, llama, "config.json")
     corrupt = store_key(bundled, llama, "model.safetensors")
@@ -94,46 +94,46 @@ def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, moto: 
     assert repaired.returncode == 0, repaired.stderr
     out = json.loads(repaired.stdout)
     assert sorted(out["uploaded"]) == sorted([deleted, corrupt]) and out["deleted"] == []
-    assert extra in keys(moto, bucket)  # extra objects stay without --prune
+    assert extra in keys(s3_server, bucket)  # extra objects stay without --prune
     fixed = client.get_object(Bucket=bucket, Key=corrupt)["Body"].read()
     assert fixed == body
 
     pruned = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--prune", "--format", "json")
     assert json.loads(pruned.stdout)["deleted"] == [extra]
-    assert orphan in keys(moto, bucket)  # not in scope of a named sync; and orphans need their own opt-in
+    assert orphan in keys(s3_server, bucket)  # not in scope of a named sync; and orphans need their own opt-in
     whole = run(hub, bucket, tmp_path, "sync", "--prune", "--dry-run")
-    assert "someone-else/model/weights.bin" in whole.stdout and orphan in keys(moto, bucket)
+    assert "someone-else/model/weights.bin" in whole.stdout and orphan in keys(s3_server, bucket)
 
 
-def test_max_delete_aborts_with_nothing_deleted(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_max_delete_aborts_with_nothing_deleted(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
     assert run(hub, bucket, tmp_path, "sync", "tiny-llama").returncode == 0
-    client = s3(moto)
+    client = s3(s3_server)
     for i in range(5):
         client.put_object(Bucket=bucket, Key=store_key(bundled, bundled.get("tiny-llama"), f"junk-{i}.txt"), Body=b"j")
-    before = keys(moto, bucket)
+    before = keys(s3_server, bucket)
     done = run(hub, bucket, tmp_path, "sync", "tiny-llama", "--prune", "--max-delete", "3")
     assert done.returncode == 2 and "deletes 5 objects, more than --max-delete 3; nothing was deleted" in done.stderr
-    assert keys(moto, bucket) == before
+    assert keys(s3_server, bucket) == before
 
 
 def test_saved_plan_applies_exactly_and_is_refused_after_the_bucket_changed(
-    hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path
+    hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path
 ) -> None:
     plan = tmp_path / "plan.json"
     assert run(hub, bucket, tmp_path, "sync", "tiny-qwen2", "--out", str(plan)).returncode == 0
-    assert keys(moto, bucket) == {}  # --out changes nothing
+    assert keys(s3_server, bucket) == {}  # --out changes nothing
     intruder = store_key(bundled, bundled.get("tiny-qwen2"), "x")
-    s3(moto).put_object(Bucket=bucket, Key=intruder, Body=b"new")
+    s3(s3_server).put_object(Bucket=bucket, Key=intruder, Body=b"new")
     stale = run(hub, bucket, tmp_path, "sync", "--apply", str(plan))
     assert stale.returncode == 2 and "the bucket changed since the plan was made" in stale.stderr
-    assert list(keys(moto, bucket)) == [intruder]  # nothing was done
-    s3(moto).delete_object(Bucket=bucket, Key=intruder)
+    assert list(keys(s3_server, bucket)) == [intruder]  # nothing was done
+    s3(s3_server).delete_object(Bucket=bucket, Key=intruder)
     applied = run(hub, bucket, tmp_path, "sync", "--apply", str(plan), "--format", "json")
     assert applied.returncode == 0, applied.stderr
     assert len(json.loads(applied.stdout)["uploaded"]) == len(json.loads(plan.read_text())["items"])
 
 
-def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
     hub.fail(429, times=1, retry_after=0.3, path_contains="tiny-qwen2")
     hub.truncate("tiny-llama/resolve/" + bundled.get("tiny-llama").source.revision + "/model.safetensors", after_bytes=0, times=100)
     done = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--format", "json")
@@ -142,15 +142,15 @@ def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(hub: HubDouble, 
     bad = store_key(bundled, bundled.get("tiny-llama"), "model.safetensors")
     assert [e["key"] for e in out["errors"]] == [bad]
     assert "tiny-llama/model.safetensors" in out["errors"][0]["error"]
-    stored = keys(moto, bucket)
+    stored = keys(s3_server, bucket)
     assert bad not in stored
     assert len(out["uploaded"]) == len(bundled.get("tiny-llama").files) - 1 + len(bundled.get("tiny-qwen2").files)
 
 
 def test_a_sync_killed_mid_upload_leaves_nothing_partial_and_a_rerun_completes(
-    hub: HubDouble, bucket: str, moto: MotoServer, bundled: Catalog, tmp_path: Path
+    hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path
 ) -> None:
-    proxy = FaultProxy(int(moto.url.rsplit(":", 1)[1]))
+    proxy = FaultProxy(int(s3_server.url.rsplit(":", 1)[1]))
     key = store_key(bundled, bundled.get("all-minilm-l6-v2"), "model.safetensors")
     proc = subprocess.Popen(
         [sys.executable, "-m", "catalog", "sync", "all-minilm-l6-v2", "--part-size", "8MiB", "--concurrency", "2"],
@@ -164,7 +164,7 @@ def test_a_sync_killed_mid_upload_leaves_nothing_partial_and_a_rerun_completes(
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proxy.close()
-    assert key not in keys(moto, bucket)  # parts of an unfinished multipart upload are never visible
+    assert key not in keys(s3_server, bucket)  # parts of an unfinished multipart upload are never visible
     rerun = run(hub, bucket, tmp_path, "sync", "all-minilm-l6-v2", "--part-size", "8MiB")
     assert rerun.returncode == 0, rerun.stderr
     deep = run(hub, bucket, tmp_path, "sync", "all-minilm-l6-v2", "--check", "--deep")

@@ -1,11 +1,11 @@
-"""An HTTP-level fault proxy on 127.0.0.1, in front of moto's S3 server.
+"""An HTTP-level fault proxy on 127.0.0.1, in front of the S3 server (SeaweedFS).
 
 tests/servers.py's FaultProxy works on raw TCP bytes (cut a response after N bytes, refuse connections).
 Some faults need to understand HTTP: answer 500 and then pass through, stall before the status line,
 announce a Content-Length and send fewer bytes, reset a connection (RST, not FIN) mid-body, stall in
-the middle of a body. This proxy parses each request, forwards it to moto with http.client, and then
-either relays the real response or breaks it in one of those ways. Everything it relays is moto's
-real answer: nothing about S3 is simulated.
+the middle of a body. This proxy parses each request, forwards it to the S3 server with http.client,
+and then either relays the real response or breaks it in one of those ways. Everything it relays is
+SeaweedFS's real answer: nothing about S3 is simulated.
 
 It is bounded: stalls end when the proxy closes, every fault has a count, and it listens on loopback only.
 """

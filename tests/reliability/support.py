@@ -24,9 +24,11 @@ if str(TESTS) not in sys.path:  # servers.py, hubdouble.py, helpers.py (tests/co
     sys.path.insert(0, str(TESTS))
 
 from hubdouble import HubDouble  # noqa: E402
-from servers import FaultProxy, MotoServer, free_port, new_bucket, s3_env  # noqa: E402
+from servers import FaultProxy, MotoServer, SeaweedServer, free_port, new_bucket, s3_env  # noqa: E402
 
-__all__ = ["BUNDLED", "FaultProxy", "HubDouble", "MotoServer", "ROOT", "free_port", "new_bucket", "s3_env"]
+# The tests run against SeaweedFS (SeaweedServer); MotoServer stays exported for bench/load_resolve.py.
+__all__ = ["BUNDLED", "FaultProxy", "HubDouble", "MotoServer", "ROOT", "SeaweedServer", "free_port", "new_bucket",
+           "s3_env"]
 
 SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 # What a writer names its in-flight files: tmp/<pid>-<hex>.part, `.<name>.<pid>-<hex>` staging files and

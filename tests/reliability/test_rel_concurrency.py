@@ -61,7 +61,7 @@ class GcLoop(threading.Thread):
 
 
 def test_eight_resolves_and_gc_at_once_over_one_cache(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
+    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
 ) -> None:
     url = f"s3://{bucket}/"
     store = open_store(url)
@@ -101,11 +101,11 @@ def test_eight_resolves_and_gc_at_once_over_one_cache(
 
 
 def test_two_syncs_at_once_fill_then_repair_one_bucket(
-    bundled: Catalog, hub, moto, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog, hub, s3_server, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     base = {"HF_ENDPOINT": hub.url, "CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": f"s3://{bucket}/", "HOME": str(tmp_path / "home")}
     pins = {store_key(bundled, m, f.path): f for m in bundled for f in m.files}
-    client = s3_client(moto.url)
+    client = s3_client(s3_server.url)
 
     def both(*args: str) -> None:
         procs = [subprocess.Popen(catalog_cmd("sync", *args, "--part-size", "8MiB", "--concurrency", "2"),
@@ -120,7 +120,7 @@ def test_two_syncs_at_once_fill_then_repair_one_bucket(
         fresh = run_catalog(["sync", "--check"], cli_env({**base, "CATALOG_CACHE": str(tmp_path / "fresh-runner")}))
         assert fresh.returncode == 0, f"the recorded states disagree with the bucket: {explain(fresh)}"
         shutil.rmtree(tmp_path / "fresh-runner", ignore_errors=True)
-        stored = {k: v for k, v in bucket_objects(moto.url, bucket).items() if not k.startswith(".model-catalog/")}
+        stored = {k: v for k, v in bucket_objects(s3_server.url, bucket).items() if not k.startswith(".model-catalog/")}
         assert stored == {k: f.size for k, f in pins.items()}
 
     both()  # from an empty bucket

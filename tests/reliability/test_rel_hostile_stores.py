@@ -1,6 +1,6 @@
 """Hostile stores: odd keys, huge listings, nested prefixes, and servers that lie, fail, stall or reset.
 
-Real components only: moto's S3 server (through tests/servers.py or the HTTP fault proxy in
+Real components only: SeaweedFS as the S3 server (through tests/servers.py or the HTTP fault proxy in
 faultproxy.py), LocalStore folders, and the resolver/sync code in process. After every scenario the
 same invariants are checked from the outside: nothing was written outside the cache and store
 folders, every blob in the cache hashes to its name, and no temp file of a finished resolve is left.
@@ -35,6 +35,7 @@ from .support import (
     cli_env,
     explain,
     leftover_temps,
+    new_bucket,
     run_catalog,
     s3_client,
     sha256_file,
@@ -83,23 +84,27 @@ def hostile_keys(prefix: str) -> dict[str, bytes]:
     }
 
 
-def plant_odd_keys(bundled: Catalog, sources: dict[str, Path], moto, bucket: str):  # type: ignore[no-untyped-def]
+# moto here because SeaweedFS cannot hold these keys: it refuses keys with `.` or `..` segments
+# (InvalidRequest) and rewrites `//`, a backslash and a leading `/` (it stores objects as filer paths).
+# AWS S3 takes every one of them verbatim, so the odd-key tests plant them in moto (`moto_s3`).
+def plant_odd_keys(bundled: Catalog, sources: dict[str, Path], server, bucket: str):  # type: ignore[no-untyped-def]
     """The model in the bucket, plus hostile keys under its prefix and two outside any prefix."""
     url = f"s3://{bucket}/"
     fill(bundled, url, sources)
     prefix = store_key(bundled, bundled.get(MODEL))
     odd = hostile_keys(prefix)
     outside = {"/absolute/key.json": b"abs", "../root-escape": b"up"}
-    client = s3_client(moto.url)
+    client = s3_client(server.url)
     for key, data in {**odd, **outside}.items():
         client.put_object(Bucket=bucket, Key=key, Body=data)
     return url, prefix, odd, outside
 
 
 def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog, sources: dict[str, Path], moto_s3, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto, bucket)
+    bucket = new_bucket(moto_s3.url)  # moto here because SeaweedFS cannot hold these keys (see plant_odd_keys)
+    url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto_s3, bucket)
 
     store = open_store(url)
     listed = [o.key for o in store.list(prefix)]
@@ -118,26 +123,27 @@ def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
     assert "Traceback" not in check.stderr
     extras = {i["key"] for i in json.loads(check.stdout)["plan"]["items"] if i["action"] == "extra"}
     assert extras == set(odd)
-    assert set(bucket_objects(moto.url, bucket)) >= set(odd) | set(outside)  # --check changed nothing
+    assert set(bucket_objects(moto_s3.url, bucket)) >= set(odd) | set(outside)  # --check changed nothing
 
 
 def test_prune_deletes_odd_keys_under_a_prefix_or_reports_each_and_carries_on(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog, sources: dict[str, Path], moto_s3, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     """Odd keys ('..', '//', backslash, control characters, case twins) under a model's prefix are extra
     objects. `sync --prune` must remove them (they are plain S3 keys; deleting one writes nothing local),
     or, if it refuses some on principle, name each refused key and still do the rest of the plan: delete
     the other extras, print its report, keep the pinned objects."""
-    url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto, bucket)
+    bucket = new_bucket(moto_s3.url)  # moto here because SeaweedFS cannot hold these keys (see plant_odd_keys)
+    url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto_s3, bucket)
     env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(tmp_path / "sync-cache"),
                    "HOME": str(tmp_path / "home")})
     pruned = run_catalog(["sync", MODEL, "--prune", "--format", "json"], env)
     assert "Traceback" not in pruned.stderr, explain(pruned)
-    after = bucket_objects(moto.url, bucket)
+    after = bucket_objects(moto_s3.url, bucket)
     for entry in bundled.get(MODEL).files:  # the pinned objects are untouched; nothing outside the prefix moved
         assert after[prefix + entry.path] == entry.size
     assert set(outside) <= set(after)
-    body = s3_client(moto.url).get_object(Bucket=bucket, Key=prefix + "config.json")["Body"].read()
+    body = s3_client(moto_s3.url).get_object(Bucket=bucket, Key=prefix + "config.json")["Body"].read()
     assert body == (sources[MODEL] / "config.json").read_bytes()
     left = set(odd) & set(after)
     if pruned.returncode == 0:
@@ -190,15 +196,15 @@ def files_snapshot(root: Path) -> dict[str, str]:
 
 
 # -- listings --------------------------------------------------------------------------------------------
-def test_a_listing_of_thousands_of_keys_returns_each_exactly_once(moto, bucket: str, long_run: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_listing_of_thousands_of_keys_returns_each_exactly_once(s3_server, bucket: str, long_run: bool) -> None:  # type: ignore[no-untyped-def]
     count = 10_000 if long_run else 2_100
     base = "base/"
     wanted = {f"{base}many/{i // 100:03d}/obj-{i:05d}.bin": i % 7 for i in range(count)}
     neighbours = {f"{base}many-more/x-{i}.bin": 1 for i in range(5)} | {f"{base}many": 2, "many/outside-base.bin": 3}
-    client = s3_client(moto.url)
+    client = s3_client(s3_server.url)
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda kv: client.put_object(Bucket=bucket, Key=kv[0], Body=b"x" * kv[1]), {**wanted, **neighbours}.items()))
-    store = S3Store(bucket, base, S3Options(endpoint_url=moto.url, addressing_style="path"))
+    store = S3Store(bucket, base, S3Options(endpoint_url=s3_server.url, addressing_style="path"))
     listed = list(store.list("many/"))
     keys = [o.key for o in listed]
     assert len(keys) == count
@@ -219,7 +225,7 @@ def nested_catalog(bundled: Catalog) -> Catalog:
 
 
 def test_a_model_nested_in_another_models_prefix_is_not_seen_by_it(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     cat = nested_catalog(bundled)
     url = f"s3://{bucket}/"
@@ -228,7 +234,7 @@ def test_a_model_nested_in_another_models_prefix_is_not_seen_by_it(
     fill(cat, url, sources, "tiny-qwen2")
     inner_prefix = store_key(cat, cat.get("tiny-qwen2"))
     inner_keys = {inner_prefix + f.path for f in cat.get("tiny-qwen2").files}
-    assert inner_keys <= set(bucket_objects(moto.url, bucket))
+    assert inner_keys <= set(bucket_objects(s3_server.url, bucket))
 
     cache = Cache(tmp_path / "cache")
     outer = resolve(cat, MODEL, cache=cache, store=store, options=ResolveOptions(transfer=FAST))
@@ -241,7 +247,7 @@ def test_a_model_nested_in_another_models_prefix_is_not_seen_by_it(
     named = make_plan(cat, [MODEL], store, prune=True, delete_orphans=False, deep=False, config=FAST)
     seen = sorted(f"{i.action.value} {i.key}" for i in named.items if i.key in inner_keys)
     report = apply(named, cat, store, source, max_delete=100, check_fresh=False, config=FAST)
-    gone = sorted(inner_keys - set(bucket_objects(moto.url, bucket)))
+    gone = sorted(inner_keys - set(bucket_objects(s3_server.url, bucket)))
     assert gone == [], f"`sync {MODEL} --prune` deleted the nested model's objects {gone} (it planned: {seen})"
     assert seen == [], f"a sync of {MODEL} plans actions on tiny-qwen2's objects: {seen}"
     assert report.errors == []
@@ -252,15 +258,15 @@ def test_a_model_nested_in_another_models_prefix_is_not_seen_by_it(
     assert not [i for i in whole.items if i.action in (Action.EXTRA, Action.ORPHAN)]
     report = apply(whole, cat, store, source, max_delete=100, check_fresh=False, config=FAST)
     assert report.deleted == [] and report.errors == []
-    assert inner_keys <= set(bucket_objects(moto.url, bucket)), "a prune deleted the nested model's objects"
+    assert inner_keys <= set(bucket_objects(s3_server.url, bucket)), "a prune deleted the nested model's objects"
     assert_sound(tmp_path, cache, {"cache", "sync-cache"})
 
 
 # -- servers that misbehave -------------------------------------------------------------------------------
 @pytest.fixture
-def faulty(moto, bucket: str, bundled: Catalog, sources: dict[str, Path]):  # type: ignore[no-untyped-def]
+def faulty(s3_server, bucket: str, bundled: Catalog, sources: dict[str, Path]):  # type: ignore[no-untyped-def]
     fill(bundled, f"s3://{bucket}/", sources)
-    with HttpFaultProxy(moto.url) as proxy:
+    with HttpFaultProxy(s3_server.url) as proxy:
         yield proxy, bucket
 
 

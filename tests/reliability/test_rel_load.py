@@ -1,4 +1,4 @@
-"""Load: 50 generated small models resolved from moto in one `catalog resolve --all` and in 50 parallel
+"""Load: 50 generated small models resolved from SeaweedFS in one `catalog resolve --all` and in 50 parallel
 `catalog resolve NAME` processes (8 at a time): zero failures, every file verified on disk.
 bench/load_resolve.py runs the same with 200 models and reports throughput and memory.
 """
@@ -27,7 +27,7 @@ MODELS = 50
 POOL = 8
 
 
-def test_fifty_models_resolve_in_one_call_and_in_fifty_processes(moto, bucket: str, tmp_path: Path, long_run: bool) -> None:  # type: ignore[no-untyped-def]
+def test_fifty_models_resolve_in_one_call_and_in_fifty_processes(s3_server, bucket: str, tmp_path: Path, long_run: bool) -> None:  # type: ignore[no-untyped-def]
     models = 200 if long_run else MODELS
     manifests, data, names = write_generated_catalog(tmp_path / "work", bucket, models)
     upload_generated(manifests, data, names, f"s3://{bucket}/")

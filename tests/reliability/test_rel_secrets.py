@@ -37,7 +37,7 @@ def scan_files(root: Path, needles: list[str]) -> list[str]:
 
 
 def test_no_secret_in_any_output_or_written_file(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, hub, tmp_path: Path, markers: dict[str, str]  # type: ignore[no-untyped-def]
+    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, hub, tmp_path: Path, markers: dict[str, str]  # type: ignore[no-untyped-def]
 ) -> None:
     url = f"s3://{bucket}/"
     for name in ("tiny-llama", "tiny-qwen2"):

@@ -53,7 +53,7 @@ def evict(cache_dir: Path, sha256: str) -> None:
 
 
 def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recovers(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
+    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
 ) -> None:
     url = f"s3://{bucket}/"
     upload_from_dir(bundled, MINILM, sources[MINILM], open_store(url))
@@ -100,7 +100,7 @@ def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recove
 
 
 def test_sync_killed_mid_upload_shows_no_partial_object_and_a_rerun_is_clean(
-    bundled: Catalog, hub, moto, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
+    bundled: Catalog, hub, s3_server, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
 ) -> None:
     manifest = bundled.get(MINILM)
     prefix = store_key(bundled, manifest)
@@ -109,11 +109,11 @@ def test_sync_killed_mid_upload_shows_no_partial_object_and_a_rerun_is_clean(
     cache_dir = tmp_path / "cache"
     base = {"HF_ENDPOINT": hub.url, "CATALOG_DIR": str(BUNDLED), "CATALOG_CACHE": str(cache_dir),
             "CATALOG_STORE": f"s3://{bucket}/", "HOME": str(tmp_path / "home")}
-    client = s3_client(moto.url)
+    client = s3_client(s3_server.url)
     rounds = 8 if long_run else 3
     killed_mid_upload = 0
     for round_ in range(rounds):
-        proxy = FaultProxy(moto.port)
+        proxy = FaultProxy(s3_server.port)
         try:
             proc = subprocess.Popen(catalog_cmd("sync", MINILM, "--part-size", "8MiB", "--concurrency", "2"),
                                     env=cli_env({**base, "AWS_ENDPOINT_URL": proxy.url}),
@@ -128,7 +128,7 @@ def test_sync_killed_mid_upload_shows_no_partial_object_and_a_rerun_is_clean(
             _, err = proc.communicate(timeout=60)
         finally:
             proxy.close()
-        objects = bucket_objects(moto.url, bucket, prefix)
+        objects = bucket_objects(s3_server.url, bucket, prefix)
         for name, size in objects.items():  # whatever is visible is whole and carries its pin
             assert name in pins and size == pins[name].size, f"round {round_}: partial or stray object {name} ({size} bytes)"
             head = client.head_object(Bucket=bucket, Key=name)
@@ -143,7 +143,7 @@ def test_sync_killed_mid_upload_shows_no_partial_object_and_a_rerun_is_clean(
     assert rerun.returncode == 0, explain(rerun)
     deep = run_catalog(["sync", MINILM, "--check", "--deep"], cli_env(base))
     assert deep.returncode == 0, explain(deep)
-    assert bucket_objects(moto.url, bucket, prefix) == {k: f.size for k, f in pins.items()}
+    assert bucket_objects(s3_server.url, bucket, prefix) == {k: f.size for k, f in pins.items()}
 
 
 def limit_file_size(limit: int):  # type: ignore[no-untyped-def]
@@ -154,7 +154,7 @@ def limit_file_size(limit: int):  # type: ignore[no-untyped-def]
 
 
 def test_a_full_disk_is_a_one_line_cache_error_and_leaves_nothing_partial(
-    bundled: Catalog, sources: dict[str, Path], moto, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     url = f"s3://{bucket}/"
     upload_from_dir(bundled, MINILM, sources[MINILM], open_store(url))
