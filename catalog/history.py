@@ -18,7 +18,11 @@ from catalog.schema import ModelManifest
 
 
 def pin_changes(base: Mapping[str, ModelManifest], docs: Sequence[ManifestDoc]) -> list[Problem]:
-    """A manifest whose name and revision are unchanged must keep every file's size and sha256."""
+    """A manifest whose name and revision are unchanged must keep every file's size and sha256.
+
+    A new pin (revision or repo) may change anything but its prefix must move too: older branches still
+    resolve and sync the old pin from the old prefix, so sharing it would overwrite their objects.
+    """
     problems = []
     for doc in docs:
         m = doc.manifest
@@ -26,7 +30,15 @@ def pin_changes(base: Mapping[str, ModelManifest], docs: Sequence[ManifestDoc]) 
             continue
         old = base[m.name]
         if old.source.revision != m.source.revision or old.source.hf_repo != m.source.hf_repo:
-            continue  # a new pin: anything may change
+            if m.s3_prefix.startswith(old.s3_prefix) or old.s3_prefix.startswith(m.s3_prefix):
+                what = "keeps" if m.s3_prefix == old.s3_prefix else "overlaps"
+                problems.append(Problem(
+                    doc.display, doc.lines.line_of(("s3_prefix",)), "s3_prefix",
+                    f"the new pin {m.source.hf_repo}@{m.source.revision[:12]} {what} the prefix {old.s3_prefix!r} of the "
+                    f"old pin {old.source.hf_repo}@{old.source.revision[:12]}; sync would overwrite objects older branches "
+                    "still use: give the new revision its own prefix (e.g. ending in /<revision>/)", "prefix-overlap",
+                ))
+            continue  # a new pin: anything else may change
         for index, entry in enumerate(m.files):
             before = old.file(entry.path)
             if before is not None and (before.sha256, before.size) != (entry.sha256, entry.size):

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from catalog import naming
-from catalog.errors import UsageError
+from catalog.errors import Problem, UsageError
 from catalog.formats import LoadFormat
+from catalog.loading import ManifestDoc, discover, load_manifest
 from catalog.schema import CatalogSettings
 from resolver.hub import HubOptions, RemoteFile, commit_of, list_repo_files
 
@@ -69,6 +70,7 @@ def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, 
     files = list_repo_files(repo, revision, hub)
     fmt, exclude = choose_load_format(files, load_format)
     prefix = f"{settings.store}{repo}/{revision}/"
+    refuse_collisions(repo, revision, fmt, prefix, _existing(catalog_dir))
     lines = [
         f"# Added with `catalog add {repo}` ({ref} was {revision[:12]} then); pins never move: a new revision is a new pin.",
         f"name: {name}",
@@ -84,3 +86,30 @@ def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, 
 
 def repr_pattern(pattern: str) -> str:
     return f'"{pattern}"' if pattern.startswith("*") else pattern
+
+
+def _existing(catalog_dir: Path) -> list[ManifestDoc]:
+    """The catalog's parseable manifests (broken ones are `catalog validate`'s to report)."""
+    ignored: list[Problem] = []
+    docs = [load_manifest(path, ignored) for path in discover(catalog_dir)]
+    return [d for d in docs if d.manifest is not None]
+
+
+def refuse_collisions(repo: str, revision: str, fmt: LoadFormat, prefix: str, docs: list[ManifestDoc]) -> None:
+    """Refuse, before anything is written, a pin the catalog already has or a prefix another model uses (pure).
+
+    The derived prefix names the full revision, so two tags at two commits get two prefixes; the same
+    commit again (another tag, another --name) is the existing manifest's pin and prefix.
+    """
+    for doc in docs:
+        m = doc.manifest
+        assert m is not None
+        if m.source.hf_repo.casefold() == repo.casefold() and m.source.revision == revision and m.load_format == fmt:
+            raise UsageError(f"{repo}@{revision[:12]} is already pinned as {m.name!r} ({doc.display}) with load_format {fmt.value}",
+                             hint=f"use {m.name!r}, or pass --revision for another commit")
+        if prefix.startswith(m.s3_prefix) or m.s3_prefix.startswith(prefix):
+            what = "the same prefix as" if prefix == m.s3_prefix else (
+                "inside the prefix of" if prefix.startswith(m.s3_prefix) else "a string prefix of the prefix of")
+            raise UsageError(f"the derived prefix {prefix!r} is {what} {m.name!r} "
+                             f"({doc.display}:{doc.lines.line_of(('s3_prefix',))}); nothing was written",
+                             hint="give each model its own prefix: fix that manifest's s3_prefix, or pin another revision")

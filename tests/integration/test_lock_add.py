@@ -101,7 +101,7 @@ def test_lock_from_a_folder(hub: HubDouble, catalog_dir: Path, sources: dict[str
 
 def test_add_pins_the_branch_commit_and_locks(hub: HubDouble, catalog_dir: Path, bundled: Catalog) -> None:
     clash = cli(hub, catalog_dir, "add", "sentence-transformers/all-MiniLM-L6-v2", "--name", "minilm-copy")
-    assert clash.returncode == 1 and "is the same prefix as 'all-minilm-l6-v2'" in clash.stderr  # already pinned
+    assert clash.returncode == 2 and "is already pinned as 'all-minilm-l6-v2'" in clash.stderr  # refused before writing
     assert not (catalog_dir / "minilm-copy.yaml").exists()  # nothing half-made is left
     (catalog_dir / "all-minilm-l6-v2.yaml").unlink()
     done = cli(hub, catalog_dir, "add", "sentence-transformers/all-MiniLM-L6-v2", "--name", "minilm-copy", "--gpu", "cpu")
@@ -121,6 +121,45 @@ def test_add_refuses_an_existing_manifest_and_unknown_repo(hub: HubDouble, catal
     missing = cli(hub, catalog_dir, "add", "nobody/nothing")
     assert missing.returncode == 1 and "nobody/nothing" in missing.stderr and "Traceback" not in missing.stderr
     assert not (catalog_dir / "nothing.yaml").exists()
+
+
+V2 = "2222222222222222222222222222222222abcdef"
+
+
+def test_add_at_two_tags_gets_two_prefixes_and_refuses_a_commit_or_prefix_already_used(
+        hub: HubDouble, catalog_dir: Path, bundled: Catalog, sources: dict[str, Path]) -> None:
+    t = bundled.get("tiny-llama")
+    hub.add_repo(t.source.hf_repo, t.source.revision, sources["tiny-llama"], refs=("main", "v1"))  # v1 is main's commit
+    hub.add_repo(t.source.hf_repo, V2, sources["tiny-llama"], refs=("v2",))
+    before = {p.name: p.read_text() for p in catalog_dir.iterdir()}
+
+    # The commit tiny-llama.yaml already pins, through another tag and another name: refused, naming it.
+    again = cli(hub, catalog_dir, "add", t.source.hf_repo, "--revision", "v1", "--name", "tiny-llama-v1")
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "already pinned as 'tiny-llama'" in again.stderr and "tiny-llama.yaml" in again.stderr
+    assert "added" not in again.stderr
+
+    # Another commit gets its own prefix, and the catalog stays valid.
+    done = cli(hub, catalog_dir, "add", t.source.hf_repo, "--revision", "v2", "--name", "tiny-llama-v2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    added = yaml.safe_load((catalog_dir / "tiny-llama-v2.yaml").read_text())
+    assert added["s3_prefix"] == f"s3://vllm-ci-model-weights/{t.source.hf_repo}/{V2}/" != t.s3_prefix
+    assert cli(hub, catalog_dir, "validate").returncode == 0
+
+    # The same tag twice: refused before writing, naming the manifest from the first time.
+    twice = cli(hub, catalog_dir, "add", t.source.hf_repo, "--revision", "v2", "--name", "tiny-llama-v2-again")
+    assert twice.returncode == 2 and "already pinned as 'tiny-llama-v2'" in twice.stderr
+    assert not (catalog_dir / "tiny-llama-v2-again.yaml").exists()
+
+    # A prefix another model already covers (an umbrella) is refused too, naming that model and line.
+    qwen = catalog_dir / "tiny-qwen2.yaml"
+    qwen.write_text(qwen.read_text().replace(bundled.get("tiny-qwen2").s3_prefix, "s3://vllm-ci-model-weights/model-catalog/"))
+    (catalog_dir / "tiny-llama-v2.yaml").unlink()
+    umbrella = cli(hub, catalog_dir, "add", t.source.hf_repo, "--revision", "v2", "--name", "tiny-llama-v2")
+    assert umbrella.returncode == 2
+    assert "is inside the prefix of 'tiny-qwen2'" in umbrella.stderr and "tiny-qwen2.yaml:7" in umbrella.stderr
+    assert not (catalog_dir / "tiny-llama-v2.yaml").exists()
+    assert {p.name for p in catalog_dir.iterdir()} == set(before)
 
 
 def test_tensorize_reproduces_the_pinned_tensorizer_artifact(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
