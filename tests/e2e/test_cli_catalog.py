@@ -125,7 +125,8 @@ def test_validate_base_refuses_hash_changes_at_the_same_revision(tmp_path: Path)
     a = tmp_path / "manifests" / "a.yaml"
     a.write_text(a.read_text().replace("b" * 64, "c" * 64))  # same revision, new hash: forbidden
     b = tmp_path / "manifests" / "b.yaml"
-    b.write_text(b.read_text().replace("0123456789abcdef", "fedcba9876543210").replace("b" * 64, "d" * 64))  # new pin
+    b.write_text(b.read_text().replace("0123456789abcdef", "fedcba9876543210").replace("b" * 64, "d" * 64)
+                 .replace("s3://ci-bucket/org/b/", "s3://ci-bucket/org/b/fedcba987654/"))  # new pin, own prefix
     done = run("validate", "--base", "HEAD", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stdout.splitlines() == [

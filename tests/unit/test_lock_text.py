@@ -41,6 +41,6 @@ def test_replaces_an_inline_empty_list_and_column_zero_items() -> None:
 def test_diff_lines() -> None:
     changed = FileEntry(path="config.json", size=11, sha256="c" * 64)
     assert diff_files([A], [changed, B]) == [
-        f"~ config.json: sha256 {'a' * 12}.. (10 bytes) -> {'c' * 12}.. (11 bytes)",
-        f"+ sub dir/model.safetensors (20 bytes, sha256 {'1' * 12}..)",
+        f"~ config.json: sha256 {'a' * 64} (10 bytes) -> {'c' * 64} (11 bytes)",
+        f"+ sub dir/model.safetensors (20 bytes, sha256 {'1' * 64})",
     ]
