@@ -14,12 +14,12 @@ from enum import Enum
 from pathlib import Path
 
 from catalog import formats, naming
-from catalog.errors import CacheWriteError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
+from catalog.errors import CacheWriteError, IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
 from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
-from resolver import hashing
+from resolver import hashing, stream_check
 from resolver.cache import Cache, Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
 from resolver.resolution import Resolution, engine_args, engine_env
@@ -43,6 +43,10 @@ class ResolveOptions:
     source: Source = Source.STORE
     transfer: TransferConfig = field(default_factory=TransferConfig)
     hub: HubOptions = field(default_factory=HubOptions)
+    # streamed weights: "listing" proves each object against sync's record (one listing + one small GET);
+    # "deep" hashes each streamed object instead (for stores without sync records); "loader": the caller
+    # (check-load) hashes every streamed byte against the pin itself
+    verify_stream: str = stream_check.LISTING
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> ResolveOptions:
@@ -98,6 +102,8 @@ def resolve(
     plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF)
     spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
     source, from_hub = _ensure_view(cat, manifest, spec, cache, store, options, progress)
+    if plan.streamed and not from_hub and not options.offline:  # --offline never touches the network
+        from_hub = _verify_streamed(cat, manifest, plan.streamed, store, options)
     if from_hub and plan.streamed:
         # The bucket failed us, so the engine cannot stream from it either: bring the weights too.
         plan = plan_files(manifest, materialize_weights=True)
@@ -123,6 +129,21 @@ def resolve(
         primary=manifest.primary,
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
     )
+
+
+def _verify_streamed(cat: Catalog, manifest: ModelManifest, streamed: tuple[FileEntry, ...], store: Store,
+                     options: ResolveOptions) -> bool:
+    """Prove each streamed object is the one whose bytes were verified before its URI is handed out.
+    True when it cannot be proven but --source fallback may bring the weights from the Hub instead."""
+    try:
+        stream_check.verify_streamed(store, manifest.name, store_key(cat, manifest), streamed,
+                                     mode=options.verify_stream, config=options.transfer)
+    except (StoreUnavailableError, MissingObjectError, IntegrityError) as exc:
+        if options.source is not Source.FALLBACK:
+            raise
+        log.warning("%s; bringing the weights from the Hub at the pinned revision instead of streaming them", exc)
+        return True
+    return False
 
 
 def _ensure_view(

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,16 +25,16 @@ from catalog.errors import CatalogError, IntegrityError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache
-from resolver.fsutil import atomic_write
 from resolver.hub import HubOptions, HubStore
 from resolver.resolve import store_key
+from resolver.stream_check import STATE_PREFIX, parse_state, read_small as _read_small, write_state as _write_state
+from resolver.stream_check import cached_state as _cached_state, remember_state as _remember_state
 from resolver.stores import LocalStore, ObjectInfo, Store
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest
 from resolver.upload import provenance
 
 log = logging.getLogger(__name__)
 
-STATE_PREFIX = ".model-catalog/state/"
 PLAN_VERSION = 1
 
 
@@ -205,32 +203,10 @@ def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], c
             continue
         local = _cached_state(cache, store, m.name, obj.etag)
         data = local.read_bytes() if local is not None and local.is_file() else _read_small(store, key)
-        try:
-            parsed = json.loads(data)
-        except ValueError:
-            parsed = {}
         if local is not None and not local.is_file():
             _remember_state(local, data)
-        states[m.name] = parsed.get("files", {}) if isinstance(parsed, dict) else {}
+        states[m.name] = parse_state(data)
     return states
-
-
-def _cached_state(cache: Cache | None, store: Store, name: str, etag: str | None) -> Path | None:
-    """Where a model's state object with this ETag is kept locally (ETags change whenever the object does)."""
-    if cache is None or not etag:
-        return None
-    tag = hashlib.sha256(f"{store.url}\0{name}\0{etag}".encode()).hexdigest()[:32]
-    return cache.sync_state / name / f"{tag}.json"
-
-
-def _read_small(store: Store, key: str) -> bytes:
-    stream = store.open(key)
-    chunks = []
-    buffer = memoryview(bytearray(1 << 20))
-    while count := stream.readinto(buffer):
-        chunks.append(bytes(buffer[:count]))
-    stream.close()
-    return b"".join(chunks)
 
 
 def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, delete_orphans: bool, deep: bool,
@@ -373,35 +349,3 @@ def _upload(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes) -
         raise IntegrityError(item.model, item.path, "object", f"{item.size} bytes, sha256 {item.sha256}", got,
                              "the store did not keep what was uploaded")
     return info
-
-
-def _write_state(store: Store, name: str, files: Mapping[str, Mapping[str, Any]], cache: Cache | None) -> None:
-    """Merge new records into the model's state object (read, update, write)."""
-    key = f"{STATE_PREFIX}{name}.json"
-    current: dict[str, Any] = {}
-    if store.head(key) is not None:
-        try:
-            loaded = json.loads(_read_small(store, key))
-            current = loaded.get("files", {}) if isinstance(loaded, dict) else {}
-        except ValueError:
-            current = {}
-    current.update(files)
-    data = json.dumps({"model": name, "files": current}, sort_keys=True).encode()
-    with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
-        f.write(data)
-        path = Path(f.name)
-    try:
-        info = store.put(key, path, {"kind": "model-catalog-sync-state"})
-    finally:
-        path.unlink(missing_ok=True)
-    _remember_state(_cached_state(cache, store, name, info.etag), data)
-
-
-def _remember_state(local: Path | None, data: bytes) -> None:
-    """Keep the state just read or written, and only it: older ETags of the model can never match again."""
-    if local is None:
-        return
-    atomic_write(local, data)
-    for other in local.parent.glob("*.json"):
-        if other != local:
-            other.unlink(missing_ok=True)

@@ -2,7 +2,9 @@
 
 Each file is copied to a temp file while it is hashed; only a copy whose size and sha256 match the
 manifest is uploaded (so a file changing under us cannot slip through). Objects that are already
-there with the recorded sha256 are skipped. The full sync job (plans, drift, pruning) builds on this.
+there with the recorded sha256 are skipped. What was uploaded is recorded in the model's state object, the
+same record `catalog sync` writes (size, sha256, ETag), so a streamed resolve can prove the object is the one
+whose bytes were verified. The full sync job (plans, drift, pruning) builds on this.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import safe_join
 from resolver.resolve import store_key
 from resolver.stores import Store
+from resolver.stream_check import record, write_state
 
 log = logging.getLogger(__name__)
 
@@ -42,33 +45,39 @@ def provenance(manifest: ModelManifest, entry: FileEntry) -> dict[str, str]:
 def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> UploadReport:
     manifest = cat.get(name)
     report = UploadReport()
-    for entry in manifest.files:
-        key = store_key(cat, manifest, entry.path)
-        existing = store.head(key)
-        if existing is not None and existing.size == entry.size and existing.metadata.get(SHA256_META) == entry.sha256:
-            report.skipped.append(entry.path)
-            continue
-        path = safe_join(source, entry.path)
-        if not path.is_file():
-            raise MissingObjectError(name, entry.path, str(source))
-        fd, temp = tempfile.mkstemp(prefix=".catalog-upload-", suffix=".part")
-        try:
-            digest = hashlib.sha256()
-            size = 0
-            with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
-                while chunk := src.read(8 * 1024 * 1024):
-                    digest.update(chunk)
-                    out.write(chunk)
-                    size += len(chunk)
-            if size != entry.size:
-                raise IntegrityError(name, entry.path, "size", str(entry.size), str(size), f"the file in {source} differs; nothing was uploaded")
-            if digest.hexdigest() != entry.sha256:
-                raise IntegrityError(name, entry.path, "sha256", entry.sha256, digest.hexdigest(),
-                                     f"the file in {source} differs; nothing was uploaded")
-            store.put(key, Path(temp), provenance(manifest, entry), sha256=entry.sha256)
-        finally:
-            Path(temp).unlink(missing_ok=True)
-        report.uploaded.append(entry.path)
-        report.bytes += entry.size
-        log.info("uploaded %s/%s (%d bytes)", name, entry.path, entry.size)
+    recorded: dict[str, dict[str, object]] = {}
+    try:
+        for entry in manifest.files:
+            key = store_key(cat, manifest, entry.path)
+            existing = store.head(key)
+            if existing is not None and existing.size == entry.size and existing.metadata.get(SHA256_META) == entry.sha256:
+                report.skipped.append(entry.path)
+                continue
+            path = safe_join(source, entry.path)
+            if not path.is_file():
+                raise MissingObjectError(name, entry.path, str(source))
+            fd, temp = tempfile.mkstemp(prefix=".catalog-upload-", suffix=".part")
+            try:
+                digest = hashlib.sha256()
+                size = 0
+                with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+                    while chunk := src.read(8 * 1024 * 1024):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        size += len(chunk)
+                if size != entry.size:
+                    raise IntegrityError(name, entry.path, "size", str(entry.size), str(size), f"the file in {source} differs; nothing was uploaded")
+                if digest.hexdigest() != entry.sha256:
+                    raise IntegrityError(name, entry.path, "sha256", entry.sha256, digest.hexdigest(),
+                                         f"the file in {source} differs; nothing was uploaded")
+                info = store.put(key, Path(temp), provenance(manifest, entry), sha256=entry.sha256)
+            finally:
+                Path(temp).unlink(missing_ok=True)
+            recorded[entry.path] = record(entry, info)
+            report.uploaded.append(entry.path)
+            report.bytes += entry.size
+            log.info("uploaded %s/%s (%d bytes)", name, entry.path, entry.size)
+    finally:
+        if recorded:  # what was uploaded before a failure is verified too
+            write_state(store, name, recorded, None)
     return report

@@ -29,11 +29,14 @@ log = logging.getLogger("catalog.resolve")
 @click.option("--source", type=click.Choice([x.value for x in Source]),
               help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback "
                    "(the bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline.")
+@click.option("--verify-stream", type=click.Choice(["listing", "deep"]), default="listing", show_default=True,
+              help="Streaming formats: how each streamed object is proven before its URI is handed out: listing (size "
+                   "and ETag against what `catalog sync` recorded; one listing) or deep (stream and hash each object).")
 @store_options
 @click.pass_context
 def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
-    offline: bool, source: str | None, store: str | None, cache_dir: str | None, part_size: str | None,
+    offline: bool, source: str | None, verify_stream: str, store: str | None, cache_dir: str | None, part_size: str | None,
     concurrency: int | None,
 ) -> int:
     """Materialize verified models and print where they are."""
@@ -46,7 +49,8 @@ def resolve_command(
     cat = load_catalog(ctx, only=None if all_models else names)
     cache = Cache(current.cache_dir)
     the_store = open_catalog_store(cat, current)
-    options = ResolveOptions.from_settings(current, layout=Layout(layout), materialize_weights=materialize_weights)
+    options = ResolveOptions.from_settings(current, layout=Layout(layout), materialize_weights=materialize_weights,
+                                           verify_stream=verify_stream)
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
         cat.get(name)  # unknown names fail before any download
