@@ -45,7 +45,7 @@ def pin_changes(base: Mapping[str, ModelManifest], docs: Sequence[ManifestDoc]) 
                 problems.append(Problem(
                     doc.display, doc.lines.line_of(("files", index, "sha256")), f"files[{index}].sha256",
                     f"{entry.path!r} changed at the same revision {m.source.revision[:12]} "
-                    f"(was sha256 {before.sha256[:12]}.., {before.size} bytes); pins are immutable: "
+                    f"(was sha256 {before.sha256}, {before.size} bytes); pins are immutable: "
                     "pin a new revision instead", "pin-changed",
                 ))
     return problems

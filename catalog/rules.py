@@ -246,11 +246,11 @@ def _pin_conflicts(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
                 assert other.manifest is not None
                 theirs = other.manifest.files[other_index]
                 if other is not doc and (theirs.size, theirs.sha256) != (mine.size, mine.sha256):
-                    clashes.append(f"sha256 {theirs.sha256[:12]}.., {theirs.size} bytes in "
+                    clashes.append(f"sha256 {theirs.sha256}, {theirs.size} bytes in "
                                    f"{_at(other, ('files', other_index, 'path'))}")
             if clashes:
                 loc: Loc = ("files", index, "path")
                 yield Problem(doc.display, doc.lines.line_of(loc), format_loc(loc),
-                              f"{path!r} at {m.source.hf_repo}@{revision[:12]} is pinned here as sha256 {mine.sha256[:12]}.., "
+                              f"{path!r} at {m.source.hf_repo}@{revision[:12]} is pinned here as sha256 {mine.sha256}, "
                               f"{mine.size} bytes but as {'; '.join(clashes)}; one revision has one set of bytes: "
                               "re-run `catalog lock` on the stale manifest", "pin-conflict")

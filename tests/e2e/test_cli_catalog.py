@@ -126,12 +126,12 @@ def test_validate_base_refuses_hash_changes_at_the_same_revision(tmp_path: Path)
     a.write_text(a.read_text().replace("b" * 64, "c" * 64))  # same revision, new hash: forbidden
     b = tmp_path / "manifests" / "b.yaml"
     b.write_text(b.read_text().replace("0123456789abcdef", "fedcba9876543210").replace("b" * 64, "d" * 64)
-                 .replace("s3://ci-bucket/org/b/", "s3://ci-bucket/org/b/fedcba987654/"))  # new pin, own prefix
+                 .replace("s3://ci-bucket/org/b/", "s3://ci-bucket/org/b-fedcba987654/"))  # new pin, own prefix
     done = run("validate", "--base", "HEAD", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
         "manifests/a.yaml:14: files[1].sha256: 'model.safetensors' changed at the same revision 0123456789ab "
-        f"(was sha256 {'b' * 12}.., 1000 bytes); pins are immutable: pin a new revision instead  [pin-changed]"
+        f"(was sha256 {'b' * 64}, 1000 bytes); pins are immutable: pin a new revision instead  [pin-changed]"
     ]
     assert run("validate", "--base", "no-such-ref", cwd=tmp_path).returncode == 2
 

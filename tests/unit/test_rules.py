@@ -366,7 +366,7 @@ def test_two_manifests_pinning_different_bytes_for_one_path_at_one_revision(tmp_
     ]
     on_b = next(p for p in found if p.path == "manifests/b.yaml" and p.line == 15)
     assert on_b.field == "files[2].path"
-    assert "'model.safetensors' at org/shared@0123456789ab is pinned here as sha256 cccccccccccc.., 1000 bytes" in on_b.message
+    assert f"'model.safetensors' at org/shared@0123456789ab is pinned here as sha256 {'c' * 64}, 1000 bytes" in on_b.message
     assert "manifests/a.yaml:12" in on_b.message and "manifests/c.yaml:12" in on_b.message
     (tmp_path / "two").mkdir()
     alone = problems_of(tmp_path / "two", {"a.yaml": a, "b.yaml": b}, "b.yaml")  # the changed file alone
