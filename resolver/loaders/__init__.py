@@ -16,6 +16,7 @@ package (and so the CLI) stays cheap and works without the `loaders` extra.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 from catalog.lookup import Catalog
@@ -90,7 +91,9 @@ def load_weights(cat: Catalog, name: str, *, store: Store, cache: Cache,
                         hint="check-load loads safetensors, runai_streamer(_sharded) and tensorizer models")
     options = options or ResolveOptions()
     _need(name, *loader.NEEDS)
-    resolution = resolve(cat, name, cache=cache, store=store, options=options)
+    # The loaders hash every streamed byte against the pin themselves: resolve's listing check would only
+    # stop them from reporting what they find (and cost a listing).
+    resolution = resolve(cat, name, cache=cache, store=store, options=dataclasses.replace(options, verify_stream="loader"))
     return loader.load(cat, manifest, resolution, store=store, cache=cache, options=options)
 
 
