@@ -1,26 +1,32 @@
 """Downloads that verify while they stream, in parallel ranged parts, resuming after dropped connections.
 
-Every pinned file is cut into parts of `part_size`; all parts of all files go through one FIFO thread
-pool. Each part writes at its offset (pwrite) into a temp file owned by this process. Hashing must see
-the bytes in order, so the part at the hash "head" is hashed as it streams and later parts buffer
-only until the head reaches them (at most about `concurrency` parts in memory). A dropped connection
-re-requests the part from the last byte received; bytes already hashed stay hashed. A file is
-published into the cache (renamed to its sha256) only when its size and sha256 match the manifest.
+First a pure choice (`TransferConfig.for_sizes`): with no part size or concurrency given, both follow the
+file sizes (few large files: large parts, about concurrency/2 streams of bulk; many small files: many
+files in parallel, one GET each). A file that fits in one part is one GET, hashed from the read buffer
+as it streams, in order by nature. A larger file is cut into parts that pwrite at their offsets into a
+temp file owned by this process, and the file's own task hashes behind the contiguous write frontier,
+reading the bytes back from the temp file (the page cache): nothing is buffered out of order, so memory
+stays near one read buffer per thread whatever the part size. A dropped connection re-requests the
+part from the last byte received. A file is published into the cache (renamed to its sha256) only when
+its size and sha256 match the manifest. Small files take no lock (a duplicate download of a small file
+costs less than the lock) and reuse their thread's read buffer and the store's connection pool.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
 from pathlib import Path
+from typing import Protocol
 
 from catalog.errors import CacheWriteError, CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError
 from catalog.schema import FileEntry
@@ -31,6 +37,15 @@ from resolver.stores import ObjectNotFound, ObjectStream, Store
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
+DEFAULT_PART_SIZE = 64 * MiB  # when a caller asks for fixed values without naming them (and for sync's uploads)
+DEFAULT_CONCURRENCY = 8
+SMALL_FILE = 16 * MiB  # below this a file takes no download lock and counts as small for the auto choice
+SMALL_FILES_CONCURRENCY = 16  # only small files: GETs are mostly round trips, so more of them in flight
+MIN_AUTO_PART = 64 * MiB  # never below the old fixed default: more GETs of one object buy nothing on a fast link
+MAX_AUTO_PART = 1 * GiB
+
+
 class Progress(Protocol):
     """Where transfers report; the application layer draws it (a bar on a terminal, lines in CI logs)."""
 
@@ -43,16 +58,57 @@ class Progress(Protocol):
 
 @dataclass(frozen=True)
 class TransferConfig:
-    part_size: int = 64 * MiB
-    concurrency: int = 8
+    """How bytes move. `part_size`/`concurrency` are used as given unless their `auto_*` flag is set;
+    then `for_sizes` chooses them from the files of one fetch (`from_settings` sets the flags when the
+    user gave no value)."""
+
+    part_size: int = DEFAULT_PART_SIZE
+    concurrency: int = DEFAULT_CONCURRENCY
     attempts: int = 5  # per part, on transient errors
     backoff: float = 0.25  # seconds, doubled each attempt, with jitter
     read_size: int = 4 * MiB  # per read call; larger reads cost fewer Python-level calls per GiB
+    auto_part_size: bool = False
+    auto_concurrency: bool = False
+    lock_threshold: int = SMALL_FILE  # files at least this large take the per-blob download lock
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TransferConfig:
-        default = cls()
-        return cls(part_size=settings.part_size or default.part_size, concurrency=settings.concurrency or default.concurrency)
+        return cls(part_size=settings.part_size or DEFAULT_PART_SIZE, concurrency=settings.concurrency or DEFAULT_CONCURRENCY,
+                   auto_part_size=settings.part_size is None, auto_concurrency=settings.concurrency is None)
+
+    def for_sizes(self, sizes: Sequence[int]) -> TransferConfig:
+        """Pure: this config with its auto values chosen for files of `sizes` (fixed values kept)."""
+        concurrency = choose_concurrency(sizes) if self.auto_concurrency else self.concurrency
+        part_size = choose_part_size(sizes, concurrency) if self.auto_part_size else self.part_size
+        return dataclasses.replace(self, part_size=part_size, concurrency=max(1, concurrency),
+                                   auto_part_size=False, auto_concurrency=False)
+
+    def needs_lock(self, size: int) -> bool:
+        """Pure: whether a file of `size` takes the per-blob lock. The lock only avoids duplicate work, and
+        for a small file the lock file costs more than the duplicate download it could avoid."""
+        return size >= self.lock_threshold
+
+    def part_bounds(self, size: int) -> list[tuple[int, int]]:
+        """Pure: the [start, end) byte ranges of a file of `size`; one range (one GET) when it fits a part."""
+        return [(start, min(start + self.part_size, size)) for start in range(0, size, self.part_size)] or [(0, 0)]
+
+
+def choose_concurrency(sizes: Sequence[int]) -> int:
+    """Only small files: up to SMALL_FILES_CONCURRENCY GETs in flight (each is mostly a round trip);
+    any large file: DEFAULT_CONCURRENCY streams, enough to fill a link without thrashing a few cores."""
+    if sizes and all(size < SMALL_FILE for size in sizes):
+        return max(1, min(SMALL_FILES_CONCURRENCY, len(sizes)))
+    return DEFAULT_CONCURRENCY
+
+
+def choose_part_size(sizes: Sequence[int], concurrency: int) -> int:
+    """About concurrency/2 streams of bulk: part = 2 x total / concurrency, in whole MiB, clamped to
+    [64 MiB, 1 GiB]. A model of a few large shards gets one GET per shard (4 x 256 MiB at 8: 257 MiB
+    parts), hashed as it streams; a single huge file is cut so that its parts still run in parallel."""
+    total = sum(sizes)
+    target = -(-2 * total // max(1, concurrency))
+    target = -(-target // MiB) * MiB
+    return max(MIN_AUTO_PART, min(MAX_AUTO_PART, target))
 
 
 @dataclass(frozen=True)
@@ -72,59 +128,118 @@ class _Transient(Exception):
     """A failure worth retrying from where the part stopped."""
 
 
+class _ThreadBuffer(threading.local):
+    """One read buffer per thread, reused by every part and file it handles (grown on demand, never
+    zeroed again): a small file costs no fresh 4 MiB allocation."""
+
+    view: memoryview | None = None
+
+
+_buffers = _ThreadBuffer()
+
+
+def _buffer(size: int) -> memoryview:
+    view = _buffers.view
+    if view is None or len(view) < size:
+        view = _buffers.view = memoryview(bytearray(max(size, 64 * 1024)))
+    return view
+
+
 class _FileJob:
-    """One file in flight: the temp file, the in-order hasher, and the parts' state."""
+    """One file in flight: the temp file, the hasher, and the parts' state.
+
+    One part: the part's reader hashes each read as it arrives (in order by nature). Several parts: the
+    file's task calls `follow`, which hashes behind the contiguous frontier of written bytes, reading
+    them back from the temp file."""
 
     def __init__(self, wanted: Wanted, cache: Cache, config: TransferConfig) -> None:
         self.wanted = wanted
         self.cache_root = cache.root
-        size = wanted.entry.size
-        bounds = list(range(0, size, config.part_size)) or [0]
-        self.parts = [(start, min(start + config.part_size, size)) for start in bounds]
+        self.size = wanted.entry.size
+        self.parts = config.part_bounds(self.size)
+        self.inline = len(self.parts) == 1
         try:
             self.fd, self.temp = cache.new_temp()
         except OSError as exc:
             raise _cache_error(wanted, cache.root, exc) from None
+        self.published = False
         self.hasher = hashlib.sha256()
-        self.head = 0
-        self.buffers: list[list[bytes]] = [[] for _ in self.parts]
+        self.hashed = 0  # bytes hashed so far (always a prefix of the file)
+        self.filled = [0] * len(self.parts)  # bytes written contiguously from each part's start
         self.done = [False] * len(self.parts)
+        self.head = 0  # the first unfinished part
         self.received = 0
-        self.lock = threading.Lock()
+        self.changed = threading.Condition()
         self.error: BaseException | None = None
-        self.remaining = len(self.parts)
 
     def deliver(self, index: int, offset: int, data: memoryview) -> None:
         try:
             os.pwrite(self.fd, data, offset)
         except OSError as exc:
             raise _cache_error(self.wanted, self.cache_root, exc) from None
-        with self.lock:
+        if self.inline:
+            self.hasher.update(data)  # the only part: its bytes arrive in order
+            self.hashed += len(data)
             self.received += len(data)
+            return
+        with self.changed:
+            self.received += len(data)
+            self.filled[index] = offset + len(data) - self.parts[index][0]
             if index == self.head:
-                self.hasher.update(data)
-            else:
-                self.buffers[index].append(bytes(data))
+                self.changed.notify_all()
 
-    def part_finished(self, index: int) -> bool:
-        """Mark a part complete; returns True when it was the file's last one."""
-        with self.lock:
+    def part_finished(self, index: int) -> None:
+        with self.changed:
             self.done[index] = True
             while self.head < len(self.parts) and self.done[self.head]:
                 self.head += 1
-                if self.head < len(self.parts):
-                    for chunk in self.buffers[self.head]:
-                        self.hasher.update(chunk)
-                    self.buffers[self.head].clear()
-            self.remaining -= 1
-            return self.remaining == 0
+            self.changed.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        with self.changed:
+            if self.error is None:
+                self.error = exc
+            self.changed.notify_all()
+
+    def _frontier(self) -> int:
+        if self.head >= len(self.parts):
+            return self.size
+        return self.parts[self.head][0] + self.filled[self.head]
+
+    def follow(self, read_size: int) -> None:
+        """Hash every byte in order as soon as it is written, reading it back from the temp file; returns
+        when the whole file is hashed or a part failed for good."""
+        while True:
+            with self.changed:
+                while self.error is None and self.hashed >= (frontier := self._frontier()) and self.hashed < self.size:
+                    self.changed.wait()
+                if self.error is not None or self.hashed >= self.size:
+                    return
+            view = _buffer(min(read_size, frontier - self.hashed))
+            while self.hashed < frontier:
+                count = _pread_into(self.fd, view[: min(len(view), frontier - self.hashed)], self.hashed)
+                if count <= 0:
+                    raise CacheWriteError(f"the partial download of {self.wanted.label} in the cache at {self.cache_root} "
+                                          f"is shorter than what was written to it; it was deleted",
+                                          hint="something else truncated files in the cache's tmp folder")
+                self.hasher.update(view[:count])
+                self.hashed += count
 
     def discard(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
-        self.temp.unlink(missing_ok=True)
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+        if not self.published:
+            self.temp.unlink(missing_ok=True)
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [view], offset)
+    data = os.pread(fd, len(view), offset)
+    view[: len(data)] = data
+    return len(data)
 
 
 def fetch(
@@ -139,19 +254,26 @@ def fetch(
     files that verified are kept (they are correct whatever happened to the others)."""
     unique: dict[str, Wanted] = {}
     for item in wanted:
-        if not cache.has_blob(item.entry):
-            unique.setdefault(item.entry.sha256, item)
+        if item.entry.sha256 in unique or cache.has_blob(item.entry):
+            continue
+        if not unique:
+            _prepare(store)  # the client (boto3's import) is built while the rest is set up
+        unique[item.entry.sha256] = item
     if not unique:
         return
+    config = config.for_sizes([item.entry.size for item in unique.values()])
     errors: list[BaseException] = []
     workers = max(1, config.concurrency)
-    # Two pools so that a file task never waits on work queued behind itself: file tasks (which also
-    # stream their first part) wait only on part tasks, and part tasks wait on nothing.
-    with ThreadPoolExecutor(workers, thread_name_prefix="catalog-file") as files, \
-            ThreadPoolExecutor(workers, thread_name_prefix="catalog-part") as parts:
-        futures: list[Future[None]] = [
-            files.submit(_fetch_one, store, item, cache, config, progress, sleep, parts) for item in unique.values()
-        ]
+    # GETs run on one pool of `concurrency` threads. A file cut into parts has a task of its own on a
+    # second pool that queues its parts and hashes behind them; it waits only on GETs, GETs wait on nothing.
+    with ThreadPoolExecutor(workers, thread_name_prefix="catalog-get") as gets, \
+            ThreadPoolExecutor(workers, thread_name_prefix="catalog-file") as files:
+        futures: list[Future[None]] = []
+        for item in unique.values():
+            if len(config.part_bounds(item.entry.size)) == 1:
+                futures.append(gets.submit(_fetch_whole, store, item, cache, config, progress, sleep))
+            else:
+                futures.append(files.submit(_fetch_parts, store, item, cache, config, progress, sleep, gets))
         for future in futures:
             exc = future.exception()
             if exc is not None:
@@ -162,32 +284,73 @@ def fetch(
         raise errors[0]
 
 
-def _fetch_one(
-    store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
-    sleep: Callable[[float], None], pool: ThreadPoolExecutor,
-) -> None:
-    """Lock (best effort), re-check, then download every part; the last part to finish verifies."""
-    with cache.download_lock(item.entry.sha256):
-        if cache.has_blob(item.entry):
+def _prepare(store: Store) -> None:
+    """Let the store build its client in the background (an S3 store imports boto3: ~0.1-0.2 s)."""
+    prepare = getattr(store, "prepare", None)
+    if not callable(prepare):
+        return
+
+    def run() -> None:
+        try:
+            prepare()
+        except Exception:  # noqa: BLE001 - the first real request builds it again and reports the error
+            log.debug("preparing %s failed", store.url, exc_info=True)
+
+    threading.Thread(target=run, name="catalog-prepare", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _lock_if_large(cache: Cache, item: Wanted, config: TransferConfig) -> Iterator[bool]:
+    """The per-blob lock for a large file (yields whether it is held); nothing at all for a small one."""
+    if not config.needs_lock(item.entry.size):
+        yield False
+        return
+    with cache.download_lock(item.entry.sha256) as held:
+        yield held
+
+
+def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
+                 sleep: Callable[[float], None]) -> None:
+    """A file that is one GET: streamed, hashed as it arrives, verified, published."""
+    with _lock_if_large(cache, item, config) as locked:
+        if locked and cache.has_blob(item.entry):
             return  # another process brought it while we waited
         job = _FileJob(item, cache, config)
         try:
-            # Parts after the first run on the pool; the first runs here, so a file always progresses.
-            others = [pool.submit(_fetch_part, store, job, i, config, progress, sleep) for i in range(1, len(job.parts))]
+            _fetch_part(store, job, 0, config, progress, sleep)
+            _verify_and_publish(job, cache)
+        finally:
+            job.discard()
+    if progress is not None:
+        progress.file_done(item.label, item.entry.size)
+
+
+def _fetch_parts(
+    store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
+    sleep: Callable[[float], None], gets: ThreadPoolExecutor,
+) -> None:
+    """A file in parts: lock (best effort), re-check, queue every part, hash behind them, verify, publish."""
+    with _lock_if_large(cache, item, config) as locked:
+        if locked and cache.has_blob(item.entry):
+            return
+        job = _FileJob(item, cache, config)
+        try:
+            parts = [gets.submit(_fetch_part, store, job, i, config, progress, sleep) for i in range(len(job.parts))]
             first_error: BaseException | None = None
             try:
-                _fetch_part(store, job, 0, config, progress, sleep)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below after the other parts end
+                job.follow(config.read_size)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below after the parts end
                 first_error = exc
-            for future in others:
+                job.fail(exc)
+            for future in parts:
                 first_error = first_error or future.exception()
             if first_error is not None:
                 raise first_error
             _verify_and_publish(job, cache)
-            if progress is not None:
-                progress.file_done(item.label, item.entry.size)
         finally:
             job.discard()
+    if progress is not None:
+        progress.file_done(item.label, item.entry.size)
 
 
 def _fetch_part(
@@ -197,49 +360,50 @@ def _fetch_part(
     start, end = job.parts[index]
     whole = len(job.parts) == 1
     expected = job.wanted.entry.size
-    position = start
-    buffer = bytearray(config.read_size)
-    view = memoryview(buffer)
+    position = start + job.filled[index]
+    view = _buffer(min(config.read_size, max(1, end - start)))
     attempt = 0
-    while True:
-        if job.error is not None:
-            return  # another part already failed for good; stop spending bandwidth
-        try:
-            stream = _open(store, job.wanted, position, None if whole and position == 0 else end)
+    try:
+        while True:
+            if job.error is not None:
+                return  # another part already failed for good; stop spending bandwidth
             try:
-                if stream.total != expected:
-                    raise IntegrityError(job.wanted.model, job.wanted.entry.path, "size", str(expected), str(stream.total),
-                                         "the object in the store has another size: it is truncated or replaced, or the manifest is stale")
-                while position < end:
-                    count = stream.readinto(view[: min(len(view), end - position)])
-                    if count == 0:
-                        raise _Transient(f"connection closed at byte {position} of {job.wanted.label}")
-                    job.deliver(index, position, view[:count])
-                    position += count
-                    if progress is not None:
-                        progress(job.wanted.label, count)
-                    attempt = 0  # progress was made: the next failure gets a fresh budget
-            finally:
-                stream.close()
-            job.part_finished(index)
-            return
-        except (IntegrityError, MissingObjectError, CacheWriteError) as exc:
-            job.error = exc
-            raise
-        except Exception as exc:  # noqa: BLE001 - classified just below
-            if not _is_transient(exc) or attempt + 1 >= config.attempts:
-                job.error = exc
-                if isinstance(exc, CatalogError) and not _is_transient(exc):
-                    raise
-                raise StoreUnavailableError(
-                    f"giving up on {job.wanted.label} from {store.url} after {attempt + 1} attempts: {_describe(exc)}",
-                    hint="the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL",
-                ) from None
-            attempt += 1
-            asked = getattr(exc, "retry_after", None)  # the server said when (429/503 Retry-After)
-            delay = float(asked) if asked is not None else config.backoff * (2 ** (attempt - 1)) * (0.5 + random.random())
-            log.info("retrying %s from byte %d in %.2fs (%s)", job.wanted.label, position, delay, _describe(exc))
-            sleep(delay)
+                stream = _open(store, job.wanted, position, None if whole and position == 0 else end)
+                try:
+                    if stream.total != expected:
+                        raise IntegrityError(job.wanted.model, job.wanted.entry.path, "size", str(expected), str(stream.total),
+                                             "the object in the store has another size: it is truncated or replaced, or the manifest is stale")
+                    while position < end:
+                        count = stream.readinto(view[: min(len(view), end - position)])
+                        if count == 0:
+                            raise _Transient(f"connection closed at byte {position} of {job.wanted.label}")
+                        job.deliver(index, position, view[:count])
+                        position += count
+                        if progress is not None:
+                            progress(job.wanted.label, count)
+                        attempt = 0  # progress was made: the next failure gets a fresh budget
+                finally:
+                    stream.close()
+                job.part_finished(index)
+                return
+            except (IntegrityError, MissingObjectError, CacheWriteError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified just below
+                if not _is_transient(exc) or attempt + 1 >= config.attempts:
+                    if isinstance(exc, CatalogError) and not _is_transient(exc):
+                        raise
+                    raise StoreUnavailableError(
+                        f"giving up on {job.wanted.label} from {store.url} after {attempt + 1} attempts: {_describe(exc)}",
+                        hint="the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL",
+                    ) from None
+                attempt += 1
+                asked = getattr(exc, "retry_after", None)  # the server said when (429/503 Retry-After)
+                delay = float(asked) if asked is not None else config.backoff * (2 ** (attempt - 1)) * (0.5 + random.random())
+                log.info("retrying %s from byte %d in %.2fs (%s)", job.wanted.label, position, delay, _describe(exc))
+                sleep(delay)
+    except BaseException as exc:
+        job.fail(exc)  # the file's other parts stop, and its hasher stops waiting
+        raise
 
 
 def fetch_digest(store: Store, item: Wanted, config: TransferConfig, sleep: Callable[[float], None] = time.sleep) -> str:
@@ -247,7 +411,7 @@ def fetch_digest(store: Store, item: Wanted, config: TransferConfig, sleep: Call
     digest = hashlib.sha256()
     position = 0
     attempt = 0
-    buffer = memoryview(bytearray(config.read_size))
+    buffer = _buffer(min(config.read_size, max(1, item.entry.size)))
     while True:
         try:
             stream = _open(store, item, position, None)
@@ -301,13 +465,15 @@ def _describe(exc: BaseException) -> str:
 
 def _verify_and_publish(job: _FileJob, cache: Cache) -> Path:
     entry = job.wanted.entry
-    got = job.hasher.hexdigest()
-    if job.received != entry.size:
+    if job.received != entry.size or job.hashed != entry.size:
         raise IntegrityError(job.wanted.model, entry.path, "size", str(entry.size), str(job.received),
                              "the store sent a different number of bytes")
+    got = job.hasher.hexdigest()
     if got != entry.sha256:
         raise IntegrityError(job.wanted.model, entry.path, "sha256", entry.sha256, got,
                              "the object in the store is corrupt or the manifest is stale")
     os.close(job.fd)
     job.fd = -1
-    return cache.publish_blob(job.temp, entry.sha256)
+    path = cache.publish_blob(job.temp, entry.sha256)
+    job.published = True
+    return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import logging
 import threading
 from collections import Counter
@@ -38,16 +39,36 @@ def make_s3_client(options: S3Options) -> Any:
 
 
 class _S3Stream:
+    """A GET's body. Reads go straight from the socket into the caller's buffer when botocore's body is
+    urllib3 over http.client (urllib3's own readinto reads into a temporary bytes object, then copies);
+    a body read to its end hands its connection back to the pool, so the next GET reuses it."""
+
     def __init__(self, body: Any, total: int) -> None:
         self._body = body
         self.total = total
+        raw = getattr(body, "_raw_stream", None)
+        fp = getattr(raw, "_fp", None)
+        # Only botocore's plain body: a subclass (a checksum-validating body) must see every byte itself.
+        direct = (type(body).__name__ == "StreamingBody" and isinstance(fp, http.client.HTTPResponse) and callable(getattr(raw, "release_conn", None))
+                  and fp.length is not None and not fp.chunked)
+        self._raw = raw if direct else None
+        self._fp: http.client.HTTPResponse | None = fp if direct else None
 
     def readinto(self, buffer: memoryview) -> int:
-        return int(self._body.readinto(buffer)) if self._body is not None else 0
+        if self._body is None:
+            return 0
+        fp = self._fp
+        if fp is None:
+            return int(self._body.readinto(buffer))
+        count = fp.readinto(buffer)
+        if fp.length == 0 and self._raw is not None:  # every byte read: the connection is clean, reuse it
+            self._raw.release_conn()
+            self._raw = None
+        return count
 
     def close(self) -> None:
         if self._body is not None:
-            self._body.close()
+            self._body.close()  # after release_conn this closes no pooled connection
 
 
 class S3Store:
@@ -75,6 +96,11 @@ class S3Store:
                 client.meta.events.register("before-call.s3", self._count)
                 self._client = client
             return self._client
+
+    def prepare(self) -> None:
+        """Build the client now (boto3's import and the service model: ~0.1-0.2 s), e.g. in a background
+        thread while the caller sets up, rather than on the first request while other threads wait."""
+        _ = self.client
 
     def _count(self, model: Any, **_: Any) -> None:
         self.requests[str(model.name)] += 1
