@@ -55,6 +55,8 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("AWS_MAX_ATTEMPTS", "attempts per request (default 5)"),
     EnvVar("HF_ENDPOINT", "the Hub's address (default https://huggingface.co)"),
     EnvVar("HF_TOKEN", "the Hub token", secret=True),
+    EnvVar("CATALOG_HUB_MAX_WAIT", "longest wait for the Hub's rate limit to reset, in seconds (default 60); "
+                                   "a later reset fails at once, naming when to retry"),
     EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class (pytest plugin; default: detected)"),
     EnvVar("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
     EnvVar("CATALOG_DEBUG", "1: tracebacks for internal errors"),
@@ -100,6 +102,7 @@ class Settings:
     s3: S3Options = field(default_factory=S3Options)
     hub_endpoint: str = "https://huggingface.co"
     hub_token: str | None = field(default=None, repr=False)
+    hub_max_wait: int = 60  # seconds of a Hub rate-limit reset (429) worth waiting out; longer fails at once
     gpu_class: str | None = None
     gpu_count: int = 1
     debug: bool = False
@@ -141,6 +144,7 @@ class Settings:
             s3=s3,
             hub_endpoint=(env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
             hub_token=env.get("HF_TOKEN") or None,
+            hub_max_wait=_whole(env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT"),
             gpu_class=(env.get("CATALOG_GPU_CLASS") or "").strip().lower() or None,
             gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1),
             debug=env.get("CATALOG_DEBUG", "") in ("1", "true", "yes"),

