@@ -98,11 +98,12 @@ def resolve(
 ) -> Resolution:
     manifest = cat.get(name)
     _check_paths(manifest)
-    # The Hub cannot be streamed from: a model fetched from it is fully local.
-    plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF)
+    # The Hub cannot be streamed from: a model fetched from it is fully local. Offline, nothing can prove a
+    # streamed object is still the verified one (and the engine could not reach it): the weights must be local.
+    plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline)
     spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
     source, from_hub = _ensure_view(cat, manifest, spec, cache, store, options, progress)
-    if plan.streamed and not from_hub and not options.offline:  # --offline never touches the network
+    if plan.streamed and not from_hub:
         from_hub = _verify_streamed(cat, manifest, plan.streamed, store, options)
     if from_hub and plan.streamed:
         # The bucket failed us, so the engine cannot stream from it either: bring the weights too.

@@ -137,5 +137,9 @@ def test_a_tokenizer_from_another_model_brings_only_its_non_weight_files(bundled
     tokenizer_dir = Path(result.tokenizer)
     assert sorted(p.name for p in tokenizer_dir.iterdir()) == sorted(
         f.path for f in bundled.get("tiny-llama").files if f.path != "model.safetensors")
+    # Offline hands out no stream URI (nothing could check it): the weights must be in the cache first.
+    with pytest.raises(NotCachedError):
+        resolve(cat, "tiny-qwen2", cache=cache, store=open_store(str(tmp_path / "gone")), options=ResolveOptions(offline=True))
+    resolve(cat, "tiny-qwen2", cache=cache, store=open_store(store_url), options=ResolveOptions(materialize_weights=True))
     again = resolve(cat, "tiny-qwen2", cache=cache, store=open_store(str(tmp_path / "gone")), options=ResolveOptions(offline=True))
-    assert again.tokenizer == result.tokenizer  # both views warm: no store needed
+    assert again.tokenizer == result.tokenizer and not again.streamed  # every view warm: no store needed
