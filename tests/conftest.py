@@ -45,9 +45,10 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[SeaweedServer]:
-    """The session's S3 server: SeaweedFS on loopback (`.url` S3, `.filer_url` plain HTTP with ranges)."""
-    server = SeaweedServer().start()
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """The session's S3 server: SeaweedFS on loopback (`.url` S3, `.filer_url` plain HTTP with ranges). Its
+    data dir is removed at the end; under pytest's temp root, so even a killed session's gets reaped."""
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs")).start()
     saved = dict(os.environ)
     os.environ.update(s3_env(server.url))
     yield server

@@ -103,11 +103,14 @@ class SeaweedServer:
     START_TIMEOUT = 60.0
     STOP_GRACE = 3.0
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="seaweedfs-"))
+    def __init__(self, root: Path | None = None) -> None:
+        """`root`: an empty folder for its data, logs and sockets (default: a new temp dir); removed by stop()."""
+        self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="seaweedfs-"))
         self.data = self.root / "data"
         self.logs = self.root / "logs"
         self.log_path = self.root / "weed.log"
+        # Unix socket paths must stay under 108 bytes: a deep root gets a short folder for them in /tmp.
+        self.sockets = self.root if len(str(self.root)) < 80 else Path(tempfile.mkdtemp(prefix="weed-", dir="/tmp"))
         self.process: subprocess.Popen[bytes] | None = None
         self.started_in = 0.0  # seconds until S3 answered
         self._choose_ports()
@@ -124,8 +127,8 @@ class SeaweedServer:
             "server", f"-dir={self.data}", f"-ip={ip}", f"-ip.bind={ip}",
             f"-master.port={self.master_port}", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
             f"-volume.port={self.volume_port}", "-volume.max=1000", "-volume.preStopSeconds=0",
-            f"-filer.port={self.filer_port}", f"-filer.localSocket={self.root / 'filer.sock'}",
-            "-s3", f"-s3.port={self.port}", f"-s3.localSocket={self.root / 's3.sock'}",
+            f"-filer.port={self.filer_port}", f"-filer.localSocket={self.sockets / 'filer.sock'}",
+            "-s3", f"-s3.port={self.port}", f"-s3.localSocket={self.sockets / 's3.sock'}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
 
@@ -139,7 +142,7 @@ class SeaweedServer:
                 return self
             self.stop(remove=False)
             if "address already in use" not in error or attempt == 2:
-                shutil.rmtree(self.root, ignore_errors=True)
+                self.stop()
                 raise RuntimeError(error)
             self._choose_ports()
         raise AssertionError("unreachable")
@@ -205,6 +208,7 @@ class SeaweedServer:
             self._remove_sockets()
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
+            shutil.rmtree(self.sockets, ignore_errors=True)
 
     def _remove_sockets(self) -> None:
         """The gRPC unix sockets `weed server` always makes in /tmp, named by our ports."""
