@@ -429,6 +429,19 @@ def test_more_than_4300_digits_is_a_problem_not_a_crash(tmp_path: Path, digits: 
     assert mine and all(p.line >= 1 for p in mine)
 
 
+@pytest.mark.parametrize("style", ["flow-seq", "flow-map"])
+def test_three_thousand_levels_of_nesting_are_a_problem_at_their_line(tmp_path: Path, style: str) -> None:
+    """The deepest nesting the fuzzer may draw, generated for sure (the random draws rarely reach it)."""
+    value = "[" * 3000 + "]" * 3000 if style == "flow-seq" else "{a: " * 3000 + "x" + "}" * 3000
+    text = valid_text().replace("loader: {}\n", f"loader:\n  deep: {value}\n")
+    folder = write_catalog(tmp_path, {f"{NAME}.yaml": text})
+    with deadline(EXAMPLE_SECONDS):
+        result = load_dir(folder)
+    deep_line = next(i for i, line in enumerate(text.splitlines(), 1) if "deep:" in line)
+    mine = [p for p in result.problems if p.path.endswith(f"{NAME}.yaml")]
+    assert mine and all(p.line == deep_line for p in mine), (mine, deep_line)
+
+
 @pytest.mark.parametrize("field", ["gpu-count", "weights-size"])
 def test_huge_gpu_count_or_size_is_a_problem_not_a_crash(tmp_path: Path, field: str) -> None:
     """A 400-digit `gpu.count` or weight `size` once reached the gpu-memory rule, which turned it into a
@@ -442,9 +455,11 @@ def test_huge_gpu_count_or_size_is_a_problem_not_a_crash(tmp_path: Path, field: 
     folder = write_catalog(tmp_path, {f"{NAME}.yaml": text})
     with deadline(EXAMPLE_SECONDS):
         result = load_dir(folder)
-    assert all(p.path.endswith(f"{NAME}.yaml") and p.line >= 0 for p in result.problems)
+    assert all(p.path.endswith(f"{NAME}.yaml") for p in result.problems)
     wanted = "gpu.count" if field == "gpu-count" else "files[1].size"
-    assert [p for p in result.problems if p.field == wanted and p.rule == "schema" and "less than or equal" in p.message]
+    key_line = next(i for i, line in enumerate(text.splitlines(), 1) if huge in line)
+    found = [p for p in result.problems if p.field == wanted and p.rule == "schema" and "less than or equal" in p.message]
+    assert found and all(p.line == key_line for p in found), (found, key_line)  # the key's own line
 
 
 # -- the CLI on a sample --------------------------------------------------------------------------------
