@@ -27,6 +27,7 @@ class LoadFormat(str, Enum):
     FASTSAFETENSORS = "fastsafetensors"
     RUNAI_STREAMER = "runai_streamer"
     RUNAI_STREAMER_SHARDED = "runai_streamer_sharded"
+    DATASET = "dataset"  # not an engine format: a dataset's files, all local, no weights
 
     @property
     def spec(self) -> FormatSpec:
@@ -53,6 +54,8 @@ class Needs:
 
 # Every suffix that holds weights in some format: a streamed format leaves exactly these in the store.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".tensors", ".gguf", ".ckpt")
+# An index maps tensor names to the shard files holding them (`weight_map`): `<weights>.index.json`.
+INDEX_SUFFIX = ".index.json"
 # Pickle-based files can run code when loaded.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Repos often carry the same weights several times; CI needs one copy. `catalog add` writes these
@@ -105,12 +108,19 @@ FORMATS: dict[LoadFormat, FormatSpec] = {
     LoadFormat.TENSORIZER: FormatSpec(
         streams_weights=True, needs=(Needs("a *.tensors file", ("*.tensors",)),), streamed_needs=(_TOKENIZER,),
         weight_patterns=("*.tensors",), loader="tensorizer"),
+    LoadFormat.DATASET: FormatSpec(weight_patterns=()),
 }
 
 
 def is_weight_file(path: str) -> bool:
     """Weights of any format (a streamed format leaves these in the store, whatever its own weights are)."""
     return path.endswith(WEIGHT_SUFFIXES)
+
+
+def is_index_file(path: str) -> bool:
+    """A sharded-weights index (`model.safetensors.index.json`, `pytorch_model.bin.index.json`, a diffusers
+    subfolder's `unet/diffusion_pytorch_model.safetensors.index.json`): its weight_map names shard files."""
+    return path.endswith(INDEX_SUFFIX) and path[: -len(INDEX_SUFFIX)].endswith(WEIGHT_SUFFIXES)
 
 
 def is_pickle_file(path: str) -> bool:

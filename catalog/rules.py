@@ -6,19 +6,23 @@ line of the offending key. Nothing here reads files or the network.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from catalog import formats, naming
 from catalog.errors import Problem
-from catalog.schema import CatalogSettings, ModelManifest
+from catalog.formats import LoadFormat
+from catalog.schema import DATASET_GPU_CLASS, CatalogSettings, ModelManifest
 from catalog.yamlsource import LineMap, Loc, format_loc
 
 if TYPE_CHECKING:
     from catalog.loading import ManifestDoc
 
 GIB = 1024**3
+_BLOB_ID = re.compile(r"[0-9a-f]{40}")
+_XET_HASH = re.compile(r"[0-9a-f]{64}")
 LOCK_HINT = "run `catalog lock {name}` to pin every file's size and sha256"
 
 
@@ -73,6 +77,8 @@ def check_manifest(
         report("revision-unpinned", ("source", "revision"), message)
     _check_prefix(m, settings, report)
     _check_files(m, report)
+    _check_shards(m, report)
+    _check_repo_type(m, report)
     _check_load_format(m, report)
     _check_gpu(m, settings, report)
     _check_tokenizer(m, names, report)
@@ -111,12 +117,60 @@ def _check_files(m: ModelManifest, report: _Reporter) -> None:
                    "prefer safetensors, or set `allow_pickle: true` to opt in")
         if not _selected(entry.path, m):
             report("file-selection", (*loc, "path"), f"{entry.path!r} is not selected by source.include/exclude")
+        if entry.blob_id is not None and not _BLOB_ID.fullmatch(entry.blob_id):
+            report("blob-id", (*loc, "blob_id"), f"{entry.blob_id!r} is not a git blob id: expected 40 lowercase hex digits")
+        if entry.xet_hash is not None and not _XET_HASH.fullmatch(entry.xet_hash):
+            # huggingface_hub drops a whole cached tree listing over one malformed Xet hash
+            report("xet-hash", (*loc, "xet_hash"), f"{entry.xet_hash!r} is not a Xet hash: expected 64 lowercase hex digits")
     for directory, index in _files_used_as_dirs(m):
         report("duplicate-path", ("files", index, "path"), f"{directory!r} is both a file and a folder")
 
 
 def _selected(path: str, m: ModelManifest) -> bool:
     return bool(naming.select_files([path], m.source.include, m.source.exclude))
+
+
+def dropped_by(path: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> str | None:
+    """Which of source.include/exclude leaves `path` out (None: it is selected). Shared with `catalog lock`."""
+    excluding = [p for p in exclude if naming.matches_any(path, (p,))]
+    if excluding:
+        return f"source.exclude {', '.join(repr(p) for p in excluding)} drops it"
+    if include and not naming.matches_any(path, include):
+        return f"no source.include pattern ({', '.join(repr(p) for p in include)}) selects it"
+    return None
+
+
+def _check_shards(m: ModelManifest, report: _Reporter) -> None:
+    """Every file an index's weight_map names is pinned (lock records them as the index's `shards`)."""
+    pinned = {f.path for f in m.files}
+    for index, entry in enumerate(m.files):
+        loc: Loc = ("files", index)
+        if entry.shards is None:
+            if entry.is_index:
+                report("index-unrecorded", (*loc, "path"), f"{entry.path!r} is a weights index but the files its weight_map "
+                       f"names are not recorded; {LOCK_HINT.format(name=m.name)} and record them")
+            continue
+        if not entry.is_index:
+            report("shards", (*loc, "shards"), f"{entry.path!r} is not a weights index (*.safetensors.index.json, "
+                   "*.bin.index.json); only an index lists shards")
+            continue
+        for j, shard in enumerate(entry.shards):
+            if (message := naming.check_relative_path(shard)) is not None:
+                report("shards", (*loc, "shards", j), message)
+            elif shard not in pinned:
+                why = dropped_by(shard, m.source.include, m.source.exclude)
+                report("shard-missing", (*loc, "shards", j),
+                       f"{entry.path!r} names {shard!r}, which is not pinned" + (f": {why}" if why else "")
+                       + "; a model missing a shard cannot load: widen the selection and run "
+                       f"`catalog lock {m.name}`")
+
+
+def _check_repo_type(m: ModelManifest, report: _Reporter) -> None:
+    if m.is_dataset and m.load_format not in (LoadFormat.DATASET, LoadFormat.AUTO):
+        report("repo-type", ("load_format",), f"a dataset (source.repo_type: dataset) has load_format dataset or auto, "
+               f"not {m.load_format.value}")
+    elif not m.is_dataset and m.load_format is LoadFormat.DATASET:
+        report("repo-type", ("source", "repo_type"), "load_format dataset needs `source.repo_type: dataset`")
 
 
 def _files_used_as_dirs(m: ModelManifest) -> Iterator[tuple[str, int]]:
@@ -151,6 +205,8 @@ def _check_gpu(m: ModelManifest, settings: CatalogSettings | None, report: _Repo
         return
     gpu_class = m.gpu.gpu_class or settings.default_gpu
     spec = settings.gpu_classes.get(gpu_class)
+    if spec is None and m.is_dataset and gpu_class == DATASET_GPU_CLASS:
+        return  # a dataset needs no accelerator; the catalog need not define a cpu class for it
     if spec is None:
         known = ", ".join(sorted(settings.gpu_classes))
         report("gpu-class", ("gpu", "class"), f"unknown GPU class {gpu_class!r}; known: {known}")

@@ -8,15 +8,17 @@ gets its own message and line; the patterns below are repeated into the JSON Sch
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from catalog import formats, naming
 from catalog.formats import LoadFormat
 
 
 MAX_FILE_SIZE = 2**63 - 1  # what a file system offsets can address; bigger is a typo
+DATASET_GPU_CLASS = "cpu"  # a dataset without `gpu:` needs no accelerator
+RepoType = Literal["model", "dataset"]
 
 
 class _Strict(BaseModel):
@@ -29,6 +31,8 @@ class Source(_Strict):
     hf_repo: StrictStr = Field(
         description="Hub repository id, org/name.", json_schema_extra={"pattern": naming.HF_REPO_PATTERN}
     )
+    repo_type: RepoType = Field("model", description="model (the default) or dataset: where the repo lives on the Hub "
+                                                     "and which HF cache folder (models--/datasets--) holds it.")
     revision: StrictStr = Field(
         description="Full 40-hex commit; branches, tags and refs/pr/N are refused.",
         json_schema_extra={"pattern": naming.REVISION_PATTERN},
@@ -51,6 +55,18 @@ class FileEntry(_Strict):
     # No lower bound here: the `size` rule says what is wrong with a negative size in its own words.
     size: StrictInt = Field(description="Size in bytes.", le=MAX_FILE_SIZE, json_schema_extra={"minimum": 0})
     sha256: StrictStr = Field(description="Lowercase hex sha256 (the Hub's LFS oid).", json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
+    blob_id: StrictStr | None = Field(None, description="The git blob id (sha1) the Hub lists; informational, sha256 is the pin.",
+                                      json_schema_extra={"pattern": "^[0-9a-f]{40}$"})
+    xet_hash: StrictStr | None = Field(None, description="The Hub's Xet content hash, where it stores the file in Xet; "
+                                                         "informational, sha256 is the pin.",
+                                       json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
+    shards: tuple[StrictStr, ...] | None = Field(
+        None, description="On an index file (*.safetensors.index.json, *.bin.index.json): every file its weight_map "
+                          "names, as repo paths; each must be pinned too.")
+
+    @property
+    def is_index(self) -> bool:
+        return formats.is_index_file(self.path)
 
 
 class ModelManifest(_Strict):
@@ -71,6 +87,19 @@ class ModelManifest(_Strict):
     primary: StrictBool = Field(False, description="When several manifests pin one Hub repo, this one answers for the repo id "
                                                    "in repo-id outputs (resolve --format redirect).")
     files: tuple[FileEntry, ...] = Field((), description="Every pinned file; machine-written by `catalog lock`.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataset_gpu(cls, data: Any) -> Any:
+        """A dataset needs no accelerator unless its manifest says so: `gpu` defaults to the cpu class."""
+        if isinstance(data, dict) and "gpu" not in data and isinstance(data.get("source"), dict) \
+                and data["source"].get("repo_type") == "dataset":
+            return {**data, "gpu": {"class": DATASET_GPU_CLASS}}
+        return data
+
+    @property
+    def is_dataset(self) -> bool:
+        return self.source.repo_type == "dataset"
 
     @property
     def weight_files(self) -> tuple[FileEntry, ...]:

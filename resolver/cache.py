@@ -4,7 +4,8 @@
     <root>/tmp/<pid>-<token>.part       downloads in flight, owned by one process
     <root>/locks/<sha256>.lock          large downloads in flight, only to avoid duplicate work; removed after
     <root>/models/<name>/<view>/...     `--layout dir`: hard links to blobs (copies where links fail)
-    <root>/hub/models--org--name/...    `--layout hf-cache`: the Hugging Face cache layout
+    <root>/hub/models--org--name/...    `--layout hf-cache`: the Hugging Face cache layout (datasets--org--name
+                                        for datasets), with trees/<revision>.json and refs/main (see _build_hf_view)
     <root>/markers/<name>/<view>.json   written last and atomically: size, mtime_ns, inode, sha256 per file
     <root>/warm-index/<key>.json        the warm resolve's answers (the application layer writes them)
     <root>/sync-state/<name>/<tag>.json what sync last read of a model's state object, by its ETag
@@ -20,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -30,7 +32,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from catalog import naming
+from catalog import formats, naming
 from catalog.errors import UnsafePathError
 from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name
 
@@ -41,6 +43,9 @@ log = logging.getLogger(__name__)
 
 MARKER_VERSION = 2
 STALE_TEMP_SECONDS = 3600
+TREE_FORMAT_VERSION = 1  # huggingface_hub's trees/<commit>.json (huggingface_hub/_tree_cache.py)
+SMALL_FILE = 10 * 1024 * 1024  # a file with no recorded blob id that is not a weight: git sha1 of its bytes
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 class Layout(str, Enum):
@@ -57,6 +62,7 @@ class ViewSpec:
     revision: str
     layout: Layout
     files: tuple[FileEntry, ...]
+    repo_type: str = "model"  # "dataset": the hf-cache layout puts it under datasets--org--name
 
     @property
     def view_id(self) -> str:
@@ -283,7 +289,7 @@ class Cache:
 
     def view_dir(self, spec: ViewSpec) -> Path:
         if spec.layout is Layout.HF_CACHE:
-            return self.hub / hf_repo_folder(spec.hf_repo) / "snapshots" / spec.revision
+            return self.hub / hf_repo_folder(spec.hf_repo, spec.repo_type) / "snapshots" / spec.revision
         return self.models / spec.name / spec.view_id
 
     def read_marker(self, spec: ViewSpec) -> Marker | None:
@@ -322,10 +328,14 @@ class Cache:
         return marker
 
     def build_view(self, spec: ViewSpec) -> Path:
-        """Lay the (already verified) blobs out as the view, then write its marker."""
+        """Lay the (already verified) blobs out as the view, then write its marker. A view whose weights index
+        names a file the manifest does not pin is refused before anything is laid out (IncompleteModelError)."""
         for entry in spec.files:
             if not self.has_blob(entry):
                 raise FileNotFoundError(f"blob for {spec.name}/{entry.path} is not in the cache")
+        from resolver.completeness import check_view
+
+        check_view(spec.name, spec.files, lambda entry: self.blob_path(entry.sha256).read_bytes())
         if spec.layout is Layout.HF_CACHE:
             path = self._build_hf_view(spec)
         else:
@@ -351,8 +361,20 @@ class Cache:
         return final
 
     def _build_hf_view(self, spec: ViewSpec) -> Path:
-        """models--org--name/{blobs/<sha256>, snapshots/<revision>/<path> -> ../../blobs/<sha256>, refs/main}."""
-        repo_dir = self.hub / hf_repo_folder(spec.hf_repo)
+        """{models,datasets}--org--name/{blobs/<sha256>, snapshots/<revision>/<path> -> ../../blobs/<sha256>,
+        trees/<revision>.json, refs/main}.
+
+        `trees/<revision>.json` is huggingface_hub's cached tree listing: `snapshot_download` checks a snapshot
+        against it and `get_cached_repo_tree` reads it, offline. It lists what the snapshot holds (what
+        earlier views of this revision put there, plus this view's files), so a snapshot is never reported
+        incomplete for files the catalog chose not to pin.
+
+        `refs/main` is written only while exactly one revision of the repo is in the cache: a request by repo
+        id alone then gets the one pin there is. A second revision (another manifest pinning the same repo)
+        removes it rather than pointing it at either pin: loading by id alone then fails loudly instead of
+        silently giving one of two pins; each still loads by its revision.
+        """
+        repo_dir = self.hub / hf_repo_folder(spec.hf_repo, spec.repo_type)
         blobs = repo_dir / "blobs"
         snapshot = repo_dir / "snapshots" / spec.revision
         blobs.mkdir(parents=True, exist_ok=True)
@@ -374,10 +396,40 @@ class Cache:
             staged_link = link.parent / staging_name(link.name)
             os.symlink(relative, staged_link)
             os.replace(staged_link, link)
+        self._write_tree(repo_dir, snapshot, spec)
+        self._update_main_ref(repo_dir, spec)
+        return snapshot
+
+    def _write_tree(self, repo_dir: Path, snapshot: Path, spec: ViewSpec) -> None:
+        trees = repo_dir / "trees"
+        trees.mkdir(exist_ok=True)
+        self.contained(trees)
+        path = trees / f"{spec.revision}.json"
+        files: dict[str, Any] = {}
+        try:
+            old = json.loads(path.read_bytes())
+            if isinstance(old, dict) and old.get("format_version") == TREE_FORMAT_VERSION and isinstance(old.get("files"), dict):
+                files = {p: v for p, v in old["files"].items() if os.path.lexists(snapshot / p)}
+        except (OSError, ValueError):
+            pass
+        for entry in spec.files:
+            files[entry.path] = tree_entry(entry, self.blob_path(entry.sha256))
+        body = {"format_version": TREE_FORMAT_VERSION, "files": {p: files[p] for p in sorted(files)}}
+        atomic_write(path, json.dumps(body, indent=1).encode())
+
+    def _update_main_ref(self, repo_dir: Path, spec: ViewSpec) -> None:
         refs = repo_dir / "refs"
         refs.mkdir(exist_ok=True)
-        atomic_write(refs / "main", spec.revision.encode())  # no trailing newline, as huggingface_hub writes it
-        return snapshot
+        main = refs / "main"
+        if hf_revisions(repo_dir) == [spec.revision]:
+            atomic_write(main, spec.revision.encode())  # no trailing newline, as huggingface_hub writes it
+        # Checked again after writing: a builder of another revision may have added its snapshot meanwhile.
+        revisions = hf_revisions(repo_dir)
+        if len(revisions) > 1 and main.exists():
+            log.warning("%s: the cache holds %d revisions of %s (%s); removed refs/main so a request without a "
+                        "revision fails instead of loading one of them", spec.name, len(revisions), spec.hf_repo,
+                        ", ".join(r[:12] for r in revisions))
+            main.unlink(missing_ok=True)
 
     def remove_view(self, spec: ViewSpec) -> None:
         self.marker_path(spec).unlink(missing_ok=True)
@@ -392,8 +444,49 @@ class Cache:
             yield path, Marker.read(path)
 
 
-def hf_repo_folder(repo: str) -> str:
-    return "models--" + repo.replace("/", "--")
+def hf_repo_folder(repo: str, repo_type: str = "model") -> str:
+    """huggingface_hub's folder name for a repo: models--org--name, datasets--org--name."""
+    if repo_type not in ("model", "dataset"):
+        raise UnsafePathError(f"unknown repo type {repo_type!r}")
+    return f"{repo_type}s--" + repo.replace("/", "--")
+
+
+def hf_revisions(repo_dir: Path) -> list[str]:
+    """The commits with a snapshot folder in an hf-cache repo folder."""
+    try:
+        return sorted(d.name for d in (repo_dir / "snapshots").iterdir() if _COMMIT.fullmatch(d.name) and d.is_dir())
+    except OSError:
+        return []
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def lfs_pointer_blob_id(sha256: str, size: int) -> str:
+    """The git blob id of an LFS file: the sha1 of its pointer file, computed from the pin alone."""
+    return git_blob_id(f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode())
+
+
+def tree_entry(entry: FileEntry, blob: Path) -> dict[str, Any]:
+    """One file of huggingface_hub's tree listing ({size, blob_id, lfs_sha256, lfs_size, xet_hash}).
+
+    The blob id and Xet hash are the manifest's when lock recorded them. Without them, a weight file or a
+    large one is taken as LFS (its blob id follows from sha256 and size), a small one is hashed as git does.
+    """
+    pointer_id = lfs_pointer_blob_id(entry.sha256, entry.size)
+    if entry.blob_id is not None:
+        blob_id, lfs = entry.blob_id, entry.blob_id == pointer_id
+    elif entry.xet_hash is not None or formats.is_weight_file(entry.path) or entry.size > SMALL_FILE:
+        blob_id, lfs = pointer_id, True
+    else:
+        blob_id, lfs = git_blob_id(blob.read_bytes()), False
+    info: dict[str, Any] = {"size": entry.size, "blob_id": blob_id}
+    if lfs or entry.xet_hash is not None:
+        info |= {"lfs_sha256": entry.sha256, "lfs_size": entry.size}
+    if entry.xet_hash is not None:
+        info["xet_hash"] = entry.xet_hash
+    return info
 
 
 def _swap_dir(staging: Path, final: Path) -> None:

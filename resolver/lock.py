@@ -1,31 +1,41 @@
 """`catalog lock` and `catalog add`: pin every file's size and sha256, and write them into the manifest.
 
 Listing a Hub repo costs no download for LFS files: their sha256 is the LFS oid in the Hub's metadata.
-Only small non-LFS files are downloaded (streamed and hashed, never stored). The manifest is edited as
-text: the `files:` block is replaced (or appended) and every other byte of the file stays as the
-maintainer wrote it, comments and key order included.
+Only small non-LFS files are downloaded (streamed and hashed, never stored), and weights indexes
+(`*.safetensors.index.json`, ...): every file an index's weight_map names must be selected too, else lock
+refuses, naming the missing shards and the pattern that dropped them; the shards are recorded on the
+index's entry (`shards:`) so `catalog validate` can check them without the network. The Hub's git blob id
+and Xet hash are recorded where it gives them (informational: sha256 stays the pin). The manifest is
+edited as text: the `files:` block is replaced (or appended) and every other byte of the file stays as
+the maintainer wrote it, comments and key order included.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from catalog import naming
-from catalog.errors import CatalogError, UsageError
+from catalog import formats, naming
+from catalog.errors import CatalogError, IntegrityError, StoreUnavailableError, UsageError
+from catalog.rules import dropped_by
 from catalog.schema import FileEntry, ModelManifest
 from resolver import hashing
+from resolver.completeness import index_shards, missing_shards
 from resolver.fsutil import atomic_write
-from resolver.hub import HubOptions, HubStore, list_repo_files
+from resolver.hub import HubOptions, HubStore, RetryLater, list_repo_files
+from resolver.stores import ObjectNotFound
 
 # Rules whose findings depend on the pinned files: a manifest with only these problems can be locked.
-FILE_RULES = frozenset({"unlocked", "load-format", "file-selection", "pickle", "gpu-memory", "duplicate-path", "file-path", "sha256", "size"})
+FILE_RULES = frozenset({"unlocked", "load-format", "file-selection", "pickle", "gpu-memory", "duplicate-path", "file-path", "sha256", "size",
+                        "index-unrecorded", "shard-missing", "shards", "blob-id", "xet-hash"})
 
 
 # -- pure: the files block as text ---------------------------------------------------------------
@@ -46,6 +56,12 @@ def render_files_block(entries: Sequence[FileEntry]) -> str:
     lines = ["files:"]
     for e in sorted(entries, key=lambda e: e.path):
         lines += [f"  - path: {yaml_scalar(e.path)}", f"    size: {e.size}", f"    sha256: {yaml_scalar(e.sha256)}"]
+        if e.blob_id is not None:
+            lines.append(f"    blob_id: {yaml_scalar(e.blob_id)}")
+        if e.xet_hash is not None:
+            lines.append(f"    xet_hash: {yaml_scalar(e.xet_hash)}")
+        if e.shards is not None:
+            lines += ["    shards:" + (" []" if not e.shards else "")] + [f"      - {yaml_scalar(s)}" for s in e.shards]
     return "\n".join(lines) + "\n"
 
 
@@ -86,11 +102,33 @@ def diff_files(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[str]:
         elif a is not None and b is not None and (a.size, a.sha256) != (b.size, b.sha256):
             # Whole hashes: two pins that share their first 12 digits must not look equal.
             out.append(f"~ {path}: sha256 {a.sha256} ({a.size} bytes) -> {b.sha256} ({b.size} bytes)")
+        elif a is not None and b is not None and a.shards != b.shards:
+            out.append(f"~ {path}: shards {list(a.shards) if a.shards is not None else 'unrecorded'} -> "
+                       f"{list(b.shards) if b.shards is not None else 'unrecorded'}")
     return out
 
 
+def complete_selection(name: str, entries: Sequence[FileEntry], indexes: Mapping[str, bytes], available: Sequence[str],
+                       include: tuple[str, ...], exclude: tuple[str, ...], where: str) -> list[FileEntry]:
+    """`entries` with each index's shards recorded; UsageError naming every shard the selection leaves out
+    (and the include/exclude that drops it), or that the source does not have."""
+    shards = {path: index_shards(path, raw) for path, raw in indexes.items()}
+    missing = missing_shards([e.path for e in entries], shards)
+    if missing:
+        have = set(available)
+        lines = []
+        for index, names in sorted(missing.items()):
+            for shard in names:
+                why = dropped_by(shard, include, exclude) if shard in have else f"{where} has no such file"
+                lines.append(f"{index} names {shard} ({why})")
+        raise UsageError(f"{name}: the selection is incomplete, a model missing a shard cannot load: {'; '.join(lines)}; "
+                         "nothing was written",
+                         hint="widen source.include / narrow source.exclude so every shard is selected, then lock again")
+    return [e.model_copy(update={"shards": shards[e.path]}) if e.path in shards else e for e in entries]
+
+
 # -- I/O: what the source has ------------------------------------------------------------------------
-def files_from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> list[FileEntry]:
+def files_from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], name: str | None = None) -> list[FileEntry]:
     if not folder.is_dir():
         raise UsageError(f"--from-dir {folder}: no such folder")
     paths = []
@@ -101,24 +139,66 @@ def files_from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, .
             if naming.check_relative_path(rel) is None:
                 paths.append(rel)
     entries = []
+    indexes = {}
     for rel in naming.select_files(paths, include, exclude):
         size, digest = hashing.hash_file(folder / rel)
         entries.append(FileEntry(path=rel, size=size, sha256=digest))
-    return entries
+        if formats.is_index_file(rel):
+            indexes[rel] = (folder / rel).read_bytes()
+    return complete_selection(name or folder.name, entries, indexes, paths, include, exclude, f"--from-dir {folder}")
 
 
 def files_from_hub(manifest: ModelManifest, options: HubOptions) -> list[FileEntry]:
-    repo, revision = manifest.source.hf_repo, manifest.source.revision
-    listing = list_repo_files(repo, revision, options)
+    repo, revision, repo_type = manifest.source.hf_repo, manifest.source.revision, manifest.source.repo_type
+    listing = list_repo_files(repo, revision, options, repo_type)
     wanted = set(naming.select_files([f.path for f in listing], manifest.source.include, manifest.source.exclude))
-    store = HubStore(repo, revision, options)
+    store = HubStore(repo, revision, options, repo_type)
     entries = []
+    indexes = {}
     for item in listing:
         if item.path not in wanted:
             continue
-        digest = item.sha256 if item.sha256 else _hash_remote(store, manifest.name, item.path, item.size)
-        entries.append(FileEntry(path=item.path, size=item.size, sha256=digest))
-    return entries
+        if formats.is_index_file(item.path):
+            # The index itself is needed, not just its hash: read it (small), hash what was read.
+            raw = _read_remote(store, manifest.name, item.path, item.size, options)
+            digest = hashlib.sha256(raw).hexdigest()
+            if item.sha256 and item.sha256 != digest:
+                raise IntegrityError(manifest.name, item.path, "sha256", item.sha256, digest,
+                                     "the Hub's listing and its bytes disagree")
+            indexes[item.path] = raw
+        else:
+            digest = item.sha256 if item.sha256 else _hash_remote(store, manifest.name, item.path, item.size)
+        entries.append(FileEntry(path=item.path, size=item.size, sha256=digest,
+                                 blob_id=item.blob_id if re.fullmatch(r"[0-9a-f]{40}", item.blob_id) else None,
+                                 xet_hash=item.xet_hash if item.xet_hash and re.fullmatch(r"[0-9a-f]{64}", item.xet_hash) else None))
+    return complete_selection(manifest.name, entries, indexes, [f.path for f in listing], manifest.source.include,
+                              manifest.source.exclude, f"{repo}@{revision[:12]}")
+
+
+def _read_remote(store: HubStore, name: str, path: str, size: int, options: HubOptions,
+                 sleep: Callable[[float], None] = time.sleep) -> bytes:
+    """A small file's whole bytes (an index), with the store's retries; size checked, nothing written."""
+    for attempt in range(1, options.attempts + 1):
+        try:
+            stream = store.open(path)
+            try:
+                chunks = bytearray()
+                buffer = memoryview(bytearray(1024 * 1024))
+                while count := stream.readinto(buffer):
+                    chunks += buffer[:count]
+            finally:
+                stream.close()
+        except ObjectNotFound:
+            raise StoreUnavailableError(f"{name}: {path} is listed by the Hub but cannot be fetched", transient=False) from None
+        except (RetryLater, OSError) as exc:
+            if attempt >= options.attempts:
+                raise StoreUnavailableError(f"{name}: cannot fetch {path} from {store.url}: {exc}") from None
+            sleep(getattr(exc, "retry_after", None) or 0.5 * 2 ** (attempt - 1))
+            continue
+        if len(chunks) != size:
+            raise IntegrityError(name, path, "size", str(size), str(len(chunks)), "the Hub's listing and its bytes disagree")
+        return bytes(chunks)
+    raise AssertionError("unreachable")
 
 
 def _hash_remote(store: HubStore, name: str, path: str, size: int) -> str:
@@ -137,20 +217,45 @@ class LockResult:
 
     @property
     def changed(self) -> bool:
+        """The pins (path, size, sha256) or an index's recorded shards differ: drift, for `lock --check`."""
         return _pins(self.old) != _pins(self.new)
 
+    @property
+    def records_changed(self) -> bool:
+        """Only the informational Hub metadata (blob ids, Xet hashes) differs: written, but not drift."""
+        return not self.changed and _records(self.old) != _records(self.new)
 
-def _pins(entries: Sequence[FileEntry]) -> list[tuple[str, int, str]]:
-    return sorted((e.path, e.size, e.sha256) for e in entries)
+
+def _pins(entries: Sequence[FileEntry]) -> list[tuple[str, int, str, tuple[str, ...] | None]]:
+    return sorted((e.path, e.size, e.sha256, e.shards) for e in entries)
+
+
+def _records(entries: Sequence[FileEntry]) -> list[tuple[str, str | None, str | None]]:
+    return sorted((e.path, e.blob_id, e.xet_hash) for e in entries)
+
+
+def _keep_known(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[FileEntry]:
+    """A source that does not know a file's blob id or Xet hash (a folder) keeps what the manifest recorded
+    for the same bytes: one sha256 is one blob."""
+    before = {(e.path, e.size, e.sha256): e for e in old}
+    out = []
+    for e in new:
+        was = before.get((e.path, e.size, e.sha256))
+        if was is not None:
+            e = e.model_copy(update={"blob_id": e.blob_id or was.blob_id, "xet_hash": e.xet_hash or was.xet_hash})
+        out.append(e)
+    return out
 
 
 def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Path | None, hub: HubOptions,
                   write: bool) -> LockResult:
     """Compute the pinned files from the source; write them into the file unless `write` is False."""
-    entries = files_from_dir(from_dir, manifest.source.include, manifest.source.exclude) if from_dir else files_from_hub(manifest, hub)
+    entries = (files_from_dir(from_dir, manifest.source.include, manifest.source.exclude, manifest.name) if from_dir
+               else files_from_hub(manifest, hub))
     if not entries:
         raise CatalogError(f"{manifest.name}: the source has no files matching source.include/exclude",
                            hint="check the patterns and the revision")
+    entries = _keep_known(manifest.files, entries)
     result = LockResult(manifest.name, manifest_path, manifest.files, tuple(sorted(entries, key=lambda e: e.path)))
     spec = manifest.load_format.spec
     unmet = [n.what for n in spec.needs if not n.met_by([e.path for e in result.new])]
@@ -161,7 +266,7 @@ def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Pat
         raise UsageError(f"{manifest.name}: {where} has no {' and '.join(unmet)}, which load_format {manifest.load_format.value} "
                          "needs; nothing was written",
                          hint=f"lock it from the folder holding the artifacts: catalog lock {manifest.name} --from-dir DIR")
-    if write and result.changed:
+    if write and (result.changed or result.records_changed):
         text = manifest_path.read_text(encoding="utf-8")
         atomic_text_write(manifest_path, replace_files_block(text, result.new))
     return result
