@@ -77,26 +77,36 @@ def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, s3_ser
     llama, qwen = bundled.get("tiny-llama"), bundled.get("tiny-qwen2")
     deleted = store_key(bundled, llama, "config.json")
     corrupt = store_key(bundled, llama, "model.safetensors")
+    truncated = store_key(bundled, qwen, "config.json")
     extra = store_key(bundled, qwen, "stray.bin")
     orphan = "someone-else/model/weights.bin"
     client.delete_object(Bucket=bucket, Key=deleted)
     body = client.get_object(Bucket=bucket, Key=corrupt)["Body"].read()
     client.put_object(Bucket=bucket, Key=corrupt, Body=body[:100] + bytes([body[100] ^ 1]) + body[101:])  # same size
+    config = client.get_object(Bucket=bucket, Key=truncated)["Body"].read()
+    client.put_object(Bucket=bucket, Key=truncated, Body=config[:-1])  # another size
     client.put_object(Bucket=bucket, Key=extra, Body=b"x")
     client.put_object(Bucket=bucket, Key=orphan, Body=b"y")
 
     check = run(hub, bucket, tmp_path, "sync", "--check", "--format", "json")
     assert check.returncode == 1
     actions = {i["key"]: i["action"] for i in json.loads(check.stdout)["plan"]["items"] if i["action"] != "ok"}
-    assert actions[deleted] == "upload" and actions[corrupt] == "verify" and actions[extra] == "extra" and actions[orphan] == "orphan"
+    expected = {deleted: "upload", corrupt: "verify", truncated: "replace", extra: "extra", orphan: "orphan"}
+    assert {k: actions.get(k) for k in expected} == expected
+    synced = (store_key(bundled, llama), store_key(bundled, qwen))
+    assert {k for k in actions if k.startswith(synced)} == set(expected) - {orphan}  # nothing else drifted
+    # --deep hashes what is there: the same-size corruption is then a replace, not a verify.
+    deep = run(hub, bucket, tmp_path, "sync", "tiny-llama", "--check", "--deep", "--format", "json")
+    deep_actions = {i["key"]: i["action"] for i in json.loads(deep.stdout)["plan"]["items"]}
+    assert deep.returncode == 1 and deep_actions[corrupt] == "replace"
 
     repaired = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--format", "json")
     assert repaired.returncode == 0, repaired.stderr
     out = json.loads(repaired.stdout)
-    assert sorted(out["uploaded"]) == sorted([deleted, corrupt]) and out["deleted"] == []
+    assert sorted(out["uploaded"]) == sorted([deleted, corrupt, truncated]) and out["deleted"] == []
     assert extra in keys(s3_server, bucket)  # extra objects stay without --prune
-    fixed = client.get_object(Bucket=bucket, Key=corrupt)["Body"].read()
-    assert fixed == body
+    assert client.get_object(Bucket=bucket, Key=corrupt)["Body"].read() == body
+    assert client.get_object(Bucket=bucket, Key=truncated)["Body"].read() == config
 
     pruned = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--prune", "--format", "json")
     assert json.loads(pruned.stdout)["deleted"] == [extra]
