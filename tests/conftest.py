@@ -25,7 +25,7 @@ from catalog.lookup import Catalog  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "manifests"
-TINY = ("tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "tiny-llama-tensorizer")
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "tiny-llama-tensorizer", "tiny-sts")
 
 
 @pytest.fixture(scope="session")
