@@ -52,14 +52,23 @@ def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, s3_
     assert head["Metadata"]["hf-repo"] == "model-catalog/tiny-llama"
 
     hub_before = hub.hub_requests()
-    again = run(hub, bucket, tmp_path, "sync", "--format", "json")
-    assert again.returncode == 0, again.stderr
-    noop = json.loads(again.stdout)
-    assert noop["uploaded"] == [] and noop["verified"] == []
-    # one listing of the bucket; the states sync recorded are still cached locally under the same ETags
-    assert noop["requests"] == {"ListObjectsV2": 1}
-    fresh_runner = run(hub, bucket, tmp_path / "elsewhere", "sync", "--format", "json")
-    assert json.loads(fresh_runner.stdout)["requests"] == {"ListObjectsV2": 1, "GetObject": len(bundled)}  # one small GET per model
+    # Requests are counted twice: by the tool (its report) and independently by a proxy on the wire, which
+    # also sees retries the tool's own counter cannot.
+    proxy = FaultProxy(int(s3_server.url.rsplit(":", 1)[1]))
+    try:
+        again = run(hub, bucket, tmp_path, "sync", "--format", "json", endpoint=proxy.url)
+        assert again.returncode == 0, again.stderr
+        noop = json.loads(again.stdout)
+        assert noop["uploaded"] == [] and noop["verified"] == []
+        # one listing of the bucket; the states sync recorded are still cached locally under the same ETags
+        assert noop["requests"] == {"ListObjectsV2": 1}
+        assert sum(proxy.requests.values()) == 1, proxy.requests
+        proxy.requests.clear()
+        fresh_runner = run(hub, bucket, tmp_path / "elsewhere", "sync", "--format", "json", endpoint=proxy.url)
+        assert json.loads(fresh_runner.stdout)["requests"] == {"ListObjectsV2": 1, "GetObject": len(bundled)}  # one small GET per model
+        assert sum(proxy.requests.values()) == 1 + len(bundled), proxy.requests
+    finally:
+        proxy.close()
     assert hub.hub_requests() == hub_before
     check = run(hub, bucket, tmp_path, "sync", "--check")
     assert check.returncode == 0 and "No changes: the store matches the manifests." in check.stdout
