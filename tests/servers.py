@@ -277,6 +277,7 @@ class FaultProxy:
         self.cuts_done = 0
         self.cut_pattern = ""
         self.down_until = 0.0  # refuse (close) connections until this time
+        self.refused = 0  # connections refused while down
         self.lock = threading.Lock()
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -303,6 +304,7 @@ class FaultProxy:
                 return
             if time.monotonic() < self.down_until:
                 client.close()
+                self.refused += 1  # so a test can tell the outage really happened
                 continue
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
