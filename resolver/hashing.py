@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-CHUNK = 4 * 1024 * 1024
+CHUNK = 256 * 1024  # fits the CPU cache between read and hash
 
 
 def hash_file(path: Path) -> tuple[int, str]:
