@@ -26,7 +26,7 @@ def make_s3_client(options: S3Options) -> Any:
     config = Config(
         signature_version=UNSIGNED if options.unsigned else None,
         s3={"addressing_style": options.addressing_style},
-        retries={"mode": options.retry_mode, "max_attempts": options.max_attempts},
+        retries={"mode": options.retry_mode, "total_max_attempts": options.max_attempts},  # AWS_MAX_ATTEMPTS counts the first try
         max_pool_connections=options.max_pool_connections,
         connect_timeout=options.connect_timeout,
         read_timeout=options.read_timeout,
