@@ -129,6 +129,8 @@ class CatalogSettings(_Strict):
     store: StrictStr = Field(description="The bucket every s3_prefix lives in, e.g. s3://vllm-ci-model-weights/.")
     default_gpu: StrictStr = "l4"
     gpu_classes: dict[StrictStr, GpuClass]
+    mirrors: tuple[StrictStr, ...] = Field(default=(), description="Store URLs (s3://, file://, http(s)://) tried in order "
+                                           "before `store`, per file; every byte is verified (CATALOG_MIRRORS / --mirror override).")
 
 
 def json_schema() -> dict[str, Any]:

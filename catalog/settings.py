@@ -57,6 +57,12 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("HF_TOKEN", "the Hub token", secret=True),
     EnvVar("CATALOG_HUB_MAX_WAIT", "longest wait for the Hub's rate limit to reset, in seconds (default 60); "
                                    "a later reset fails at once, naming when to retry"),
+    EnvVar("CATALOG_SHARED_CACHE", "read-only shared cache tiers, ':'-separated folders with the cache's blobs/<aa>/<sha256> "
+                                   "layout, consulted by sha256 before any download (--shared-cache DIR, repeatable)"),
+    EnvVar("CATALOG_MIRRORS", "stores tried in order before the primary store, per file, ','-separated URLs "
+                              "(s3://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)"),
+    EnvVar("CATALOG_CACHE_MAX_SIZE", "resolve evicts least recently resolved views before it fetches, to keep the cache "
+                                     "under this size (e.g. 200GiB)"),
     EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class (pytest plugin; default: detected)"),
     EnvVar("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
     EnvVar("CATALOG_DEBUG", "1: tracebacks for internal errors"),
@@ -105,6 +111,9 @@ class Settings:
     hub_max_wait: int = 60  # seconds of a Hub rate-limit reset (429) worth waiting out; longer fails at once
     gpu_class: str | None = None
     gpu_count: int = 1
+    shared_caches: tuple[Path, ...] = ()  # read-only cache tiers, in order
+    mirrors: tuple[str, ...] = ()  # store URLs tried before the primary; empty: catalog.yaml's mirrors
+    cache_max_size: int | None = None  # resolve evicts to stay under it
     debug: bool = False
     ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
 
@@ -133,6 +142,9 @@ class Settings:
         if part_size is not None and part_size < MiB:
             raise UsageError("--part-size / CATALOG_PART_SIZE must be at least 1MiB")
         s3, ignored = _s3_options(env)
+        tiers = flags.get("shared_caches") or [p for p in (env.get("CATALOG_SHARED_CACHE") or "").split(":") if p.strip()]
+        mirrors = flags.get("mirrors") or [u for u in (env.get("CATALOG_MIRRORS") or "").split(",") if u.strip()]
+        max_size = env.get("CATALOG_CACHE_MAX_SIZE") or None
         return cls(
             catalog_dir=Path(catalog).expanduser() if catalog else None,
             store=pick("store", "CATALOG_STORE"),
@@ -147,6 +159,9 @@ class Settings:
             hub_max_wait=_whole(env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT"),
             gpu_class=(env.get("CATALOG_GPU_CLASS") or "").strip().lower() or None,
             gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1),
+            shared_caches=tuple(Path(str(t).strip()).expanduser() for t in tiers),
+            mirrors=tuple(str(u).strip() for u in mirrors),
+            cache_max_size=parse_size(max_size, "CATALOG_CACHE_MAX_SIZE") if max_size is not None else None,
             debug=env.get("CATALOG_DEBUG", "") in ("1", "true", "yes"),
             ignored=ignored,
         )
@@ -161,6 +176,13 @@ class Settings:
         given = {k: v for k, v in flags.items() if v is not None}
         if "cache_dir" in given:
             given["cache_dir"] = Path(given["cache_dir"]).expanduser()
+        for name in ("shared_caches", "mirrors"):  # a repeatable flag not given is an empty tuple
+            if name in given and not given[name]:
+                del given[name]
+        if "shared_caches" in given:
+            given["shared_caches"] = tuple(Path(t).expanduser() for t in given["shared_caches"])
+        if "mirrors" in given:
+            given["mirrors"] = tuple(given["mirrors"])
         return replace(self, **given)
 
     def find_catalog_dir(self, cwd: Path | None = None) -> Path:
@@ -172,6 +194,7 @@ class Settings:
         data = asdict(self)
         data["cache_dir"] = str(self.cache_dir.resolve())
         data["catalog_dir"] = str(self.catalog_dir.resolve()) if self.catalog_dir else None
+        data["shared_caches"] = [str(t.resolve()) for t in self.shared_caches]
         data["hub_token"] = hashlib.sha256(self.hub_token.encode()).hexdigest() if self.hub_token else None
         data.pop("debug")
         data.pop("ignored")

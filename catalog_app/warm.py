@@ -48,7 +48,8 @@ class ResolveRequest:
 _VALUE_FLAGS = {"--format": "fmt", "--layout": "layout", "--source": "source", "--store": "store", "--cache": "cache_dir",
                 "--part-size": "part_size", "--concurrency": "concurrency"}
 _BOOL_FLAGS = {"--materialize-weights": "materialize_weights", "--offline": "offline"}
-_SETTINGS_FLAGS = {"source", "store", "cache_dir", "part_size", "concurrency", "offline", "catalog_dir"}
+_MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors"}  # repeatable: collected in order
+_SETTINGS_FLAGS = {"source", "store", "cache_dir", "part_size", "concurrency", "offline", "catalog_dir", "shared_caches", "mirrors"}
 
 
 def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
@@ -70,6 +71,16 @@ def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
     while i < len(rest):
         arg = rest[i]
         flag, eq, inline = arg.partition("=")
+        if flag in _MULTI_FLAGS:
+            if eq:
+                values.setdefault(_MULTI_FLAGS[flag], []).append(inline)
+                i += 1
+            elif i + 1 < len(rest):
+                values.setdefault(_MULTI_FLAGS[flag], []).append(rest[i + 1])
+                i += 2
+            else:
+                return None
+            continue
         if flag in _VALUE_FLAGS:
             if eq:
                 values[_VALUE_FLAGS[flag]] = inline

@@ -17,6 +17,7 @@ any weight is read. Standard library only (the warm path imports it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,7 +27,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 MARKER_VERSION = 2
 STALE_TEMP_SECONDS = 3600
+RESOLVED_AT_EVERY = 3600.0  # a marker's resolved_at is refreshed at most this often (one small write)
 TREE_FORMAT_VERSION = 1  # huggingface_hub's trees/<commit>.json (huggingface_hub/_tree_cache.py)
 SMALL_FILE = 10 * 1024 * 1024  # a file with no recorded blob id that is not a weight: git sha1 of its bytes
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -116,12 +118,17 @@ class Marker:
     files: Mapping[str, FileStamp]
     verified_at: float = 0.0
     version: int = MARKER_VERSION
+    resolved_at: float = 0.0  # the last resolve that used the view (refreshed at most hourly): gc's LRU order
+
+    @property
+    def last_used(self) -> float:
+        return max(self.resolved_at, self.verified_at)
 
     def to_json(self) -> bytes:
         return json.dumps({
             "version": self.version, "view": self.view, "name": self.name, "hf_repo": self.hf_repo,
             "revision": self.revision, "layout": self.layout, "path": self.path, "verified_at": self.verified_at,
-            "files": {p: stamp.as_list() for p, stamp in self.files.items()},
+            "resolved_at": self.resolved_at, "files": {p: stamp.as_list() for p, stamp in self.files.items()},
         }, sort_keys=True).encode()
 
     @classmethod
@@ -136,7 +143,7 @@ class Marker:
                 return None
             return cls(str(data["view"]), str(data["name"]), str(data["hf_repo"]), str(data["revision"]),
                        str(data["layout"]), str(data["path"]), {p: v for p, v in files.items() if v is not None},
-                       float(data.get("verified_at", 0.0)))
+                       float(data.get("verified_at", 0.0)), resolved_at=float(data.get("resolved_at", 0.0)))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -322,10 +329,48 @@ class Cache:
             if stamp is None:
                 raise FileNotFoundError(f"{spec.name}/{entry.path} vanished while the view was being built")
             files[entry.path] = stamp
+        now = time.time()
         marker = Marker(spec.view_id, spec.name, spec.hf_repo, spec.revision, spec.layout.value,
-                        self.view_dir(spec).relative_to(self.root).as_posix(), files, time.time())
+                        self.view_dir(spec).relative_to(self.root).as_posix(), files, now, resolved_at=now)
         atomic_write(self.marker_path(spec), marker.to_json())
         return marker
+
+    def note_resolved(self, spec: ViewSpec, every: float = RESOLVED_AT_EVERY) -> None:
+        """Record that a resolve used the view now (gc's least-recently-resolved order). Cheap: the marker
+        is rewritten only when its `resolved_at` is older than `every` seconds; a failure is harmless."""
+        path = self.marker_path(spec)
+        marker = Marker.read(path)
+        now = time.time()
+        if marker is None or now - marker.last_used < every:
+            return
+        try:
+            atomic_write(path, dataclasses.replace(marker, resolved_at=now).to_json())
+        except OSError:
+            log.debug("could not record the resolve time of %s", spec.name, exc_info=True)
+
+    def adopt_blob(self, source: Path, sha256: str, size: int, check: Callable[[Path], bool]) -> bool:
+        """Bring a blob from a read-only shared tier into the cache: a hard link where the filesystem allows
+        one, else a copy; `check(local_temp)` vouches for the bytes before the blob gets its name. Nothing
+        is ever written, chmod-ed or locked at `source`. False when the bytes were refused."""
+        fd, temp = self.new_temp()
+        os.close(fd)
+        temp.unlink()
+        try:
+            try:
+                os.link(source, temp)  # same inode: no space, no copy; the tier's mode stays as it is
+            except OSError:
+                with open(source, "rb") as src, open(temp, "xb") as out:
+                    shutil.copyfileobj(src, out, 8 * 1024 * 1024)
+                os.chmod(temp, 0o444)
+            if os.stat(temp).st_size != size or not check(temp):
+                return False
+            target = self.blob_path(sha256)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.contained(target.parent)
+            os.replace(temp, target)
+            return True
+        finally:
+            temp.unlink(missing_ok=True)
 
     def build_view(self, spec: ViewSpec) -> Path:
         """Lay the (already verified) blobs out as the view, then write its marker. A view whose weights index

@@ -138,6 +138,14 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -
         remove(entry)
     for state in _stale_sync_states(cache, cat):
         remove(state)
+    tier_checks = cache.root / "tier-checks"  # resolver/tiers.py: identities of tier files that hashed right
+    for record in sorted(tier_checks.glob("*.json")) if tier_checks.is_dir() else ():
+        if record.stem not in referenced:
+            remove(record)
+    from resolver.capacity import in_use  # activity records of resolves that died (resolver/capacity.py)
+
+    for record in in_use(cache, now).dead:
+        remove(record)
     if not dry_run:
         removed_temps = cache.clean_stale_temps()
         if removed_temps:

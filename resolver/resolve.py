@@ -3,23 +3,32 @@
 The decisions are pure (`plan_files`, `engine_args`, `engine_env`); `resolve` is the thin I/O around
 them: stat the view, fetch what is missing, lay it out, record what was verified. A warm resolve
 stops after the stat and never imports boto3.
+
+Where missing bytes come from, per file, first that has them: the read-only shared cache tiers
+(`resolver/tiers.py`), the mirrors in order (any store URL; a mirror that lacks a file, fails or serves
+other bytes is skipped for that file), the primary store, then (with --source fallback) the Hub. Every
+byte is verified against the pin whatever served it; `Resolution.sources` names the server of each file.
+Before the first download the bytes still needed are compared with the cache's free space
+(`resolver/capacity.py`), after evicting old views when CATALOG_CACHE_MAX_SIZE is set.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
 from catalog import formats, naming
-from catalog.errors import CacheWriteError, IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
+from catalog.errors import CacheWriteError, CatalogError, IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
 from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
-from resolver import hashing, stream_check
+from resolver import capacity, hashing, stream_check, tiers
 from resolver.cache import Cache, Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
 from resolver.resolution import Resolution, engine_args, engine_env
@@ -47,13 +56,47 @@ class ResolveOptions:
     # "deep" hashes each streamed object instead (for stores without sync records); "loader": the caller
     # (check-load) hashes every streamed byte against the pin itself
     verify_stream: str = stream_check.LISTING
+    tiers: tuple[Path, ...] = ()  # read-only shared cache tiers, consulted first
+    mirrors: tuple[Store, ...] = ()  # stores tried in order before the primary; empty: catalog.yaml's mirrors
+    max_size: int | None = None  # evict least recently resolved views before fetching, to stay under it
+    settings: Settings | None = None  # to open catalog.yaml's mirrors with (None: this process's)
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: object) -> ResolveOptions:
         """The options a command's settings imply; `overrides` are the command's own (layout, ...)."""
         options = cls(offline=settings.offline, source=Source(settings.source),
-                      transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings))
+                      transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings),
+                      tiers=settings.shared_caches, mirrors=tuple(open_store(url, settings) for url in settings.mirrors),
+                      max_size=settings.cache_max_size, settings=settings)
         return dataclasses.replace(options, **overrides)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Where a view's bytes came from: a summary, whether the Hub gave any, and per file."""
+
+    source: str
+    from_hub: bool
+    sources: dict[str, str]
+
+
+_MIRRORS: dict[tuple[str, int], Store] = {}
+_MIRRORS_LOCK = threading.Lock()
+
+
+def mirror_stores(cat: Catalog, options: ResolveOptions) -> tuple[Store, ...]:
+    """--mirror / CATALOG_MIRRORS when given, else catalog.yaml's `mirrors` (opened once per process)."""
+    if options.mirrors:
+        return options.mirrors
+    urls = cat.settings.mirrors
+    if not urls:
+        return ()
+    settings = options.settings if options.settings is not None else Settings.from_process()
+    with _MIRRORS_LOCK:
+        for url in urls:
+            if (url, id(settings)) not in _MIRRORS:
+                _MIRRORS[(url, id(settings))] = open_store(url, settings)
+        return tuple(_MIRRORS[(url, id(settings))] for url in urls)
 
 
 @dataclass(frozen=True)
@@ -98,18 +141,28 @@ def resolve(
 ) -> Resolution:
     manifest = cat.get(name)
     _check_paths(manifest)
+    names = [manifest.name] + ([manifest.tokenizer] if manifest.tokenizer and manifest.tokenizer in cat else [])
+    blobs = [f.sha256 for n in names for f in cat.get(n).files]
+    with capacity.active(cache, names, blobs):  # what a concurrent eviction must leave alone
+        return _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)
+
+
+def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Store, options: ResolveOptions,
+             progress: Progress | None) -> Resolution:
     # The Hub cannot be streamed from: a model fetched from it is fully local. Offline, nothing can prove a
     # streamed object is still the verified one (and the engine could not reach it): the weights must be local.
     plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline)
     spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
-    source, from_hub = _ensure_view(cat, manifest, spec, cache, store, options, progress)
+    fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
+    source, from_hub, sources = fetched.source, fetched.from_hub, dict(fetched.sources)
     if plan.streamed and not from_hub:
         from_hub = _verify_streamed(cat, manifest, plan.streamed, store, options)
     if from_hub and plan.streamed:
         # The bucket failed us, so the engine cannot stream from it either: bring the weights too.
         plan = plan_files(manifest, materialize_weights=True)
         spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
-        _ensure_view(cat, manifest, spec, cache, store, dataclasses.replace(options, source=Source.HF), progress)
+        again = _ensure_view(cat, manifest, spec, cache, store, dataclasses.replace(options, source=Source.HF), progress)
+        sources = {**again.sources, **{p: s for p, s in sources.items() if s != "cache"}}
     path = cache.view_dir(spec)
     tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, cache, store, options, progress)
     model = store.stream_uri(store_key(cat, manifest)) if plan.streamed else str(path)
@@ -127,7 +180,7 @@ def resolve(
         hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
         stream_env=store.stream_env() if plan.streamed else {},
         tensor_parallel=formats.tensor_parallel_ranks(manifest.load_format.spec, [f.path for f in manifest.files]),
-        primary=manifest.primary,
+        primary=manifest.primary, sources=sources,
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
     )
 
@@ -150,12 +203,13 @@ def _verify_streamed(cat: Catalog, manifest: ModelManifest, streamed: tuple[File
 def _ensure_view(
     cat: Catalog, manifest: ModelManifest, spec: ViewSpec, cache: Cache, store: Store, options: ResolveOptions,
     progress: Progress | None,
-) -> tuple[str, bool]:
+) -> Fetched:
     """Make `spec`'s view fresh: nothing to do when its marker still holds; else re-hash what changed,
     fetch what is missing (never with --offline), lay it out, mark it. Returns `_fetch_missing`'s answer."""
     state = cache.view_state(spec)
     if state is ViewState.FRESH:
-        return "cache", False
+        cache.note_resolved(spec)
+        return Fetched("cache", False, {e.path: "cache" for e in spec.files})
     if state is ViewState.STALE:
         _recheck_blobs(cache, spec)  # something in the view changed under us: trust no blob blindly
     missing = [e for e in spec.files if not cache.has_blob(e)]
@@ -167,30 +221,73 @@ def _ensure_view(
         )
     answer = _fetch_missing(cat, manifest, missing, cache, store, options, progress)
     _build_view(cache, spec)
-    return answer
+    return Fetched(answer.source, answer.from_hub, {e.path: answer.sources.get(e.path, "cache") for e in spec.files})
 
 
 def _fetch_missing(
     cat: Catalog, manifest: ModelManifest, missing: list[FileEntry], cache: Cache, store: Store,
     options: ResolveOptions, progress: Progress | None,
-) -> tuple[str, bool]:
-    """Fetch from the store, the Hub, or the store then the Hub: (where the bytes came from, whether the Hub)."""
+) -> Fetched:
+    """Bring `missing` into the cache from the first that has each file: the shared tiers, the mirrors in
+    order, the store (or the Hub with --source hf, the store then the Hub with fallback)."""
     if not missing:
-        return "cache", False
+        return Fetched("cache", False, {})
+    sources: dict[str, str] = dict(tiers.take_from_tiers(tiers.tiers_of(options.tiers), cache, manifest.name, missing))
+    still = [e for e in missing if not cache.has_blob(e)]
+    if still:
+        needed = sum(e.size for e in {e.sha256: e for e in still}.values())
+        if options.max_size is not None:
+            capacity.evict_for(cache, options.max_size, needed)
+        capacity.check_space(cache, needed, f"{manifest.name} ({len(still)} file(s) to download)")
+    from_hub = False
     hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub)
-    if options.source is Source.HF:
-        fetch(hub, [Wanted(manifest.name, e, e.path) for e in missing], cache, options.transfer, progress)
-        return hub.url, True
+    if still and options.source is Source.HF:
+        fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
+        sources |= {e.path: hub.url for e in still}
+        return Fetched(_summary(sources), True, sources)
+    still = _from_mirrors(cat, manifest, still, cache, mirror_stores(cat, options), options, progress, sources)
     try:
-        fetch(store, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in missing], cache, options.transfer, progress)
-        return store.url, False
+        if still:
+            fetch(store, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in still], cache, options.transfer, progress)
+            sources |= {e.path: store.url for e in still}
+            still = []
     except (StoreUnavailableError, MissingObjectError) as exc:
         if options.source is not Source.FALLBACK:
             raise
         log.warning("%s; falling back to the Hub at the pinned revision", exc)
-    still = [e for e in missing if not cache.has_blob(e)]
-    fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
-    return hub.url, True
+        sources |= {e.path: store.url for e in still if cache.has_blob(e)}
+        still = [e for e in still if not cache.has_blob(e)]
+    if still:
+        fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
+        sources |= {e.path: hub.url for e in still}
+        from_hub = True
+    return Fetched(_summary(sources), from_hub, sources)
+
+
+def _from_mirrors(
+    cat: Catalog, manifest: ModelManifest, still: list[FileEntry], cache: Cache, mirrors: Sequence[Store],
+    options: ResolveOptions, progress: Progress | None, sources: dict[str, str],
+) -> list[FileEntry]:
+    """Try each mirror in order for what is still missing; a mirror that lacks a file, fails or serves other
+    bytes is skipped for that file (the transfer verified them: nothing wrong was kept). Returns what is left."""
+    config = dataclasses.replace(options.transfer, attempts=min(options.transfer.attempts, 2))  # a mirror is optional
+    for mirror in mirrors:
+        if not still:
+            break
+        try:
+            fetch(mirror, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in still], cache, config, progress)
+        except CacheWriteError:
+            raise  # our disk, not the mirror: no other store would do better
+        except (CatalogError, OSError) as exc:
+            log.warning("mirror %s: %s; trying the next store for what it could not give", mirror.url, exc)
+        sources |= {e.path: mirror.url for e in still if cache.has_blob(e)}
+        still = [e for e in still if not cache.has_blob(e)]
+    return still
+
+
+def _summary(sources: dict[str, str]) -> str:
+    """One `source` for the whole answer: the one server, or every server in the order first used."""
+    return ", ".join(dict.fromkeys(sources.values())) or "cache"
 
 
 def _build_view(cache: Cache, spec: ViewSpec) -> None:

@@ -32,12 +32,18 @@ log = logging.getLogger("catalog.resolve")
 @click.option("--verify-stream", type=click.Choice(["listing", "deep"]), default="listing", show_default=True,
               help="Streaming formats: how each streamed object is proven before its URI is handed out: listing (size "
                    "and ETag against what `catalog sync` recorded; one listing) or deep (stream and hash each object).")
+@click.option("--shared-cache", "shared_caches", multiple=True, metavar="DIR",
+              help="A read-only shared cache tier consulted by sha256 before any download (repeatable; env "
+                   "CATALOG_SHARED_CACHE, ':'-separated). Nothing is written there.")
+@click.option("--mirror", "mirrors", multiple=True, metavar="URL",
+              help="A store tried before the primary, per file, in order (repeatable; env CATALOG_MIRRORS, ','-separated; "
+                   "default catalog.yaml's mirrors): s3://bucket/[?endpoint=...&addressing=path], file://, http(s)://prefix/.")
 @store_options
 @click.pass_context
 def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
-    offline: bool, source: str | None, verify_stream: str, store: str | None, cache_dir: str | None, part_size: str | None,
-    concurrency: int | None,
+    offline: bool, source: str | None, verify_stream: str, shared_caches: tuple[str, ...], mirrors: tuple[str, ...],
+    store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
 ) -> int:
     """Materialize verified models and print where they are."""
     if bool(names) == all_models:
@@ -45,7 +51,7 @@ def resolve_command(
     if fmt in ("path", "vllm-args") and len(names) > 1:
         raise UsageError(f"--format {fmt} prints one model; use --format json for several")
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
-                       source=source, offline=offline or None)
+                       source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None)
     cat = load_catalog(ctx, only=None if all_models else names)
     cache = Cache(current.cache_dir)
     the_store = open_catalog_store(cat, current)
@@ -97,19 +103,35 @@ def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, cache
 
 @click.command("gc")
 @click.option("--dry-run", is_flag=True, help="Print what would be removed.")
+@click.option("--max-size", metavar="SIZE", help="Then evict whole views, least recently resolved first, and the blobs "
+                                                 "they alone use, until the cache holds at most SIZE (e.g. 200GiB).")
+@click.option("--keep-free", metavar="SIZE", help="Then evict the same way until the cache's disk has SIZE free.")
 @cache_option
 @click.pass_context
-def gc_command(ctx: click.Context, dry_run: bool, cache_dir: str | None) -> int:
+def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_free: str | None, cache_dir: str | None) -> int:
     """Remove what no manifest references (blobs, views, markers), what dead writers left (temp and staging
-    files, idle locks), and stale warm-index and sync-state entries."""
+    files, idle locks), and stale warm-index and sync-state entries; with --max-size / --keep-free, then evict
+    least recently resolved views (never one a running resolve uses)."""
+    from catalog.settings import parse_size
+    from resolver.capacity import evict
     from resolver.maintenance import gc
 
+    limit = parse_size(max_size, "--max-size") if max_size is not None else None
+    free = parse_size(keep_free, "--keep-free") if keep_free is not None else None
     current = settings(ctx, cache_dir=cache_dir)
     cat = load_catalog(ctx)
-    result = gc(cat, Cache(current.cache_dir), dry_run=dry_run)
-    for path in result.removed:
+    cache = Cache(current.cache_dir)
+    result = gc(cat, cache, dry_run=dry_run)
+    removed, freed = list(result.removed), result.bytes
+    if limit is not None or free is not None:
+        eviction = evict(cache, max_size=limit, keep_free=free, dry_run=dry_run)
+        removed += eviction.removed
+        freed += eviction.bytes
+        for view in eviction.kept_in_use:
+            log.warning("kept %s: a running resolve uses it", view)
+    for path in removed:
         click.echo(f"{'would remove' if dry_run else 'removed'} {path}")
-    click.echo(f"{len(result.removed)} item(s), {human_bytes(result.bytes)}{' (dry run)' if dry_run else ''}", err=True)
+    click.echo(f"{len(removed)} item(s), {human_bytes(freed)}{' (dry run)' if dry_run else ''}", err=True)
     return 0
 
 

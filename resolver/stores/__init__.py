@@ -6,6 +6,10 @@ kind of store it holds. A new store is one module here plus one `register()` lin
 
     file:///dir/ or a plain folder    LocalStore  (the embedded default; no server, no credentials)
     s3://bucket/[base/]               S3Store     (any S3-compatible endpoint, boto3 imported on first use)
+    s3://bucket/[base/]?endpoint=http://host:port&addressing=path&unsigned=1
+                                      S3Store on an endpoint of its own (a mirror on another S3 server;
+                                      the query overrides the settings' endpoint/addressing/unsigned)
+    http(s)://host[:port]/base/       HttpStore   (read-only: unsigned ranged GETs; a mirror, e.g. nginx)
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from collections.abc import Callable
 
 from catalog.errors import UsageError
 from catalog.settings import S3Options, Settings
-from resolver.stores import local, s3
+from resolver.stores import http, local, s3
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
+from resolver.stores.http import HttpStore
 from resolver.stores.local import LocalStore
 from resolver.stores.s3 import S3Store, make_s3_client
 
@@ -44,8 +49,43 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
     return factory(url, settings)
 
 
-register("file", lambda url, settings: local.from_url(url))
-register("s3", lambda url, settings: s3.from_url(url, settings.s3, part_size=settings.part_size, concurrency=settings.concurrency))
+def _open_s3(url: str, settings: Settings) -> Store:
+    """`s3://bucket/base/` with the settings' S3 options, or with `?endpoint=...&addressing=...&unsigned=1` on top."""
+    import dataclasses
+    from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
+    options = settings.s3
+    if "?" in url:
+        url, query = url.split("?", 1)
+        given = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        unknown = sorted(set(given) - {"endpoint", "addressing", "unsigned"})
+        if unknown:
+            raise UsageError(f"unknown store URL option(s) {', '.join(unknown)} in s3://...?{query}",
+                             hint="known: endpoint=http://host:port, addressing=path|virtual|auto, unsigned=1")
+        if "endpoint" in given:
+            endpoint = urlsplit(given["endpoint"])
+            if endpoint.scheme not in ("http", "https") or not endpoint.hostname or endpoint.username or endpoint.password:
+                raise UsageError(f"bad endpoint {endpoint.scheme}://{endpoint.hostname} in an s3:// URL",
+                                 hint="endpoint=http(s)://host[:port], without credentials")
+            options = dataclasses.replace(options, endpoint_url=given["endpoint"],
+                                          addressing_style="path" if "addressing" not in given else options.addressing_style)
+        if "addressing" in given:
+            if given["addressing"] not in ("auto", "path", "virtual"):
+                raise UsageError(f"addressing={given['addressing']!r} is not one of auto, path, virtual")
+            options = dataclasses.replace(options, addressing_style=given["addressing"])
+        if "unsigned" in given:
+            options = dataclasses.replace(options, unsigned=given["unsigned"].lower() in ("1", "true", "yes"))
+    return s3.from_url(url, options, part_size=settings.part_size, concurrency=settings.concurrency)
+
+
+def _open_http(url: str, settings: Settings) -> Store:
+    return http.from_url(url, connect_timeout=settings.s3.connect_timeout, read_timeout=settings.s3.read_timeout)
+
+
+register("file", lambda url, settings: local.from_url(url))
+register("s3", _open_s3)
+register("http", _open_http)
+register("https", _open_http)
+
+__all__ = ["HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
            "check_key", "make_s3_client", "open_store", "register", "schemes"]

@@ -1,0 +1,54 @@
+"""`catalog publish`: fill a read-only shared cache tier from the store (for a publisher job, not runners)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from catalog.errors import UsageError
+from catalog_app.context import load_catalog, settings, store_options
+from catalog_app.progress import for_terminal, human_bytes
+from resolver.publish import publish, verify_tier
+from resolver.resolve import open_catalog_store
+from resolver.transfer import TransferConfig
+
+
+@click.command("publish")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
+@click.option("--to", "tier", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="The tier folder (blobs/<aa>/<sha256>, as a cache); runners read it with --shared-cache DIR.")
+@click.option("--deep", is_flag=True, help="Re-hash blobs already in the tier and replace wrong ones.")
+@click.option("--check", is_flag=True, help="Afterwards re-hash every blob of the selected models in the tier; exit 1 on a problem.")
+@store_options
+@click.pass_context
+def publish_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, tier: Path, deep: bool, check: bool,
+                    store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None) -> int:
+    """Copy the selected models' files from the store into a shared tier, verified, each blob atomically
+    (temp + rename in the tier; no lock, so concurrent publishers are safe)."""
+    if bool(names) == all_models:
+        raise UsageError("name one or more models, or pass --all")
+    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
+    cat = load_catalog(ctx, only=None if all_models else names)
+    selected = [m.name for m in cat.filter()] if all_models else list(names)
+    for name in selected:
+        cat.get(name)
+    progress = for_terminal(sum(cat.get(n).total_bytes for n in selected))
+    try:
+        report = publish(cat, selected, open_catalog_store(cat, current), tier, config=TransferConfig.from_settings(current),
+                         deep=deep, progress=progress)
+    finally:
+        progress.finish()
+    click.echo(f"published {len(report.published)} file(s), {human_bytes(report.bytes)}; "
+               f"{len(report.present)} already in {tier}", err=True)
+    if check:
+        result = verify_tier(cat, selected, tier)
+        for line in result.problems:
+            click.echo(line)
+        click.echo(f"{result.checked} blob(s) checked in {tier}: {len(result.problems)} problem(s)", err=True)
+        return 1 if result.problems else 0
+    return 0
+
+
+COMMANDS = (publish_command,)

@@ -1,0 +1,237 @@
+"""Cache capacity: fail at once when a download cannot fit, and evict least recently resolved views.
+
+- `check_space` compares the bytes a resolve still needs with the free space of the cache's filesystem
+  before any byte moves: "needs X, has Y" (CacheWriteError, exit 1) instead of a disk filling mid-download.
+- `evict` (`catalog gc --max-size/--keep-free`, and resolve under `CATALOG_CACHE_MAX_SIZE`) removes whole
+  views, least recently resolved first (the marker's `resolved_at`, refreshed at most hourly by resolve),
+  then the blobs no remaining view uses, until the cache is under the size or the disk has the free space.
+- In use: a resolve writes an activity record `<cache>/active/<host>-<pid>-<token>.json` naming the models
+  and blobs it works on, for as long as it runs. Eviction never touches a view of a model, or a blob,
+  named by the record of a live process (same host: its pid is alive; another host sharing the cache:
+  the record is younger than ACTIVE_REMOTE_SECONDS). A record of a dead process is ignored and swept.
+  A view handed out earlier and still read by a test is not protected beyond its recency: size the limit so
+  that the models of one job fit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from catalog.errors import CacheWriteError
+from resolver.cache import Cache, Layout
+from resolver.fsutil import atomic_write, pid_alive
+
+log = logging.getLogger(__name__)
+
+ACTIVE_REMOTE_SECONDS = 6 * 3600  # a record written on another host counts as live this long
+DiskUsage = Callable[[Path], Any]
+
+
+def human(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{count} B"
+
+
+def free_bytes(path: Path, disk_usage: DiskUsage = shutil.disk_usage) -> int:
+    """Free space of the filesystem holding `path` (or its nearest existing parent)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return int(disk_usage(probe).free)
+
+
+def check_space(cache: Cache, needed: int, what: str, disk_usage: DiskUsage = shutil.disk_usage) -> None:
+    """Raise before any download when `needed` bytes cannot fit on the cache's filesystem."""
+    if needed <= 0:
+        return
+    free = free_bytes(cache.root, disk_usage)
+    if needed > free:
+        raise CacheWriteError(
+            f"{what} needs {human(needed)} in the cache at {cache.root}, has {human(free)} free",
+            hint="free disk space, run `catalog gc --keep-free SIZE`, set CATALOG_CACHE_MAX_SIZE, "
+                 "or point --cache / CATALOG_CACHE at a larger disk",
+        )
+
+
+# -- activity records ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def active(cache: Cache, names: Iterable[str], blobs: Iterable[str]) -> Iterator[Path | None]:
+    """Mark `names` (models) and `blobs` (sha256s) in use while the body runs. Best effort: a cache that
+    cannot be written fails later with the real error, not here."""
+    folder = cache.root / "active"
+    path = folder / f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
+    body = {"host": socket.gethostname(), "pid": os.getpid(), "names": sorted(set(names)), "blobs": sorted(set(blobs)),
+            "started": time.time()}
+    try:
+        atomic_write(path, json.dumps(body).encode())
+        written: Path | None = path
+    except OSError:
+        written = None
+    try:
+        yield written
+    finally:
+        if written is not None:
+            written.unlink(missing_ok=True)
+
+
+@dataclass
+class InUse:
+    names: set[str] = field(default_factory=set)
+    blobs: set[str] = field(default_factory=set)
+    dead: list[Path] = field(default_factory=list)  # records of processes that are gone
+
+
+def in_use(cache: Cache, now: float | None = None) -> InUse:
+    now = time.time() if now is None else now
+    found = InUse()
+    folder = cache.root / "active"
+    if not folder.is_dir():
+        return found
+    host = socket.gethostname()
+    for path in folder.glob("*.json"):
+        try:
+            data = json.loads(path.read_bytes())
+            mtime = path.stat().st_mtime
+            live = pid_alive(int(data["pid"])) if data.get("host") == host else now - mtime < ACTIVE_REMOTE_SECONDS
+            names, blobs = set(map(str, data["names"])), set(map(str, data["blobs"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a record being written, or unreadable: it is somebody's; leave it
+        if live:
+            found.names |= names
+            found.blobs |= blobs
+        else:
+            found.dead.append(path)
+    return found
+
+
+# -- eviction ---------------------------------------------------------------------------------------------
+@dataclass
+class Eviction:
+    views: list[str] = field(default_factory=list)  # "<name> <view>" evicted
+    removed: list[Path] = field(default_factory=list)
+    bytes: int = 0
+    size_after: int = 0
+    free_after: int = 0
+    kept_in_use: list[str] = field(default_factory=list)
+
+
+def cache_size(cache: Cache) -> int:
+    """Bytes the cache holds on disk: each inode once (view files are hard links to blobs)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for top in (cache.blobs, cache.models, cache.hub, cache.tmp):
+        if not top.is_dir():
+            continue
+        for dirpath, _, filenames in os.walk(top):
+            for filename in filenames:
+                try:
+                    st = os.lstat(os.path.join(dirpath, filename))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in seen or not os.path.isfile(os.path.join(dirpath, filename)) \
+                        or os.path.islink(os.path.join(dirpath, filename)):
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = None, dry_run: bool = False,
+          disk_usage: DiskUsage = shutil.disk_usage) -> Eviction:
+    """Remove whole views, least recently resolved first, and then the blobs no remaining view uses, until
+    the cache holds at most `max_size` bytes and its filesystem has `keep_free` bytes free. Views and blobs
+    a running resolve works on are never touched (see the module's docstring)."""
+    result = Eviction()
+    size = cache_size(cache)
+    free = free_bytes(cache.root, disk_usage)
+
+    def satisfied() -> bool:
+        return (max_size is None or size <= max_size) and (keep_free is None or free >= keep_free)
+
+    busy = in_use(cache)
+    for record in busy.dead:
+        if not dry_run:
+            record.unlink(missing_ok=True)
+    markers = [(path, m) for path, m in cache.markers_all() if m is not None]
+    remaining_refs: dict[str, int] = {}
+    for _, marker in markers:
+        for stamp in marker.files.values():
+            remaining_refs[stamp.sha256] = remaining_refs.get(stamp.sha256, 0) + 1
+
+    def drop_blob(sha256: str) -> None:
+        """The blob and its hf-cache twins (hard links of one inode, or copies); counted once."""
+        nonlocal size, free
+        main = cache.blob_path(sha256)
+        twins = list(cache.hub.glob(f"*--*/blobs/{sha256}")) if cache.hub.is_dir() else []
+        freed = 0
+        seen: set[tuple[int, int]] = set()
+        for path in (main, *twins):
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                freed += st.st_size
+            result.removed.append(path)
+            if not dry_run:
+                path.unlink(missing_ok=True)
+        size, free = size - freed, free + freed
+        result.bytes += freed
+
+    # 1. Blobs no view uses at all (a resolve that failed before its view; views evicted by hand).
+    if not satisfied():
+        for blob in sorted(cache.blobs.glob("*/*")) if cache.blobs.is_dir() else ():
+            if satisfied():
+                break
+            if blob.name in remaining_refs or blob.name in busy.blobs or blob.name.startswith("."):
+                continue
+            drop_blob(blob.name)
+    # 2. Whole views, least recently resolved first.
+    for path, marker in sorted(markers, key=lambda pm: pm[1].last_used):
+        if satisfied():
+            break
+        if marker.name in busy.names:
+            result.kept_in_use.append(f"{marker.name} {marker.view}")
+            continue
+        result.views.append(f"{marker.name} {marker.view}")
+        result.removed.append(path)
+        view = cache.root / marker.path
+        if not dry_run:
+            path.unlink(missing_ok=True)  # the marker first: nothing trusts the view from here on
+            if marker.layout == Layout.DIR.value and view.resolve().is_relative_to(cache.models):
+                shutil.rmtree(view, ignore_errors=True)
+            elif marker.layout == Layout.HF_CACHE.value and view.resolve().is_relative_to(cache.hub):
+                for rel in marker.files:
+                    (view / rel).unlink(missing_ok=True)
+        for stamp in marker.files.values():
+            remaining_refs[stamp.sha256] -= 1
+            if remaining_refs[stamp.sha256] == 0 and stamp.sha256 not in busy.blobs:
+                drop_blob(stamp.sha256)
+    result.size_after, result.free_after = size, free
+    return result
+
+
+def evict_for(cache: Cache, max_size: int, needed: int) -> Eviction:
+    """Before a resolve fetches `needed` bytes: make room so the cache stays under `max_size` afterwards
+    (the resolve's own activity record protects its model and blobs)."""
+    result = evict(cache, max_size=max(0, max_size - needed))
+    if result.views:
+        log.warning("cache over CATALOG_CACHE_MAX_SIZE=%s: evicted %d view(s) (%s), freed %s", human(max_size),
+                    len(result.views), ", ".join(v.split(" ")[0] for v in result.views[:5]), human(result.bytes))
+    return result

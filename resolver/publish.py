@@ -1,0 +1,112 @@
+"""`catalog publish`: fill a shared cache tier from the store, in the cache's `blobs/<aa>/<sha256>` layout.
+
+Only a publisher job writes a tier; runners read it (`resolver/tiers.py`). Each blob is downloaded into
+`<tier>/tmp/<pid>-<token>.part` (the same filesystem as its final name), hashed while it streams, and
+renamed to `blobs/<aa>/<sha256>` only when size and sha256 match: a reader sees a whole verified blob or
+none. No lock is taken: two publishers racing on one blob each rename a verified copy of the same bytes,
+and the last rename wins harmlessly. A blob already in the tier with the pinned size is kept (`deep`
+re-hashes it first and replaces it when it is wrong).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from catalog.lookup import Catalog
+from catalog.schema import FileEntry
+from resolver.cache import Cache
+from resolver.hashing import hash_file
+from resolver.resolve import store_key
+from resolver.stores import Store
+from resolver.transfer import Progress, TransferConfig, Wanted, fetch
+
+log = logging.getLogger(__name__)
+
+NO_LOCK = 1 << 62  # publishers never lock: temp + rename is all a tier needs
+
+
+@dataclass
+class PublishReport:
+    published: list[str] = field(default_factory=list)  # model/path fetched into the tier
+    present: list[str] = field(default_factory=list)  # already there
+    bytes: int = 0
+
+
+@dataclass
+class TierCheck:
+    checked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, config: TransferConfig = TransferConfig(),
+            deep: bool = False, progress: Progress | None = None) -> PublishReport:
+    """Every file of `names` (weights included) into the tier `tier`, verified, atomically per blob."""
+    target = Cache(tier)
+    report = PublishReport()
+    config = dataclasses.replace(config, lock_threshold=NO_LOCK)
+    for name in names:
+        manifest = cat.get(name)
+        wanted: list[Wanted] = []
+        for entry in manifest.files:
+            label = f"{manifest.name}/{entry.path}"
+            if target.has_blob(entry) and not (deep and not _blob_ok(target, entry)):
+                report.present.append(label)
+                continue
+            wanted.append(Wanted(manifest.name, entry, store_key(cat, manifest, entry.path)))
+        if deep:
+            for item in wanted:  # a wrong blob already there: replaced by the verified rename below
+                log.warning("tier %s: %s is not the pinned bytes; publishing it again", tier, item.label)
+        fetch(store, wanted, _Replacing(target) if deep else target, config, progress)
+        for item in wanted:
+            report.published.append(item.label)
+            report.bytes += item.entry.size
+    _remove_empty_tmp(target)
+    return report
+
+
+def _blob_ok(cache: Cache, entry: FileEntry) -> bool:
+    size, digest = hash_file(cache.blob_path(entry.sha256))
+    return (size, digest) == (entry.size, entry.sha256)
+
+
+class _Replacing(Cache):
+    """The tier as a cache whose `has_blob` ignores what is there (a --deep publish replaces wrong blobs)."""
+
+    def __init__(self, cache: Cache) -> None:
+        super().__init__(cache.root)
+
+    def has_blob(self, entry: FileEntry) -> bool:
+        return False
+
+
+def _remove_empty_tmp(cache: Cache) -> None:
+    try:
+        os.rmdir(cache.tmp)  # only when empty: another publisher's temp files stay
+    except OSError:
+        pass
+
+
+def verify_tier(cat: Catalog, names: Sequence[str], tier: Path) -> TierCheck:
+    """`catalog verify --deep` for a tier: every blob of `names` present, of the pinned size and sha256."""
+    check = TierCheck()
+    cache = Cache(tier)
+    for name in names:
+        for entry in cat.get(name).files:
+            check.checked += 1
+            path = cache.blob_path(entry.sha256)
+            if not path.is_file():
+                check.problems.append(f"{name}/{entry.path}: missing from the tier ({path})")
+                continue
+            size, digest = hash_file(path)
+            if (size, digest) != (entry.size, entry.sha256):
+                check.problems.append(f"{name}/{entry.path}: expected sha256 {entry.sha256} ({entry.size} bytes) "
+                                      f"but got {digest} ({size} bytes) at {path}")
+    leftovers = sorted(p.name for p in cache.tmp.iterdir()) if cache.tmp.is_dir() else []
+    for name in leftovers:
+        check.problems.append(f"temp file left in the tier: {cache.tmp / name}")
+    return check
