@@ -56,14 +56,40 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def discover(root: Path) -> list[Path]:
-    """Every manifest below `root` (subfolders allowed), sorted; hidden folders and catalog.yaml skipped."""
+def discover(root: Path, problems: list[Problem] | None = None) -> list[Path]:
+    """Every manifest below `root` (subfolders allowed), sorted; hidden folders and catalog.yaml skipped.
+
+    A symlinked subfolder is followed when it resolves inside `root` (each real folder is read once, so a
+    link to a folder already seen, or a loop, adds nothing and cannot hang). One that leads outside `root`
+    is never silently skipped: it is a problem (its manifests are not reviewed with the catalog), added to
+    `problems` when given. Either way no manifest goes unseen, so sync never takes its objects for orphans.
+    """
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    real_root = root.resolve()
+    seen: set[Path] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(dirpath)
+        real = here.resolve()
+        if real in seen:  # a second way into a folder already read (a link to it, or a loop)
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        kept = []
+        for name in sorted(d for d in dirnames if not d.startswith(".")):
+            folder = here / name
+            target = folder.resolve()
+            if folder.is_symlink() and not target.is_relative_to(real_root):
+                if problems is not None:
+                    problems.append(Problem(display_path(folder), 0, "", f"a symlinked folder leading outside the catalog "
+                                            f"(to {target}); its manifests would not be reviewed with it: move them into "
+                                            f"{display_path(root)} or link each file", "manifest-folder"))
+                continue
+            if target not in seen:
+                kept.append(name)
+        dirnames[:] = kept
         for filename in sorted(filenames):
-            if filename.endswith(MANIFEST_SUFFIXES) and not (Path(dirpath) == root and filename == SETTINGS_FILE):
-                found.append(Path(dirpath) / filename)
+            if filename.endswith(MANIFEST_SUFFIXES) and not (real == real_root and filename == SETTINGS_FILE):
+                found.append(here / filename)
     return found
 
 
@@ -78,14 +104,14 @@ def load_dir(root: Path, paths: Sequence[Path] | None = None) -> LoadResult:
     problems: list[Problem] = []
     settings = _load_settings(root / SETTINGS_FILE, problems)
     selected = {p.resolve() for p in paths} if paths else None
-    docs = [load_manifest(path, problems) for path in discover(root)]
+    docs = [load_manifest(path, problems) for path in discover(root, problems)]
     for extra in sorted(selected or ()):
         if extra not in {d.path for d in docs}:
             docs.append(load_manifest(extra, problems))
     problems.extend(rules.check_catalog(docs, settings))
     if selected is not None:
         shown = {display_path(p) for p in selected} | {display_path(root / SETTINGS_FILE)}
-        problems = [p for p in problems if p.path in shown]
+        problems = [p for p in problems if p.path in shown or p.rule == "manifest-folder"]  # a folder is no one file's
     return LoadResult(root, settings, docs, sorted(problems, key=_problem_order))
 
 
@@ -100,7 +126,7 @@ def load_named(root: Path, names: Sequence[str]) -> LoadResult | None:
     problems: list[Problem] = []
     settings = _load_settings(root / SETTINGS_FILE, problems)
     by_stem: dict[str, Path] = {}
-    for path in discover(root):
+    for path in discover(root, problems):
         by_stem.setdefault(path.stem, path)
     docs: dict[str, ManifestDoc] = {}
     pending = list(names)

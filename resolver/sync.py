@@ -11,11 +11,14 @@ another tool) is `verify`: apply downloads and hashes it before trusting it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import json
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -30,12 +33,13 @@ from resolver.resolve import store_key
 from resolver.stream_check import STATE_PREFIX, parse_state, read_small as _read_small, write_state as _write_state
 from resolver.stream_check import cached_state as _cached_state, remember_state as _remember_state
 from resolver.stores import LocalStore, ObjectInfo, Store
+from resolver.stores.base import delete_many
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest
 from resolver.upload import provenance
 
 log = logging.getLogger(__name__)
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: the plan carries the fingerprint of the manifests it was made from
 
 
 class Action(str, Enum):
@@ -70,6 +74,7 @@ class SyncPlan:
     prune: bool = False
     delete_orphans: bool = False
     requests: Mapping[str, int] = field(default_factory=dict)
+    catalog: str = ""  # of the manifests it was made from: --apply refuses if the catalog changed since
 
     def by_action(self, action: Action) -> list[PlanItem]:
         return [i for i in self.items if i.action is action]
@@ -83,18 +88,59 @@ class SyncPlan:
         return any(i.action in DRIFT for i in self.items)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": PLAN_VERSION, "store": self.store, "fingerprint": self.fingerprint, "names": list(self.names), "prune": self.prune,
-                "delete_orphans": self.delete_orphans, "requests": dict(self.requests),
+        return {"version": PLAN_VERSION, "store": self.store, "fingerprint": self.fingerprint, "catalog": self.catalog,
+                "names": list(self.names), "prune": self.prune, "delete_orphans": self.delete_orphans, "requests": dict(self.requests),
                 "summary": {a.value: {"count": len(self.by_action(a)), "bytes": sum(i.size for i in self.by_action(a))} for a in Action},
                 "items": [{**asdict(i), "action": i.action.value} for i in self.items]}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SyncPlan:
-        if data.get("version") != PLAN_VERSION:
-            raise UsageError("not a sync plan of this version", hint="make a new one with `catalog sync --out plan.json`")
-        items = tuple(PlanItem(**{**i, "action": Action(i["action"])}) for i in data["items"])
-        return cls(str(data["store"]), items, str(data["fingerprint"]), tuple(data.get("names", ())), bool(data["prune"]),
-                   bool(data["delete_orphans"]))
+    def from_json(cls, data: Any) -> SyncPlan:
+        """A saved plan, every field type-checked: anything else is a UsageError naming what is wrong."""
+        if not isinstance(data, dict) or data.get("version") != PLAN_VERSION:
+            raise UsageError("not a sync plan of this version", hint=_NEW_PLAN)
+        items_raw, names = data.get("items"), data.get("names", [])
+        if not isinstance(items_raw, list):
+            raise UsageError("not a sync plan: `items` is not a list", hint=_NEW_PLAN)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise UsageError("not a sync plan: `names` is not a list of model names", hint=_NEW_PLAN)
+        for key in ("store", "fingerprint", "catalog"):
+            if not isinstance(data.get(key), str):
+                raise UsageError(f"not a sync plan: `{key}` is not text", hint=_NEW_PLAN)
+        for key in ("prune", "delete_orphans"):
+            if not isinstance(data.get(key), bool):
+                raise UsageError(f"not a sync plan: `{key}` is not true or false", hint=_NEW_PLAN)
+        items = tuple(_item_from_json(n, raw) for n, raw in enumerate(items_raw))
+        return cls(data["store"], items, data["fingerprint"], tuple(names), data["prune"], data["delete_orphans"],
+                   catalog=data["catalog"])
+
+
+_NEW_PLAN = "make a new one with `catalog sync --out plan.json`"
+_TEXT_FIELDS = ("key", "model", "path", "sha256", "reason")
+
+
+def _item_from_json(index: int, raw: Any) -> PlanItem:
+    def bad(what: str) -> UsageError:
+        return UsageError(f"not a sync plan: items[{index}] {what}", hint=_NEW_PLAN)
+
+    if not isinstance(raw, dict):
+        raise bad("is not a mapping")
+    unknown = set(raw) - {"action", "size", *_TEXT_FIELDS}
+    if unknown:
+        raise bad(f"has unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+    try:
+        action = Action(raw.get("action"))
+    except ValueError:
+        raise bad(f"has action {raw.get('action')!r}, not one of {', '.join(a.value for a in Action)}") from None
+    size = raw.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise bad(f"has size {size!r}, not a whole number of bytes")
+    fields = {name: raw.get(name, "") for name in _TEXT_FIELDS}
+    for name, value in fields.items():
+        if not isinstance(value, str):
+            raise bad(f"has {name} {value!r}, not text")
+    if not fields["key"]:
+        raise bad("has no key")
+    return PlanItem(action, size=size, **fields)
 
 
 def fingerprint(listing: Iterable[ObjectInfo]) -> str:
@@ -102,6 +148,62 @@ def fingerprint(listing: Iterable[ObjectInfo]) -> str:
     for obj in sorted(listing, key=lambda o: o.key):
         digest.update(f"{obj.key}\0{obj.size}\0{obj.etag}\n".encode())
     return digest.hexdigest()
+
+
+def catalog_fingerprint(cat: Catalog) -> str:
+    """Of what a plan is decided from: every manifest's name, prefix key and pinned files (path, size, sha256)."""
+    pins = sorted((m.name, store_key(cat, m), sorted((e.path, e.size, e.sha256) for e in m.files)) for m in cat)
+    return hashlib.sha256(json.dumps([cat.settings.store, pins]).encode()).hexdigest()
+
+
+def check_items(plan_: SyncPlan, cat: Catalog) -> None:
+    """Refuse a plan whose items do not follow from the catalog (pure; nothing done yet).
+
+    Each key is recomputed from model + path: an upload, replace or verify must be exactly that model's pinned
+    file with its pinned size and sha256; an extra must lie under its model's prefix (and no nested model's),
+    an orphan under no prefix; and no deletion may touch a key that any manifest pins. A hand-edited plan
+    therefore cannot delete or overwrite another model's files.
+    """
+    prefixes = {m.name: store_key(cat, m) for m in cat}
+    pinned = {store_key(cat, m, e.path): (m.name, e) for m in cat for e in m.files}
+    longest_first = sorted(prefixes.values(), key=len, reverse=True)
+
+    def owner(key: str) -> str | None:
+        return next((p for p in longest_first if key.startswith(p)), None)
+
+    def problem(item: PlanItem) -> str | None:
+        if item.action is Action.ORPHAN:
+            if item.key in pinned:
+                return f"it is {pinned[item.key][0]}/{pinned[item.key][1].path}, a pinned file"
+            if owner(item.key) is not None:
+                return "it lies under a model's prefix, so it is no orphan"
+            return None
+        if item.model not in prefixes:
+            return f"{item.model!r} is no model of the catalog"
+        expected = prefixes[item.model] + item.path
+        if item.key != expected:
+            return f"{item.model}/{item.path} is stored under {expected}, not {item.key}"
+        held = pinned.get(item.key)
+        if item.action is Action.EXTRA:
+            if held is not None:
+                return f"it is {held[0]}/{held[1].path}, a pinned file"
+            if owner(item.key) != prefixes[item.model]:
+                return f"it lies under another model's prefix ({owner(item.key)})"
+            return None
+        if held is None or held[0] != item.model:
+            return f"{item.model} pins no file {item.path!r}"
+        if (held[1].size, held[1].sha256) != (item.size, item.sha256):
+            return (f"the plan says {item.size} bytes, sha256 {item.sha256}; the manifest pins {held[1].size} bytes, "
+                    f"sha256 {held[1].sha256}")
+        return None
+
+    acted = {id(i) for i in plan_.deletions}
+    for index, item in enumerate(plan_.items):
+        if item.action in (Action.UPLOAD, Action.REPLACE, Action.VERIFY) or id(item) in acted:
+            if (why := problem(item)) is not None:
+                raise UsageError(f"plan item {index} ({item.action.value} {item.key}) does not follow from the catalog: "
+                                 f"{why}; nothing was done",
+                                 hint="make a new plan with `catalog sync --out plan.json` and apply it unedited")
 
 
 def plan(
@@ -225,7 +327,7 @@ def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, 
                     deep_hashes[key] = fetch_digest(store, Wanted(m.name, e, key), config)
     result = plan(scope.manifests, scope.key_of, listing, states, whole_store=scope.whole_store, deep_hashes=deep_hashes,
                   prune=prune, delete_orphans=delete_orphans, store=store.url, other_prefixes=scope.all_prefixes)
-    return dataclasses.replace(result, names=tuple(names), requests=dict(store.requests))
+    return dataclasses.replace(result, names=tuple(names), requests=dict(store.requests), catalog=catalog_fingerprint(cat))
 
 
 @dataclass
@@ -260,6 +362,37 @@ class SourceOfBytes:
         per_model = self.from_dir / name
         return per_model if per_model.is_dir() else self.from_dir
 
+    @contextlib.contextmanager
+    def verified_copy(self, item: PlanItem) -> Iterator[Path]:
+        """A private copy of the item's bytes, hashed while copied and equal to the pin: what an upload sends.
+
+        The cached blob is read once into a temp file only this process writes, so a blob corrupted in
+        place (or changed while it is read) can never reach the bucket, single PUT or multipart. A blob
+        that does not match is deleted and fetched again (verified on its way in); the copy is then retried.
+        """
+        for attempt in (1, 2):
+            blob = self.blob(item)
+            fd, temp = self.cache.new_temp()
+            try:
+                size, sha256 = _copy_hashing(blob, fd)
+            except BaseException:
+                temp.unlink(missing_ok=True)
+                raise
+            if (size, sha256) == (item.size, item.sha256):
+                break
+            temp.unlink(missing_ok=True)
+            if attempt == 2:
+                raise IntegrityError(item.model, item.path, "sha256", item.sha256, sha256,
+                                     "the bytes fetched again differ from the pin too; nothing was uploaded")
+            log.warning("%s/%s: the cached blob is corrupt (%d bytes, sha256 %s; the pin is %d bytes, sha256 %s): "
+                        "deleted it and fetching it again; nothing corrupt was uploaded",
+                        item.model, item.path, size, sha256, item.size, item.sha256)
+            blob.unlink(missing_ok=True)
+        try:
+            yield temp
+        finally:
+            temp.unlink(missing_ok=True)
+
     def blob(self, item: PlanItem) -> Path:
         manifest = self.cat.get(item.model)
         entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
@@ -287,9 +420,13 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
     if check_fresh:
         if plan_.store != store.url:
             raise UsageError(f"the plan is for {plan_.store}, not {store.url}; nothing was done")
+        if plan_.catalog != catalog_fingerprint(cat):
+            raise UsageError("the catalog changed since the plan was made (a manifest added, removed or re-pinned); nothing was done",
+                             hint="make a new plan (catalog sync --out plan.json) and review it")
         if fingerprint(list_scope(store, scope_of(cat, plan_.names))) != plan_.fingerprint:
             raise UsageError("the bucket changed since the plan was made; nothing was done",
                              hint="make a new plan (catalog sync --out plan.json) and review it")
+    check_items(plan_, cat)
     report = ApplyReport()
     recorded: dict[str, dict[str, dict[str, Any]]] = {}
     work = [i for i in plan_.items if i.action in (Action.UPLOAD, Action.REPLACE, Action.VERIFY)]
@@ -307,13 +444,13 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
             continue
         recorded.setdefault(item.model, {})[item.path] = _record(item, info)
         (report.uploaded if uploaded else report.verified).append(item)
+    # Batched where the store can (S3: 1,000 keys a request); a key that fails is reported, the rest deleted.
+    failed = delete_many(store, [i.key for i in deletions]) if deletions else {}
     for item in deletions:
-        try:
-            store.delete(item.key)
-        except CatalogError as exc:  # e.g. a key no file system could hold: report it, delete the rest
-            report.errors.append((item, exc))
-            continue
-        report.deleted.append(item)
+        if item.key in failed:
+            report.errors.append((item, failed[item.key]))
+        else:
+            report.deleted.append(item)
     for name, files in recorded.items():
         _write_state(store, name, files, source.cache)
     return report
@@ -338,11 +475,23 @@ def _record(item: PlanItem, info: ObjectInfo | None) -> dict[str, Any]:
     return {"size": item.size, "sha256": item.sha256, "etag": info.etag if info else None}
 
 
+def _copy_hashing(source: Path, fd: int) -> tuple[int, str]:
+    """Copy `source` into the open file `fd` (closed here), hashing every byte written: (size, sha256)."""
+    digest = hashlib.sha256()
+    size = 0
+    with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+        while chunk := src.read(8 * 1024 * 1024):
+            digest.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
 def _upload(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes) -> ObjectInfo:
-    blob = source.blob(item)  # verified against the manifest on its way into the cache
     manifest = cat.get(item.model)
     entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
-    store.put(item.key, blob, provenance(manifest, entry), sha256=item.sha256)
+    with source.verified_copy(item) as copy:  # the bytes sent are the bytes just hashed against the pin
+        store.put(item.key, copy, provenance(manifest, entry), sha256=item.sha256)
     info = store.head(item.key)
     if info is None or info.size != item.size or info.metadata.get("sha256") != item.sha256:
         got = "nothing" if info is None else f"{info.size} bytes, sha256 {info.metadata.get('sha256')}"

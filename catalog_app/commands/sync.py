@@ -54,7 +54,9 @@ def sync_command(
     if apply_path is not None:
         try:
             plan = SyncPlan.from_json(json.loads(apply_path.read_text()))
-        except (ValueError, KeyError, TypeError) as exc:
+        except UsageError as exc:
+            raise UsageError(f"{apply_path}: {exc.message}", hint=exc.hint) from None
+        except (ValueError, OSError) as exc:  # not JSON, not UTF-8, unreadable
             raise UsageError(f"{apply_path} is not a sync plan: {exc}") from None
         fresh = True
     else:
@@ -65,7 +67,11 @@ def sync_command(
         fresh = False
     planning_requests = dict(the_store.requests)
     if out_path is not None:
-        out_path.write_text(json.dumps(plan.to_json(), indent=2))
+        try:
+            out_path.write_text(json.dumps(plan.to_json(), indent=2))
+        except OSError as exc:
+            raise UsageError(f"cannot write the plan to {out_path}: {exc.strerror or exc}",
+                             hint="give --out a file in a folder that exists and is writable") from None
     if fmt == "text":
         click.echo(render_text(plan))
     if dry_run or check or out_path is not None:

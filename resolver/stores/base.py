@@ -7,13 +7,13 @@ listing cannot make us read or write outside it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from catalog import naming
-from catalog.errors import UnsafePathError
+from catalog.errors import CatalogError, UnsafePathError
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,16 @@ def check_key(key: str) -> str:
     return key
 
 
+def delete_many(store: Store, keys: Sequence[str]) -> dict[str, CatalogError]:
+    """Delete `keys`: in batches where the store offers `delete_many` (S3's DeleteObjects, 1,000 keys a
+    request), else one `delete` each. Returns the keys that were not deleted, with why; the rest are gone."""
+    batched = getattr(store, "delete_many", None)
+    if callable(batched):
+        return dict(batched(keys))
+    failed: dict[str, CatalogError] = {}
+    for key in keys:
+        try:
+            store.delete(key)
+        except CatalogError as exc:  # e.g. a key no file system could hold: report it, delete the rest
+            failed[key] = exc
+    return failed

@@ -6,16 +6,18 @@ import http.client
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from catalog import naming
-from catalog.errors import StoreUnavailableError, UsageError
+from catalog.errors import CatalogError, StoreUnavailableError, UsageError
 from catalog.settings import S3Options
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
 
 log = logging.getLogger(__name__)
+
+DELETE_BATCH = 1000  # the most keys S3's DeleteObjects takes in one request
 
 
 def make_s3_client(options: S3Options) -> Any:
@@ -217,6 +219,30 @@ class S3Store:
 
     def delete(self, key: str) -> None:
         self._call(self.client.delete_object, Bucket=self.bucket, Key=self.base + check_key(key))
+
+    def delete_many(self, keys: Sequence[str]) -> dict[str, CatalogError]:
+        """DeleteObjects, 1,000 keys a request (a prune of 5,000 objects is 5 requests, not 5,000). Returns the
+        keys not deleted, with why: refused keys, the errors S3 lists, every key of a batch that failed whole."""
+        failed: dict[str, CatalogError] = {}
+        full: list[str] = []
+        for key in keys:
+            try:
+                full.append(self.base + check_key(key))
+            except CatalogError as exc:
+                failed[key] = exc
+        for start in range(0, len(full), DELETE_BATCH):
+            batch = full[start:start + DELETE_BATCH]
+            try:
+                out = self._call(self.client.delete_objects, Bucket=self.bucket,
+                                 Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+            except CatalogError as exc:
+                failed |= {k[len(self.base):]: exc for k in batch}
+                continue
+            for error in out.get("Errors", []):
+                key = str(error.get("Key", ""))[len(self.base):]
+                failed[key] = StoreUnavailableError(f"{self._where()} did not delete {key}: {error.get('Code', '')} {error.get('Message', '')}".rstrip(),
+                                                    transient=False)
+        return failed
 
     def stream_uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{self.base}{prefix}"
