@@ -47,15 +47,16 @@ def human(count: int) -> str:
     return f"{count} B"
 
 
-def free_bytes(path: Path, disk_usage: DiskUsage = shutil.disk_usage) -> int:
+def free_bytes(path: Path, disk_usage: DiskUsage | None = None) -> int:
     """Free space of the filesystem holding `path` (or its nearest existing parent)."""
+    disk_usage = disk_usage or shutil.disk_usage  # looked up now: a test may replace it
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     return int(disk_usage(probe).free)
 
 
-def check_space(cache: Cache, needed: int, what: str, disk_usage: DiskUsage = shutil.disk_usage) -> None:
+def check_space(cache: Cache, needed: int, what: str, disk_usage: DiskUsage | None = None) -> None:
     """Raise before any download when `needed` bytes cannot fit on the cache's filesystem."""
     if needed <= 0:
         return
@@ -152,7 +153,7 @@ def cache_size(cache: Cache) -> int:
 
 
 def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = None, dry_run: bool = False,
-          disk_usage: DiskUsage = shutil.disk_usage) -> Eviction:
+          disk_usage: DiskUsage | None = None) -> Eviction:
     """Remove whole views, least recently resolved first, and then the blobs no remaining view uses, until
     the cache holds at most `max_size` bytes and its filesystem has `keep_free` bytes free. Views and blobs
     a running resolve works on are never touched (see the module's docstring)."""

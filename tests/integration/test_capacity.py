@@ -1,0 +1,118 @@
+"""Capacity: a download that cannot fit fails at once; eviction goes least recently resolved first, whole views,
+never one a running resolve uses; CATALOG_CACHE_MAX_SIZE evicts before fetching."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from catalog.errors import CacheWriteError
+from catalog.lookup import Catalog
+from resolver import capacity
+from resolver.cache import Cache, Marker
+from resolver.resolve import ResolveOptions, resolve
+from resolver.stores import open_store
+from resolver.upload import upload_from_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ["tiny-llama", "tiny-llama-sharded", "all-minilm-l6-v2"]
+Usage = namedtuple("Usage", "total used free")
+
+
+@pytest.fixture
+def store_dir(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> Path:
+    folder = tmp_path / "store"
+    for name in MODELS:
+        upload_from_dir(bundled, name, sources[name], open_store(str(folder)))
+    return folder
+
+
+def test_a_download_that_cannot_fit_fails_before_any_byte(bundled: Catalog, store_dir: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capacity.shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 1000, 1000))
+    store = open_store(str(store_dir))
+    cache = Cache(tmp_path / "cache")
+    with pytest.raises(CacheWriteError) as caught:
+        resolve(bundled, "all-minilm-l6-v2", cache=cache, store=store)
+    needed = capacity.human(sum({e.sha256: e.size for e in bundled.get("all-minilm-l6-v2").files}.values()))
+    assert f"needs {needed}" in str(caught.value) and "has 1000 B free" in str(caught.value)
+    assert store.requests["GetObject"] == 0
+    assert not cache.blobs.exists()
+
+
+def _marker(cache: Cache, name: str) -> tuple[Path, Marker]:
+    [(path, marker)] = [(p, m) for p, m in cache.markers_all() if m is not None and m.name == name]
+    return path, marker
+
+
+def _age(path: Path, marker: Marker, seconds: float) -> None:
+    """Pretend the view was last resolved `seconds` ago."""
+    from dataclasses import replace
+
+    old = time.time() - seconds
+    path.write_bytes(replace(marker, resolved_at=old, verified_at=old).to_json())
+
+
+def test_eviction_goes_least_recently_resolved_first_and_spares_views_in_use(bundled: Catalog, store_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    store = open_store(str(store_dir))
+    cache = Cache(tmp_path / "cache")
+    options = ResolveOptions(materialize_weights=True)
+    for name in MODELS:
+        resolve(bundled, name, cache=cache, store=store, options=options)
+    for age, name in ((3 * 3600, "all-minilm-l6-v2"), (2 * 3600, "tiny-llama"), (1 * 3600, "tiny-llama-sharded")):
+        _age(*_marker(cache, name), age)
+    # A warm resolve of the oldest records its use (its resolved_at was older than an hour).
+    resolve(bundled, "all-minilm-l6-v2", cache=cache, store=store, options=options)
+    assert time.time() - _marker(cache, "all-minilm-l6-v2")[1].resolved_at < 60
+    size = capacity.cache_size(cache)
+    minilm = sum(e.size for e in bundled.get("all-minilm-l6-v2").files)
+    # tiny-llama is "in use" by a running resolve: its activity record names it.
+    with capacity.active(cache, ["tiny-llama"], [e.sha256 for e in bundled.get("tiny-llama").files]):
+        result = capacity.evict(cache, max_size=size - 1)
+    assert [v.split()[0] for v in result.views] == ["tiny-llama-sharded"]  # the oldest not in use
+    assert result.kept_in_use and result.kept_in_use[0].startswith("tiny-llama ")
+    shared = {e.sha256 for e in bundled.get("tiny-llama").files}
+    for entry in bundled.get("tiny-llama-sharded").files:  # its own blobs went, the ones tiny-llama shares stayed
+        assert cache.blob_path(entry.sha256).exists() == (entry.sha256 in shared)
+    assert capacity.cache_size(cache) == size - result.bytes
+    # Without the record, down to the newest: all-minilm stays, the rest goes.
+    result = capacity.evict(cache, max_size=minilm)
+    assert [v.split()[0] for v in result.views] == ["tiny-llama"]
+    assert capacity.cache_size(cache) <= minilm
+    again = resolve(bundled, "all-minilm-l6-v2", cache=cache, store=store, options=options)
+    assert again.source == "cache"
+
+
+def test_resolve_evicts_under_cache_max_size_and_gc_keep_free(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    env = {**os.environ, "CATALOG_CACHE": str(cache_dir), "CATALOG_CACHE_MAX_SIZE": "1MiB"}
+    base = [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests")]
+    for name in ("tiny-llama", "tiny-llama-sharded"):
+        done = subprocess.run([*base, "resolve", name, "--store", str(store_dir), "--materialize-weights"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    cache = Cache(cache_dir)
+    assert {m.name for _, m in cache.markers_all() if m} == {"tiny-llama", "tiny-llama-sharded"}  # both fit in 1 MiB
+    _age(*_marker(cache, "tiny-llama"), 7200)
+    minilm = sum({e.sha256: e.size for e in bundled.get("all-minilm-l6-v2").files}.values())
+    limit = minilm + capacity.cache_size(cache) - 1  # one byte short: the oldest view must go, only it
+    done = subprocess.run([*base, "resolve", "all-minilm-l6-v2", "--store", str(store_dir)],
+                          env={**env, "CATALOG_CACHE_MAX_SIZE": str(limit)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "evicted 1 view(s) (tiny-llama)" in done.stderr
+    assert {m.name for _, m in cache.markers_all() if m} == {"tiny-llama-sharded", "all-minilm-l6-v2"}
+    free = capacity.free_bytes(cache_dir)
+    done = subprocess.run([*base, "gc", "--keep-free", str(free + 10 * 1024 * 1024), "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "would remove" in done.stdout and {m.name for _, m in cache.markers_all() if m} == {"tiny-llama-sharded", "all-minilm-l6-v2"}
+    done = subprocess.run([*base, "gc", "--max-size", "0"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert list(cache.markers_all()) == [] and capacity.cache_size(cache) == 0
