@@ -169,8 +169,6 @@ def _check_repo_type(m: ModelManifest, report: _Reporter) -> None:
     if m.is_dataset and m.load_format not in (LoadFormat.DATASET, LoadFormat.AUTO):
         report("repo-type", ("load_format",), f"a dataset (source.repo_type: dataset) has load_format dataset or auto, "
                f"not {m.load_format.value}")
-    elif not m.is_dataset and m.load_format is LoadFormat.DATASET:
-        report("repo-type", ("source", "repo_type"), "load_format dataset needs `source.repo_type: dataset`")
 
 
 def _files_used_as_dirs(m: ModelManifest) -> Iterator[tuple[str, int]]:
