@@ -151,7 +151,9 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
              progress: Progress | None) -> Resolution:
     # The Hub cannot be streamed from: a model fetched from it is fully local. Offline, nothing can prove a
     # streamed object is still the verified one (and the engine could not reach it): the weights must be local.
-    plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline)
+    # An hf-cache snapshot is loaded by repo id, which finds only local files: it holds the weights too.
+    plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline
+                      or options.layout is Layout.HF_CACHE)
     spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
     fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
     source, from_hub, sources = fetched.source, fetched.from_hub, dict(fetched.sources)

@@ -143,3 +143,18 @@ def test_a_tokenizer_from_another_model_brings_only_its_non_weight_files(bundled
     resolve(cat, "tiny-qwen2", cache=cache, store=open_store(store_url), options=ResolveOptions(materialize_weights=True))
     again = resolve(cat, "tiny-qwen2", cache=cache, store=open_store(str(tmp_path / "gone")), options=ResolveOptions(offline=True))
     assert again.tokenizer == result.tokenizer and not again.streamed  # every view warm: no store needed
+
+
+def test_an_hf_cache_snapshot_of_a_streamed_model_holds_its_weights(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    """A repo-id load finds only local files: in the hf-cache layout a streamed format's weights are local too,
+    and the engine is pointed at the repo id, not at the store."""
+    from resolver.resolution import engine_args
+
+    store_url = str(tmp_path / "store")
+    fill(bundled, store_url, sources, ["tiny-qwen2"])
+    result = resolve(bundled, "tiny-qwen2", cache=Cache(tmp_path / "cache"), store=open_store(store_url),
+                     options=ResolveOptions(layout=Layout.HF_CACHE))
+    assert not result.streamed
+    qwen = bundled.get("tiny-qwen2")
+    assert sorted(p.relative_to(result.path).as_posix() for p in result.path.rglob("*") if p.is_file()) == sorted(f.path for f in qwen.files)
+    assert engine_args(result)[:4] == ["--model", "model-catalog/tiny-qwen2", "--revision", qwen.source.revision]
