@@ -373,3 +373,124 @@ def s3_env(endpoint: str) -> dict[str, str]:
         "AWS_EC2_METADATA_DISABLED": "true",
     }
 
+
+
+class SeaweedCluster:
+    """A SeaweedFS cluster on loopback: one master (`-defaultReplication=001`: every volume on two volume
+    servers), two volume servers, and a filer with its S3 gateway (`-s3`). Each process in its own process
+    group, so one volume server can be SIGKILLed mid-transfer (`kill_volume`); an object written through S3
+    stays readable from the other replica. `url` is the S3 endpoint, `filer_url` the filer's plain HTTP."""
+
+    START_TIMEOUT = 90.0
+    STOP_GRACE = 3.0
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="seaweed-cluster-"))
+        self.sockets = self.root if len(str(self.root)) < 70 else Path(tempfile.mkdtemp(prefix="weedc-", dir="/tmp"))
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.master_port, self.volume_ports, self.filer_port, self.port = 0, [0, 0], 0, 0
+        self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        self.master_port, v1, v2, self.filer_port, self.port = free_port_pairs(5)
+        self.volume_ports = [v1, v2]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.filer_url = f"http://127.0.0.1:{self.filer_port}"
+
+    def _commands(self) -> dict[str, list[str]]:
+        ip = ["-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+        master = f"127.0.0.1:{self.master_port}"
+        commands = {"master": [weed_binary(), f"-logdir={self.root / 'logs'}", "master", f"-port={self.master_port}",
+                               f"-mdir={self.root / 'master'}", "-defaultReplication=001", "-volumeSizeLimitMB=64",
+                               "-telemetry=false", *ip]}
+        for i, port in enumerate(self.volume_ports):
+            commands[f"volume{i}"] = [weed_binary(), f"-logdir={self.root / 'logs'}", "volume", f"-port={port}",
+                                      f"-dir={self.root / f'volume{i}'}", f"-mserver={master}", "-max=20",
+                                      "-preStopSeconds=0", *ip]
+        commands["filer"] = [weed_binary(), f"-logdir={self.root / 'logs'}", "filer", f"-port={self.filer_port}",
+                             f"-master={master}", f"-localSocket={self.sockets / 'cfiler.sock'}", "-s3", f"-s3.port={self.port}",
+                             f"-s3.localSocket={self.sockets / 'cs3.sock'}", "-s3.port.iceberg=0", "-s3.port.lance=0", *ip]
+        return commands
+
+    def start(self) -> SeaweedCluster:
+        for attempt in range(3):
+            error = self._launch(time.monotonic() + self.START_TIMEOUT)
+            if error is None:
+                return self
+            self.stop(remove=False)
+            if "address already in use" not in error or attempt == 2:
+                self.stop()
+                raise RuntimeError(error)
+            self._choose_ports()
+        raise AssertionError("unreachable")
+
+    def _launch(self, deadline: float) -> str | None:
+        for folder in ("logs", "master", "volume0", "volume1", "filer"):
+            shutil.rmtree(self.root / folder, ignore_errors=True)
+            (self.root / folder).mkdir(parents=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "WEED_"))}
+        env["TMPDIR"] = str(self.root)
+        env["WEED_MASTER_VOLUME_GROWTH_COPY_2"] = "1"  # replication 001 = two copies: one volume per bucket
+        for name, command in self._commands().items():
+            with open(self.root / f"{name}.log", "wb") as log:
+                self.processes[name] = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.root / ("filer" if name == "filer" else "logs"),
+                    env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        probe = SeaweedServer.__new__(SeaweedServer)
+        probe.url = self.url
+        while time.monotonic() < deadline:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    return f"SeaweedFS {name} exited at start (code {process.returncode}):\n{self.log_tail(name)}"
+            if probe._probe():
+                return None
+            time.sleep(0.3)
+        return f"the SeaweedFS cluster's S3 did not answer within {self.START_TIMEOUT:.0f} s:\n{self.log_tail('filer')}"
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        try:
+            return (self.root / f"{name}.log").read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def kill_volume(self, index: int) -> None:
+        """SIGKILL one volume server (no shutdown, no goodbye to the master)."""
+        process = self.processes.pop(f"volume{index}")
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def stop(self, remove: bool = True) -> None:
+        processes, self.processes = self.processes, {}
+        for process in processes.values():
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + self.STOP_GRACE
+        for process in processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait(10)
+        for port in (self.master_port, *self.volume_ports, self.filer_port, self.port):
+            for kind in ("master", "volume", "filer", "s3"):
+                path = Path("/tmp") / f"seaweedfs-{kind}-grpc-{port + 10000}.sock"
+                try:
+                    if stat.S_ISSOCK(path.lstat().st_mode) and _port_is_free(port + 10000):
+                        path.unlink()
+                except OSError:
+                    pass
+        if remove:
+            shutil.rmtree(self.root, ignore_errors=True)
+            if self.sockets != self.root:
+                shutil.rmtree(self.sockets, ignore_errors=True)
+
+    def __enter__(self) -> SeaweedCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
