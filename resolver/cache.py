@@ -38,7 +38,7 @@ from catalog.errors import UnsafePathError
 from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name
 
 if TYPE_CHECKING:
-    from catalog.schema import FileEntry
+    from catalog.schema import FileEntry, ModelManifest
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,11 @@ class ViewSpec:
     layout: Layout
     files: tuple[FileEntry, ...]
     repo_type: str = "model"  # "dataset": the hf-cache layout puts it under datasets--org--name
+
+    @classmethod
+    def of(cls, manifest: ModelManifest, layout: Layout, files: tuple[FileEntry, ...]) -> ViewSpec:
+        """The view of these files of `manifest`."""
+        return cls(manifest.name, manifest.source.hf_repo, manifest.source.revision, layout, files, manifest.source.repo_type)
 
     @property
     def view_id(self) -> str:

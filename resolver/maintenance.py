@@ -35,7 +35,7 @@ def _spec_from_marker(marker: Marker | None, cat: Catalog) -> ViewSpec | None:
         layout = Layout(marker.layout)
     except ValueError:
         return None
-    spec = ViewSpec(marker.name, manifest.source.hf_repo, manifest.source.revision, layout, entries)
+    spec = ViewSpec.of(manifest, layout, entries)
     return spec if spec.view_id == marker.view else None
 
 
@@ -124,10 +124,10 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -
         if blob.name not in referenced and staging_owner(blob.name) is None:
             remove(blob)
     if cache.hub.is_dir():
-        for blob in cache.hub.glob("models--*/blobs/*"):
+        for blob in cache.hub.glob("*s--*/blobs/*"):
             if blob.name not in referenced and staging_owner(blob.name) is None:
                 remove(blob)
-        for link in cache.hub.glob("models--*/snapshots/*/**/*"):
+        for link in cache.hub.glob("*s--*/snapshots/*/**/*"):
             if link.is_symlink() and not link.exists():
                 remove(link)
     for leftover in _dead_staging(cache):

@@ -154,7 +154,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
     # An hf-cache snapshot is loaded by repo id, which finds only local files: it holds the weights too.
     plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline
                       or options.layout is Layout.HF_CACHE)
-    spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
+    spec = ViewSpec.of(manifest, options.layout, plan.local)
     fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
     source, from_hub, sources = fetched.source, fetched.from_hub, dict(fetched.sources)
     if plan.streamed and not from_hub:
@@ -162,7 +162,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
     if from_hub and plan.streamed:
         # The bucket failed us, so the engine cannot stream from it either: bring the weights too.
         plan = plan_files(manifest, materialize_weights=True)
-        spec = ViewSpec(manifest.name, manifest.source.hf_repo, manifest.source.revision, options.layout, plan.local)
+        spec = ViewSpec.of(manifest, options.layout, plan.local)
         again = _ensure_view(cat, manifest, spec, cache, store, dataclasses.replace(options, source=Source.HF), progress)
         sources = {**again.sources, **{p: s for p, s in sources.items() if s != "cache"}}
     path = cache.view_dir(spec)
@@ -242,7 +242,7 @@ def _fetch_missing(
             capacity.evict_for(cache, options.max_size, needed)
         capacity.check_space(cache, needed, f"{manifest.name} ({len(still)} file(s) to download)")
     from_hub = False
-    hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub)
+    hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub, manifest.source.repo_type)
     if still and options.source is Source.HF:
         fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
         sources |= {e.path: hub.url for e in still}
@@ -322,7 +322,7 @@ def _tokenizer(
             other = cat.get(manifest.tokenizer)
             # Only the tokenizer's non-weight files are needed, whatever its format.
             local = tuple(f for f in other.files if f not in other.weight_files)
-            spec = ViewSpec(other.name, other.source.hf_repo, other.source.revision, Layout.DIR, local)
+            spec = ViewSpec.of(other, Layout.DIR, local)
             _ensure_view(cat, other, spec, cache, store, options, progress)
             return str(cache.view_dir(spec)), cache.marker_path(spec)
         return str(path / manifest.tokenizer.rstrip("/")), None

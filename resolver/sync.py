@@ -402,7 +402,7 @@ class SourceOfBytes:
                 # The folder read like a store: the same hashing transfer brings the file into the cache.
                 fetch(LocalStore(folder), [Wanted(item.model, entry, item.path)], self.cache, self.config)
             else:
-                hub = HubStore(manifest.source.hf_repo, manifest.source.revision, self.hub)
+                hub = HubStore(manifest.source.hf_repo, manifest.source.revision, self.hub, manifest.source.repo_type)
                 fetch(hub, [Wanted(item.model, entry, item.path)], self.cache, self.config)
         return self.cache.blob_path(entry.sha256)
 

@@ -3,7 +3,6 @@ hf-cache layout puts them under datasets--org--name, where huggingface_hub finds
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -18,7 +17,6 @@ from helpers import REV, files_yaml, manifest_text, write_catalog
 from hubdouble import HubDouble
 
 import catalog
-import resolver.resolve
 from catalog.formats import LoadFormat
 from catalog.loading import load_dir
 from catalog.lookup import Catalog
@@ -127,8 +125,6 @@ def test_the_hf_cache_layout_writes_datasets_folder_found_offline(bundled: Catal
     assert dataset_hub.hub_requests() == 0
 
 
-@pytest.mark.xfail("repo_type" not in inspect.getsource(resolver.resolve), strict=False,
-                   reason="needs resolver/resolve.py to pass repo_type=manifest.source.repo_type to its ViewSpecs")
 def test_resolve_with_the_hf_cache_layout_uses_the_datasets_folder(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
     store = filled_store(bundled, sources, tmp_path)
     result = resolve(bundled, NAME, cache=Cache(tmp_path / "cache"), store=open_store(store), options=ResolveOptions(layout=Layout.HF_CACHE))

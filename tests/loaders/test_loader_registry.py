@@ -43,6 +43,8 @@ def test_gguf_and_pt_cannot_be_load_checked() -> None:
 def test_a_format_without_a_loader_is_skipped_not_failed(fmt: LoadFormat, tmp_path: Path) -> None:
     files = files_yaml(("config.json", 10, SHA), ("model.gguf", 1000, "b" * 64), ("pytorch_model.bin", 1000, "c" * 64))
     text = manifest_text("weights", fmt=fmt.value, files=files, extra="allow_pickle: true\n")
+    if fmt is LoadFormat.DATASET:
+        text = text.replace("  revision:", "  repo_type: dataset\n  revision:")
     cat = catalog.load(write_catalog(tmp_path, {"weights.yaml": text}))
     store = LocalStore(tmp_path / "empty-store")
     assert loader_for(cat.get("weights")) is None

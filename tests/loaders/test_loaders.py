@@ -175,7 +175,9 @@ def test_check_load_cli_json(bundled: Catalog, sources: dict[str, Path], tmp_pat
     assert done.returncode == 0, done.stderr
     reports = {r["name"]: r for r in json.loads(done.stdout)}
     assert sorted(reports) == sorted(bundled.models)
-    assert all(r["ok"] and r["tensors"] > 0 and r["bytes"] > 0 for r in reports.values()), reports
+    loaded = {n: r for n, r in reports.items() if not r["skipped"]}
+    assert sorted(n for n in reports if n not in loaded) == ["tiny-sts"]  # a dataset: skipped, not passed
+    assert all(r["ok"] and r["tensors"] > 0 and r["bytes"] > 0 for r in loaded.values()), reports
     assert reports["tiny-llama-tensorizer"]["compared_with"] == "tiny-llama"
     assert reports["tiny-qwen2"]["uri"].startswith(str(store.resolve()))  # streamed from the folder store
     # A store missing the model: exit 1, the problem in the report, no traceback.
