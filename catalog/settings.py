@@ -48,6 +48,10 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("AWS_ENDPOINT_URL_S3", "the S3 endpoint (wins over AWS_ENDPOINT_URL)"),
     EnvVar("AWS_ENDPOINT_URL", "the S3 endpoint of an S3-compatible store"),
     EnvVar("S3_ENDPOINT_URL", "the S3 endpoint, s3cmd/tensorizer spelling (used when no AWS_ENDPOINT_URL is set)"),
+    EnvVar("S3_ACCESS_KEY_ID", "access key, s3cmd/tensorizer spelling (used when the AWS chain finds no credentials)"),
+    EnvVar("S3_SECRET_ACCESS_KEY", "secret key, s3cmd/tensorizer spelling", secret=True),
+    EnvVar("AWS_CONFIG_FILE", "the AWS config file (profiles, a profile's endpoint_url)"),
+    EnvVar("AWS_SHARED_CREDENTIALS_FILE", "the AWS credentials file"),
     EnvVar("AWS_REGION", "the region"),
     EnvVar("AWS_DEFAULT_REGION", "the region, older spelling"),
     EnvVar("AWS_PROFILE", "the credentials/config profile"),
@@ -108,6 +112,9 @@ class Settings:
     s3: S3Options = field(default_factory=S3Options)
     hub_endpoint: str = "https://huggingface.co"
     hub_token: str | None = field(default=None, repr=False)
+    # Tried after the AWS credential chain, before ~/.s3cfg: the s3cmd spelling tensorizer users have set.
+    s3_keys: tuple[str, str] | None = field(default=None, repr=False)
+    aws_files: tuple[str, str] = ("", "")  # AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE: boto3 reads them itself
     hub_max_wait: int = 60  # seconds of a Hub rate-limit reset (429) worth waiting out; longer fails at once
     gpu_class: str | None = None
     gpu_count: int = 1
@@ -156,6 +163,9 @@ class Settings:
             s3=s3,
             hub_endpoint=(env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
             hub_token=env.get("HF_TOKEN") or None,
+            s3_keys=(env["S3_ACCESS_KEY_ID"], env["S3_SECRET_ACCESS_KEY"])
+            if env.get("S3_ACCESS_KEY_ID") and env.get("S3_SECRET_ACCESS_KEY") else None,
+            aws_files=(env.get("AWS_CONFIG_FILE", ""), env.get("AWS_SHARED_CREDENTIALS_FILE", "")),
             hub_max_wait=_whole(env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT"),
             gpu_class=(env.get("CATALOG_GPU_CLASS") or "").strip().lower() or None,
             gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1),
@@ -196,6 +206,7 @@ class Settings:
         data["catalog_dir"] = str(self.catalog_dir.resolve()) if self.catalog_dir else None
         data["shared_caches"] = [str(t.resolve()) for t in self.shared_caches]
         data["hub_token"] = hashlib.sha256(self.hub_token.encode()).hexdigest() if self.hub_token else None
+        data["s3_keys"] = hashlib.sha256("\0".join(self.s3_keys).encode()).hexdigest() if self.s3_keys else None
         data.pop("debug")
         data.pop("ignored")
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

@@ -278,6 +278,7 @@ class FaultProxy:
         self.cut_pattern = ""
         self.down_until = 0.0  # refuse (close) connections until this time
         self.refused = 0  # connections refused while down
+        self.refuse_left = 0  # connections still to refuse (refuse_next)
         self.lock = threading.Lock()
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -292,6 +293,10 @@ class FaultProxy:
     def go_down(self, seconds: float) -> None:
         self.down_until = time.monotonic() + seconds
 
+    def refuse_next(self, connections: int) -> None:
+        """Refuse (close) the next `connections` connections, however long they take to come."""
+        self.refuse_left = connections
+
     def close(self) -> None:
         self.closed = True
         self.sock.close()
@@ -302,7 +307,8 @@ class FaultProxy:
                 client, _ = self.sock.accept()
             except OSError:
                 return
-            if time.monotonic() < self.down_until:
+            if time.monotonic() < self.down_until or self.refuse_left > 0:
+                self.refuse_left = max(0, self.refuse_left - 1)
                 client.close()
                 self.refused += 1  # so a test can tell the outage really happened
                 continue

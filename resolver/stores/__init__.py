@@ -49,43 +49,10 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
     return factory(url, settings)
 
 
-def _open_s3(url: str, settings: Settings) -> Store:
-    """`s3://bucket/base/` with the settings' S3 options, or with `?endpoint=...&addressing=...&unsigned=1` on top."""
-    import dataclasses
-    from urllib.parse import parse_qs, urlsplit
-
-    options = settings.s3
-    if "?" in url:
-        url, query = url.split("?", 1)
-        given = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-        unknown = sorted(set(given) - {"endpoint", "addressing", "unsigned"})
-        if unknown:
-            raise UsageError(f"unknown store URL option(s) {', '.join(unknown)} in s3://...?{query}",
-                             hint="known: endpoint=http://host:port, addressing=path|virtual|auto, unsigned=1")
-        if "endpoint" in given:
-            endpoint = urlsplit(given["endpoint"])
-            if endpoint.scheme not in ("http", "https") or not endpoint.hostname or endpoint.username or endpoint.password:
-                raise UsageError(f"bad endpoint {endpoint.scheme}://{endpoint.hostname} in an s3:// URL",
-                                 hint="endpoint=http(s)://host[:port], without credentials")
-            options = dataclasses.replace(options, endpoint_url=given["endpoint"],
-                                          addressing_style="path" if "addressing" not in given else options.addressing_style)
-        if "addressing" in given:
-            if given["addressing"] not in ("auto", "path", "virtual"):
-                raise UsageError(f"addressing={given['addressing']!r} is not one of auto, path, virtual")
-            options = dataclasses.replace(options, addressing_style=given["addressing"])
-        if "unsigned" in given:
-            options = dataclasses.replace(options, unsigned=given["unsigned"].lower() in ("1", "true", "yes"))
-    return s3.from_url(url, options, part_size=settings.part_size, concurrency=settings.concurrency)
-
-
-def _open_http(url: str, settings: Settings) -> Store:
-    return http.from_url(url, connect_timeout=settings.s3.connect_timeout, read_timeout=settings.s3.read_timeout)
-
-
 register("file", lambda url, settings: local.from_url(url))
-register("s3", _open_s3)
-register("http", _open_http)
-register("https", _open_http)
+register("s3", s3.from_url)
+register("http", http.from_settings)
+register("https", http.from_settings)
 
 __all__ = ["HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
            "check_key", "make_s3_client", "open_store", "register", "schemes"]

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from catalog.errors import StoreUnavailableError, UsageError
+from catalog.settings import Settings
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+)")
@@ -195,3 +196,8 @@ class HttpStore:
 
 def from_url(url: str, *, connect_timeout: float = 10.0, read_timeout: float = 60.0) -> HttpStore:
     return HttpStore(url, connect_timeout=connect_timeout, read_timeout=read_timeout)
+
+
+def from_settings(url: str, settings: Settings) -> HttpStore:
+    """`http(s)://host[:port]/base/`, with the settings' timeouts."""
+    return from_url(url, connect_timeout=settings.s3.connect_timeout, read_timeout=settings.s3.read_timeout)

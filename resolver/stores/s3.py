@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import logging
 import threading
@@ -12,7 +13,7 @@ from typing import Any
 
 from catalog import naming
 from catalog.errors import CatalogError, StoreUnavailableError, UsageError
-from catalog.settings import S3Options
+from catalog.settings import S3Options, Settings
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
 
 log = logging.getLogger(__name__)
@@ -20,14 +21,21 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 1000  # the most keys S3's DeleteObjects takes in one request
 
 
-def make_s3_client(options: S3Options) -> Any:
+CREDENTIAL_CHAIN = ("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the AWS config files, the instance role "
+                    "(the AWS chain), then S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY, then ~/.s3cfg")
+
+
+def make_s3_client(options: S3Options, fallback_keys: tuple[str, str] | None = None) -> Any:
+    """A client for `options`. Credentials: the AWS chain; when it finds none, `fallback_keys` (the s3cmd
+    spelling S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY), then ~/.s3cfg's access_key/secret_key (as tensorizer)."""
     import boto3
     from botocore import UNSIGNED
     from botocore.config import Config
 
     config = Config(
         signature_version=UNSIGNED if options.unsigned else None,
-        s3={"addressing_style": options.addressing_style},
+        # "auto" is left to botocore, so a profile's own `s3 = addressing_style = ...` still applies.
+        s3={"addressing_style": options.addressing_style} if options.addressing_style != "auto" else None,
         retries={"mode": options.retry_mode, "total_max_attempts": options.max_attempts},  # AWS_MAX_ATTEMPTS counts the first try
         max_pool_connections=options.max_pool_connections,
         connect_timeout=options.connect_timeout,
@@ -36,8 +44,34 @@ def make_s3_client(options: S3Options) -> Any:
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    session = boto3.session.Session(profile_name=options.profile, region_name=options.region or "us-east-1")
+    region = options.region or "us-east-1"
+    try:
+        session = boto3.session.Session(profile_name=options.profile, region_name=region)
+    except Exception as exc:  # noqa: BLE001 - botocore's ProfileNotFound and config parse errors
+        raise UsageError(f"AWS_PROFILE={options.profile!r}: {exc}", hint="name a profile of the AWS config file") from None
+    if not options.unsigned and session.get_credentials() is None:
+        keys = fallback_keys or s3cfg_keys()
+        if keys is not None:
+            session = boto3.session.Session(aws_access_key_id=keys[0], aws_secret_access_key=keys[1], region_name=region)
+    elif fallback_keys is not None:
+        log.warning("ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials")
     return session.client("s3", endpoint_url=options.endpoint_url, config=config)
+
+
+def s3cfg_keys(path: Path | None = None) -> tuple[str, str] | None:
+    """~/.s3cfg's [default] access_key and secret_key, as s3cmd and tensorizer read them (None: no such file)."""
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        if not parser.read(path or Path.home() / ".s3cfg"):
+            return None
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return None
+    section = parser["default"] if parser.has_section("default") else None
+    if section is None or not section.get("access_key") or not section.get("secret_key"):
+        return None
+    return section["access_key"], section["secret_key"]
 
 
 class _S3Stream:
@@ -118,8 +152,8 @@ class S3Store:
             return fn(*args, **kwargs)
         except NoCredentialsError:
             raise StoreUnavailableError(
-                f"no credentials for {self._where()}",
-                hint="set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (the standard chain), or CATALOG_S3_UNSIGNED=1 for a public bucket",
+                f"no credentials for {self._where()}; tried {CREDENTIAL_CHAIN}",
+                hint="set one of those, or CATALOG_S3_UNSIGNED=1 for a public bucket",
                 transient=False,
             ) from None
         except ClientError as exc:
@@ -247,15 +281,30 @@ class S3Store:
     def stream_uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{self.base}{prefix}"
 
+    def endpoint(self) -> tuple[str | None, str]:
+        """The endpoint and addressing style the client really uses: the settings', else the AWS profile's
+        own `endpoint_url` (which boto3 reads itself, and an engine does not)."""
+        endpoint, style = self.options.endpoint_url, self.options.addressing_style
+        if endpoint is None:
+            used = str(self.client.meta.endpoint_url or "")
+            if used and not used.split("://", 1)[-1].split("/", 1)[0].endswith("amazonaws.com"):
+                endpoint = used
+        if style == "auto":
+            style = str((self.client.meta.config.s3 or {}).get("addressing_style") or "auto")
+            if style == "auto" and endpoint is not None:
+                style = "path"  # an S3-compatible endpoint named by a host rarely serves virtual-host buckets
+        return endpoint, style
+
     def stream_env(self) -> dict[str, str]:
         """The endpoint and addressing the resolver used, in the variables runai and tensorizer read."""
         env: dict[str, str] = {}
-        if self.options.endpoint_url:
-            env["AWS_ENDPOINT_URL"] = self.options.endpoint_url
+        endpoint, style = self.endpoint()
+        if endpoint:
+            env["AWS_ENDPOINT_URL"] = endpoint
         if self.options.region:
             env["AWS_REGION"] = self.options.region
-        if self.options.addressing_style in ("path", "virtual"):
-            env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "1" if self.options.addressing_style == "virtual" else "0"
+        if style in ("path", "virtual"):
+            env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "1" if style == "virtual" else "0"
         if self.options.unsigned:
             env["RUNAI_STREAMER_S3_UNSIGNED"] = "1"  # a public bucket: the streamer must not sign either
         return env
@@ -267,10 +316,36 @@ def _b64(sha256_hex: str) -> str:
     return base64.b64encode(bytes.fromhex(sha256_hex)).decode()
 
 
-def from_url(url: str, options: S3Options, *, part_size: int | None = None, concurrency: int | None = None) -> S3Store:
-    """`s3://bucket/[base/]`; `part_size`/`concurrency` shape multipart uploads (None: the defaults)."""
+def from_url(url: str, settings: Settings) -> S3Store:
+    """`s3://bucket/[base/]` with the settings' S3 options, or `...?endpoint=...&addressing=...&unsigned=1` on top
+    (a mirror on another S3 server)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    options = settings.s3
+    if "?" in url:
+        url, query = url.split("?", 1)
+        given = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        unknown = sorted(set(given) - {"endpoint", "addressing", "unsigned"})
+        if unknown:
+            raise UsageError(f"unknown store URL option(s) {', '.join(unknown)} in s3://...?{query}",
+                             hint="known: endpoint=http://host:port, addressing=path|virtual|auto, unsigned=1")
+        if "endpoint" in given:
+            endpoint = urlsplit(given["endpoint"])
+            if endpoint.scheme not in ("http", "https") or not endpoint.hostname or endpoint.username or endpoint.password:
+                raise UsageError(f"bad endpoint {endpoint.scheme}://{endpoint.hostname} in an s3:// URL",
+                                 hint="endpoint=http(s)://host[:port], without credentials")
+            options = dataclasses.replace(options, endpoint_url=given["endpoint"],
+                                          addressing_style="path" if "addressing" not in given else options.addressing_style)
+        if "addressing" in given:
+            if given["addressing"] not in ("auto", "path", "virtual"):
+                raise UsageError(f"addressing={given['addressing']!r} is not one of auto, path, virtual")
+            options = dataclasses.replace(options, addressing_style=given["addressing"])
+        if "unsigned" in given:
+            options = dataclasses.replace(options, unsigned=given["unsigned"].lower() in ("1", "true", "yes"))
     prefix = url if url.endswith("/") else url + "/"
     if (message := naming.check_s3_prefix(prefix, allow_root=True)) is not None:
         raise UsageError(f"bad store URL: {message}")
     parsed = naming.parse_s3_url(prefix)
-    return S3Store(parsed.bucket, parsed.key, options, part_size=part_size or 64 * 1024 * 1024, concurrency=concurrency or 8)
+    keys = settings.s3_keys
+    return S3Store(parsed.bucket, parsed.key, options, lambda o: make_s3_client(o, keys),
+                   part_size=settings.part_size or 64 * 1024 * 1024, concurrency=settings.concurrency or 8)

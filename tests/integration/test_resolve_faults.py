@@ -139,11 +139,11 @@ def test_server_down_then_back_is_retried(bundled: Catalog, sources: dict[str, P
     proxy, url = proxied
     fill(bundled, url, sources)
     store = proxied_store(proxy, url)
-    proxy.go_down(0.5)
+    proxy.refuse_next(3)  # down for the first connections, whenever they come; then back
     config = TransferConfig(concurrency=2, backoff=0.2, attempts=6)
     result = resolve(bundled, MODEL, cache=Cache(tmp_path / "cache"), store=store, options=ResolveOptions(transfer=config))
     assert (result.path / WEIGHTS).read_bytes() == original(sources)
-    assert proxy.refused >= 1  # the outage was real: at least one connection was refused, then retried
+    assert proxy.refused == 3  # the outage was real: connections were refused, then retried
 
 
 def test_server_that_stays_down_fails_cleanly(bundled: Catalog, sources: dict[str, Path], proxied: tuple[FaultProxy, str], tmp_path: Path) -> None:

@@ -1,0 +1,84 @@
+"""Credentials and endpoints as the seed's users have them: s3cmd's spelling (S3_ACCESS_KEY_ID,
+S3_SECRET_ACCESS_KEY, S3_ENDPOINT_URL, ~/.s3cfg) after the AWS chain, and an AWS profile's own endpoint_url
+handed to engines exactly as the resolver used it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catalog.lookup import Catalog
+from resolver.stores import open_store
+from resolver.upload import upload_from_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def filled(bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str) -> str:  # type: ignore[no-untyped-def]
+    for name in ("tiny-llama", "tiny-qwen2"):
+        upload_from_dir(bundled, name, sources[name], open_store(f"s3://{bucket}/"))
+    return bucket
+
+
+def bare_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """No AWS variable at all, and a HOME without ~/.aws: only what the test sets."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {**env, "HOME": str(home), "AWS_EC2_METADATA_DISABLED": "true", "CATALOG_DIR": str(ROOT / "manifests"),
+            "CATALOG_CACHE": str(tmp_path / "cache"), **extra}
+
+
+def catalog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_s3cmd_variables_are_honoured_after_the_aws_chain(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = bare_env(tmp_path, S3_ENDPOINT_URL=s3_server.url, S3_ACCESS_KEY_ID="s3cmd-key", S3_SECRET_ACCESS_KEY="s3cmd-secret",
+                   CATALOG_STORE=f"s3://{filled}/")
+    done = catalog(env, "resolve", "tiny-llama")
+    assert done.returncode == 0, done.stderr
+    assert "s3cmd-secret" not in done.stdout + done.stderr
+
+
+def test_an_s3cfg_file_is_honoured(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = bare_env(tmp_path, S3_ENDPOINT_URL=s3_server.url, CATALOG_STORE=f"s3://{filled}/")
+    (Path(env["HOME"]) / ".s3cfg").write_text("[default]\naccess_key = cfg-key\nsecret_key = cfg-secret\n")
+    done = catalog(env, "resolve", "tiny-llama")
+    assert done.returncode == 0, done.stderr
+
+
+def test_no_credentials_anywhere_names_the_chain_tried_at_once(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = bare_env(tmp_path, S3_ENDPOINT_URL=s3_server.url, CATALOG_STORE=f"s3://{filled}/")
+    done = catalog(env, "resolve", "tiny-llama")
+    assert done.returncode == 1
+    first = done.stderr.strip().splitlines()
+    errors = [line for line in first if line.startswith("error:")]
+    assert len(errors) == 1 and "no credentials" in errors[0], done.stderr
+    assert "S3_ACCESS_KEY_ID" in errors[0] and "~/.s3cfg" in errors[0] and "AWS_PROFILE" in errors[0]
+    assert "giving up" not in done.stderr  # a missing credential is not retried like a network error
+
+
+def test_a_profiles_endpoint_reaches_the_engine_env(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = tmp_path / "aws-config"
+    config.write_text(f"[profile ci]\nregion = us-east-1\nendpoint_url = {s3_server.url}\n")
+    credentials = tmp_path / "aws-credentials"
+    credentials.write_text("[ci]\naws_access_key_id = profile-key\naws_secret_access_key = profile-secret\n")
+    env = bare_env(tmp_path, AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(credentials), AWS_PROFILE="ci",
+                   CATALOG_STORE=f"s3://{filled}/")
+    done = catalog(env, "resolve", "tiny-qwen2", "--format", "env")
+    assert done.returncode == 0, done.stderr
+    assert f"export AWS_ENDPOINT_URL={s3_server.url}" in done.stdout  # exactly the endpoint the resolver used
+    assert "export RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0" in done.stdout
+    assert "profile-secret" not in done.stdout + done.stderr
+
+
+def test_a_typo_in_the_profile_is_a_usage_error_not_a_retried_network_error(filled: str, tmp_path: Path) -> None:
+    env = bare_env(tmp_path, AWS_PROFILE="no-such-profile", CATALOG_STORE=f"s3://{filled}/")
+    done = catalog(env, "resolve", "tiny-llama")
+    assert done.returncode == 2 and done.stderr.startswith("error: AWS_PROFILE='no-such-profile'"), done.stderr
