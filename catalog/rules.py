@@ -210,9 +210,12 @@ def _check_gpu(m: ModelManifest, settings: CatalogSettings | None, report: _Repo
         report("gpu-class", ("gpu", "class"), f"unknown GPU class {gpu_class!r}; known: {known}")
         return
     capacity = spec.memory_gib * GIB * m.gpu.count
-    if m.weights_bytes > capacity:
-        report("gpu-memory", ("gpu",), f"weights are {m.weights_bytes / GIB:.1f} GiB but {m.gpu.count} x {gpu_class} "
-               f"holds {capacity / GIB:.1f} GiB; pick a larger class or count")
+    # The weights are not all a model needs: KV cache, activations and the CUDA context want room too.
+    needed = m.weights_bytes * settings.gpu_memory_factor
+    if needed > capacity:
+        report("gpu-memory", ("gpu",), f"weights are {m.weights_bytes / GIB:.1f} GiB, x {settings.gpu_memory_factor:g} "
+               f"(catalog.yaml gpu_memory_factor) = {needed / GIB:.1f} GiB, but {m.gpu.count} x {gpu_class} holds "
+               f"{capacity / GIB:.1f} GiB; pick a larger class or count")
 
 
 def _check_tokenizer(m: ModelManifest, names: set[str], report: _Reporter) -> None:

@@ -129,6 +129,8 @@ class CatalogSettings(_Strict):
     store: StrictStr = Field(description="The bucket every s3_prefix lives in, e.g. s3://vllm-ci-model-weights/.")
     default_gpu: StrictStr = "l4"
     gpu_classes: dict[StrictStr, GpuClass]
+    gpu_memory_factor: float = Field(1.2, ge=1.0, le=100.0, description="GPU memory a model needs per byte of weights: "
+                                     "weights x this must fit the class's memory x count (KV cache, activations, CUDA context).")
     mirrors: tuple[StrictStr, ...] = Field(default=(), description="Store URLs (s3://, file://, http(s)://) tried in order "
                                            "before `store`, per file; every byte is verified (CATALOG_MIRRORS / --mirror override).")
 

@@ -230,6 +230,21 @@ def test_oversize_weights_for_the_gpu_class(tmp_path: Path) -> None:
     assert problems_of(tmp_path, {"tiny.yaml": two}) == []
 
 
+def test_weights_that_fit_without_headroom_are_still_refused(tmp_path: Path) -> None:
+    """23.8 GiB of weights fit a 24 GiB L4 byte for byte, but not with the KV cache and activations beside them."""
+    size = int(23.8 * 1024**3)
+    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: model.safetensors\n    size: {size}\n    sha256: {SHA}\n"
+    text = manifest_text(files=files).replace("{class: cpu}", "{class: l4}")
+    (tmp_path / "default").mkdir()
+    (tmp_path / "factor-1").mkdir()
+    found = problems_of(tmp_path / "default", {"tiny.yaml": text})
+    assert lines(found) == ["manifests/tiny.yaml:7: gpu-memory"] and "x 1.2 (catalog.yaml gpu_memory_factor)" in found[0].message
+    from helpers import SETTINGS
+
+    no_headroom = SETTINGS + "gpu_memory_factor: 1.0\n"
+    assert problems_of(tmp_path / "factor-1", {"tiny.yaml": text}, settings=no_headroom) == []
+
+
 def test_default_gpu_class_applies_when_none_is_named(tmp_path: Path) -> None:
     files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: model.safetensors\n    size: {30 * 1024**3}\n    sha256: {SHA}\n"
     text = manifest_text(files=files).replace("gpu: {class: cpu}\n", "")
