@@ -8,6 +8,7 @@ validation refuses is also never written.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -25,6 +26,13 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _IP_LIKE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 
 MAX_PATH_LENGTH = 1024
+
+# Names the folder store keeps for itself (sidecar metadata, temp files): no pinned path may use them.
+FOLDER_STORE_META = ".catalog-meta"
+FOLDER_STORE_TMP = ".catalog-tmp"
+RESERVED_SEGMENTS = (FOLDER_STORE_META, FOLDER_STORE_TMP)
+# Windows device names: `con`, `nul.txt`, `com1.tar.gz` open the device on Windows, whatever the extension.
+_WINDOWS_DEVICE = re.compile(r"^(con|prn|aux|nul|com[0-9\u00b9\u00b2\u00b3]|lpt[0-9\u00b9\u00b2\u00b3])(\..*)?$", re.IGNORECASE)
 
 
 def check_name(name: str) -> str | None:
@@ -49,6 +57,9 @@ def check_revision(revision: str) -> str | None:
 def check_hf_repo(repo: str) -> str | None:
     if not _HF_REPO.match(repo) or ".." in repo:
         return f"{repo!r} is not a Hub repo id; expected org/name"
+    if "--" in repo:
+        return (f"{repo!r} contains '--', the separator of the hf-cache layout (models--org--name): "
+                "org/a--b and org--a/b would share one folder; the Hub refuses such ids too")
     return None
 
 
@@ -115,6 +126,16 @@ def check_relative_path(path: str) -> str | None:
         return f"{path!r} has an empty, '.' or '..' segment; paths must stay inside the model"
     if parts[0] == ".git" or ".git" in parts:
         return f"{path!r} is inside .git/"
+    for part in parts:
+        if part in RESERVED_SEGMENTS:
+            return f"{path!r} uses {part!r}, a folder name the stores keep for themselves"
+        if _WINDOWS_DEVICE.match(part):
+            return f"{path!r} has {part!r}, a Windows device name (it opens the device, not a file, on Windows)"
+        if part[-1] in " .":
+            return f"{path!r} has a name ending in a space or '.' ({part!r}); Windows drops it, so two paths would meet"
+    if unicodedata.normalize("NFC", path) != path:
+        return (f"{path!a} is not in Unicode NFC form; its NFC twin {unicodedata.normalize('NFC', path)!a} names the "
+                "same file on macOS: pin the NFC spelling")
     return None
 
 

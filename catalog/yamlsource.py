@@ -21,9 +21,13 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
 
 Loc = tuple[str | int, ...]
 
-MAX_NODES = 100_000  # a manifest for a 1,000-file model is ~4,000 nodes; aliases can multiply this
+# Values built per document: each pinned file is 4 (its mapping, path, size, sha256), so a 100,000-file
+# manifest is ~400,000. Values reached again through an alias are bounded on their own: no manifest needs
+# many, and aliases are how a small text (a bomb) multiplies into billions.
+MAX_NODES = 1_000_000
+MAX_ALIAS_VALUES = 100_000
 MAX_DEPTH = 64
-MAX_BYTES = 16 * 1024 * 1024
+MAX_BYTES = 64 * 1024 * 1024  # a 100,000-file manifest is ~14 MiB of text
 
 _TAG = "tag:yaml.org,2002:"
 _constructor = yaml.constructor.SafeConstructor()
@@ -95,15 +99,22 @@ def parse(text: str) -> Located:
     if node is None:
         return Located(None, LineMap(lines))
     lines[()] = node.start_mark.line + 1
-    budget = [MAX_NODES]
-    return Located(_build(node, (), lines, budget), LineMap(lines))
+    budget = [MAX_NODES, MAX_ALIAS_VALUES]
+    return Located(_build(node, (), lines, budget, set()), LineMap(lines))
 
 
-def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int]) -> Any:
+def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int], seen: set[int], aliased: bool = False) -> Any:
+    aliased = aliased or id(node) in seen  # the composer hands back the anchored node itself for each alias
+    seen.add(id(node))
     budget[0] -= 1
+    budget[1] -= aliased
     line = node.start_mark.line + 1
     if budget[0] < 0:
-        raise YamlProblem(f"more than {MAX_NODES} values (an alias bomb?); a manifest never needs that", line, loc)
+        raise YamlProblem(f"more than {MAX_NODES:,} values, the limit (a manifest pinning 100,000 files has about "
+                          "400,000)", line, loc)
+    if budget[1] < 0:
+        raise YamlProblem(f"more than {MAX_ALIAS_VALUES:,} values reached through aliases, the limit (an alias bomb?); "
+                          "write the values out", line, loc)
     if len(loc) > MAX_DEPTH:
         raise YamlProblem(f"nested deeper than {MAX_DEPTH} levels", line, loc)
     if isinstance(node, yaml.ScalarNode):
@@ -120,7 +131,7 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int]) 
         items = []
         for index, item in enumerate(node.value):
             lines[(*loc, index)] = item.start_mark.line + 1
-            items.append(_build(item, (*loc, index), lines, budget))
+            items.append(_build(item, (*loc, index), lines, budget, seen, aliased))
         return items
     if isinstance(node, yaml.MappingNode):
         if node.tag != _TAG + "map":
@@ -138,7 +149,7 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int]) 
                     f"duplicate key {key!r} (first at line {lines[(*loc, key)]})", key_line, (*loc, key)
                 )
             lines[(*loc, key)] = key_line
-            mapping[key] = _build(value_node, (*loc, key), lines, budget)
+            mapping[key] = _build(value_node, (*loc, key), lines, budget, seen, aliased)
         return mapping
     raise YamlProblem(f"unsupported YAML node {type(node).__name__}", line, loc)  # pragma: no cover
 

@@ -15,6 +15,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from catalog.errors import IntegrityError, MissingObjectError
 from catalog.lookup import Catalog
@@ -27,6 +28,14 @@ from resolver.stream_check import record, write_state
 log = logging.getLogger(__name__)
 
 SHA256_META = "sha256"
+# S3 metadata travels in HTTP headers: ASCII only, and edge spaces are trimmed. Printable ASCII but '%' and
+# space stays as is; anything else is percent-encoded as UTF-8 (urllib.parse.unquote gives the path back).
+_META_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+
+
+def metadata_text(value: str) -> str:
+    """`value` as an S3 metadata value can carry it (see _META_SAFE); ASCII paths without '%' or spaces are unchanged."""
+    return quote(value, safe=_META_SAFE)
 
 
 @dataclass
@@ -39,7 +48,7 @@ class UploadReport:
 def provenance(manifest: ModelManifest, entry: FileEntry) -> dict[str, str]:
     """Object metadata: the hash the object must have, and where its bytes came from."""
     return {SHA256_META: entry.sha256, "hf-repo": manifest.source.hf_repo,
-            "revision": manifest.source.revision, "path": entry.path}
+            "revision": manifest.source.revision, "path": metadata_text(entry.path)}
 
 
 def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> UploadReport:

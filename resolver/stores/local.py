@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from catalog import naming
 from catalog.errors import UnsafePathError
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
 
@@ -33,9 +34,10 @@ class _FileStream:
 
 
 class LocalStore:
-    """A folder as the bucket. Writes go to a temp file beside the target, renamed into place."""
+    """A folder as the bucket. Writes go to a temp file in TMP_DIR (at the root), renamed into place."""
 
     META_DIR = ".catalog-meta"  # sidecar metadata, the local stand-in for x-amz-meta-*
+    TMP_DIR = naming.FOLDER_STORE_TMP  # writes in flight: a folder no pinned path may use (validate refuses it)
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
@@ -44,8 +46,9 @@ class LocalStore:
 
     def _path(self, key: str) -> Path:
         path = self.root / check_key(key)
-        if self.META_DIR in Path(key).parts:
-            raise UnsafePathError(f"refusing store key {key!r}: reserved folder {self.META_DIR}")
+        reserved = {self.META_DIR, self.TMP_DIR} & set(Path(key).parts)
+        if reserved:
+            raise UnsafePathError(f"refusing store key {key!r}: reserved folder {reserved.pop()}")
         return path
 
     @staticmethod
@@ -61,10 +64,10 @@ class LocalStore:
         if not base.is_dir():
             return
         for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if d != self.META_DIR)
+            dirnames[:] = sorted(d for d in dirnames if d not in (self.META_DIR, self.TMP_DIR))
             for filename in sorted(filenames):
                 path = Path(dirpath) / filename
-                if filename.endswith(".part") or path.is_symlink():
+                if path.is_symlink():  # temp files live in TMP_DIR: a pinned `*.part` is an object like any other
                     continue
                 key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
@@ -99,14 +102,16 @@ class LocalStore:
         self.requests["PutObject"] += 1
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        temps = self.root / self.TMP_DIR
+        temps.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=temps, prefix=f"{os.getpid()}-", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
                 shutil.copyfileobj(src, out, 8 * 1024 * 1024)
             if metadata:
                 meta = self.root / self.META_DIR / (key + ".json")
                 meta.parent.mkdir(parents=True, exist_ok=True)
-                meta_tmp = meta.with_name(meta.name + f".{os.getpid()}.part")
+                meta_tmp = temps / f"{Path(tmp).name}.meta"
                 meta_tmp.write_text(json.dumps(dict(metadata), sort_keys=True))
                 os.replace(meta_tmp, meta)
             os.replace(tmp, target)
