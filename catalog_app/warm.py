@@ -22,7 +22,7 @@ from typing import Any
 
 from catalog.errors import CatalogError
 from catalog.settings import Settings
-from resolver.cache import Cache, Marker
+from resolver.cache import Cache, Marker, note_marker_used
 from resolver.fsutil import atomic_write
 from resolver.resolution import Resolution
 
@@ -138,9 +138,11 @@ def lookup(request: ResolveRequest, settings: Settings) -> list[Resolution] | No
         inputs = entry["inputs"]
         if not inputs or any(_sha256(path) != digest for path, digest in inputs.items()):
             return None
-        markers = [Marker.read(Path(m)) for m in entry["markers"]]
-        if not markers or not all(m is not None and m.holds(cache.root) for m in markers):
+        markers = {Path(m): Marker.read(Path(m)) for m in entry["markers"]}
+        if not markers or not all(m is not None and m.holds(cache.root) for m in markers.values()):
             return None
+        for path, marker in markers.items():
+            note_marker_used(path, marker)  # a warm answer is a use too (gc evicts least recently used first)
         return [Resolution.from_record(r) for r in entry["records"]]
     except (OSError, ValueError, KeyError, TypeError, CatalogError):
         return None

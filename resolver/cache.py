@@ -341,17 +341,9 @@ class Cache:
         return marker
 
     def note_resolved(self, spec: ViewSpec, every: float = RESOLVED_AT_EVERY) -> None:
-        """Record that a resolve used the view now (gc's least-recently-resolved order). Cheap: the marker
-        is rewritten only when its `resolved_at` is older than `every` seconds; a failure is harmless."""
+        """Record that a resolve used the view now (gc's least-recently-resolved order)."""
         path = self.marker_path(spec)
-        marker = Marker.read(path)
-        now = time.time()
-        if marker is None or now - marker.last_used < every:
-            return
-        try:
-            atomic_write(path, dataclasses.replace(marker, resolved_at=now).to_json())
-        except OSError:
-            log.debug("could not record the resolve time of %s", spec.name, exc_info=True)
+        note_marker_used(path, Marker.read(path), every)
 
     def adopt_blob(self, source: Path, sha256: str, size: int, check: Callable[[Path], bool]) -> bool:
         """Bring a blob from a read-only shared tier into the cache: a hard link where the filesystem allows
@@ -556,3 +548,15 @@ def _swap_dir(staging: Path, final: Path) -> None:
     except OSError:
         pass  # someone else put theirs in place first: equally verified
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def note_marker_used(path: Path, marker: Marker | None, every: float = RESOLVED_AT_EVERY) -> None:
+    """Set the marker's `resolved_at` to now. Cheap: rewritten only when older than `every` seconds (so a
+    warm resolve writes at most once an hour); a failure is harmless (a read-only cache, say)."""
+    now = time.time()
+    if marker is None or now - marker.last_used < every:
+        return
+    try:
+        atomic_write(path, dataclasses.replace(marker, resolved_at=now).to_json())
+    except OSError:
+        log.debug("could not record the resolve time of %s", marker.name, exc_info=True)

@@ -136,3 +136,15 @@ def test_flags_it_does_not_know_go_to_the_full_cli(setup: tuple[dict[str, str], 
                  ["resolve", "tiny-llama", "--format", "yaml"]):
         _, result = probe(env, *args)
         assert "click" in result["heavy"], args
+
+
+def test_a_warm_answer_counts_as_a_use_for_eviction(setup: tuple[dict[str, str], Path]) -> None:
+    env, _ = setup
+    probe(env, "resolve", "tiny-llama")
+    [marker] = list((Path(env["CATALOG_CACHE"]) / "markers" / "tiny-llama").glob("*.json"))
+    data = json.loads(marker.read_bytes())
+    data["resolved_at"] = data["verified_at"] = 1000.0  # long ago
+    marker.write_text(json.dumps(data))
+    _, warm = probe(env, "resolve", "tiny-llama")
+    assert warm["heavy"] == []  # answered warm ...
+    assert json.loads(marker.read_bytes())["resolved_at"] > 1000.0  # ... and gc now sees it as recently used
