@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         cmd = [str(PYTHON), str(ROOT / "scripts" / "demo.py"), *rest]
     else:
-        cmd = [str(PYTHON), "-m", "pytest", *rest]
+        # One worker per core (pytest-xdist; each starts its own S3 server); `-n 0` runs serially.
+        cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", *rest]
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 
