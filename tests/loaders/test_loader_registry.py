@@ -71,7 +71,11 @@ def test_a_loaded_report_says_it_was_not_skipped(bundled: Catalog, sources: dict
 # where a streaming loader reads from, and in which environment
 
 
-def test_stream_target_comes_from_the_store_alone(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_stream_target_comes_from_the_store_alone(bundled: Catalog, sources: dict[str, Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store reports the endpoint its client really uses, boto3's own lookups included: none here.
+    for variable in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(variable, raising=False)
     assert stream_target(LocalStore(tmp_path / "store")) == LOCAL
     s3 = S3Store("bucket", "", S3Options(endpoint_url="http://127.0.0.1:1", region="eu-west-3", addressing_style="path",
                                          unsigned=True))
