@@ -35,21 +35,25 @@ class LogProgress:
         self.lock = threading.Lock()
 
     def __call__(self, label: str, count: int) -> None:
-        with self.lock:
+        line = None
+        with self.lock:  # short: the counters only; the (slow) write to the log happens outside
             self.done += count
             now = time.monotonic()
             if now - self.last_line >= self.heartbeat:
                 self.last_line = now
                 rate = self.done / max(now - self.started, 1e-9)
-                self._line(f"... {human_bytes(self.done)} of {human_bytes(self.total)} at {human_bytes(rate)}/s")
+                line = f"... {human_bytes(self.done)} of {human_bytes(self.total)} at {human_bytes(rate)}/s"
+        if line is not None:
+            self._line(line)
 
     def file_done(self, label: str, size: int) -> None:
         with self.lock:
             self.last_line = time.monotonic()
-            self._line(f"fetched {label} ({human_bytes(size)})")
+        self._line(f"fetched {label} ({human_bytes(size)})")
 
     def _line(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        self.stream.write(text + "\n")  # one write: lines from several threads never interleave
+        self.stream.flush()
 
     def finish(self) -> None:
         if self.done:
