@@ -45,8 +45,8 @@ def store_options(command: F) -> F:
     for option in reversed([
         click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE)."),
         click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog)."),
-        click.option("--part-size", metavar="SIZE", help="Part size of ranged GETs and multipart uploads (env CATALOG_PART_SIZE; default 64MiB)."),
-        click.option("--concurrency", type=int, help="Parallel requests (env CATALOG_CONCURRENCY; default 8)."),
+        click.option("--part-size", metavar="SIZE", help="Part size of ranged GETs and multipart uploads (env CATALOG_PART_SIZE; default: from the file sizes)."),
+        click.option("--concurrency", type=int, help="Parallel requests (env CATALOG_CONCURRENCY; default: from the file sizes)."),
     ]):
         command = option(command)
     return command
