@@ -48,7 +48,7 @@ def test_resolve_json_env_and_vllm_args(env: dict[str, str]) -> None:
     assert "export HF_HUB_OFFLINE=1" in exports and f"export HF_HUB_CACHE={env['CATALOG_CACHE']}/hub" in exports
 
 
-def test_resolve_all_as_a_redirect_file(env: dict[str, str], bundled: Catalog) -> None:
+def test_resolve_all_as_a_redirect_file(env: dict[str, str], bundled: Catalog, sources: dict[str, Path]) -> None:
     # all-minilm is not in this store: resolve just the tiny ones by name, then --all offline must fail fast
     done = catalog(env, "resolve", *TINY, "--format", "redirect")
     assert done.returncode == 0, done.stderr
@@ -65,6 +65,14 @@ def test_resolve_all_as_a_redirect_file(env: dict[str, str], bundled: Catalog) -
     offline = catalog(env, "resolve", "--all", "--offline")
     assert offline.returncode == 1 and offline.stderr.startswith("error: --offline: ")
     assert "all-minilm-l6-v2" in offline.stderr
+    # --all, once every model is in the store: one entry per repo id, the primary answering for tiny-llama's.
+    for name in ("all-minilm-l6-v2", "tiny-sts"):
+        upload_from_dir(bundled, name, sources[name], open_store(env["CATALOG_STORE"]))
+    everything = catalog(env, "resolve", "--all", "--format", "redirect")
+    assert everything.returncode == 0, everything.stderr
+    every_repo = json.loads(everything.stdout)
+    assert sorted(every_repo) == sorted({m.source.hf_repo for m in bundled})
+    assert every_repo["model-catalog/tiny-llama"] == llama
 
 
 def test_unknown_model_and_bad_usage(env: dict[str, str]) -> None:
