@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 CHUNK = 256 * 1024  # fits the CPU cache between read and hash
@@ -17,5 +18,20 @@ def hash_file(path: Path) -> tuple[int, str]:
     with open(path, "rb", buffering=0) as f:
         while count := f.readinto(view):
             digest.update(view[:count])
+            size += count
+    return size, digest.hexdigest()
+
+
+def copy_hashing(source: Path, fd: int) -> tuple[int, str]:
+    """Copy `source` into the open file `fd` (closed here), hashing every byte written: (size, sha256 hex).
+    What is sent afterwards is exactly what was hashed, whatever happens to `source` meanwhile."""
+    digest = hashlib.sha256()
+    size = 0
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    with os.fdopen(fd, "wb") as out, open(source, "rb", buffering=0) as src:
+        while count := src.readinto(view):
+            digest.update(view[:count])
+            out.write(view[:count])
             size += count
     return size, digest.hexdigest()

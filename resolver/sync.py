@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,11 +26,11 @@ from typing import Any
 from catalog.errors import CatalogError, IntegrityError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
+from resolver import hashing
 from resolver.cache import Cache
 from resolver.hub import HubOptions, HubStore
 from resolver.resolve import store_key
-from resolver.stream_check import STATE_PREFIX, parse_state, read_small as _read_small, write_state as _write_state
-from resolver.stream_check import cached_state as _cached_state, remember_state as _remember_state
+from resolver.stream_check import STATE_PREFIX, cached_state, parse_state, read_small, remember_state, write_state
 from resolver.stores import LocalStore, ObjectInfo, Store
 from resolver.stores.base import delete_many
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest
@@ -303,10 +302,10 @@ def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], c
         obj = present.get(key)
         if obj is None:
             continue
-        local = _cached_state(cache, store, m.name, obj.etag)
-        data = local.read_bytes() if local is not None and local.is_file() else _read_small(store, key)
+        local = cached_state(cache, store, m.name, obj.etag)
+        data = local.read_bytes() if local is not None and local.is_file() else read_small(store, key)
         if local is not None and not local.is_file():
-            _remember_state(local, data)
+            remember_state(local, data)
         states[m.name] = parse_state(data)
     return states
 
@@ -374,7 +373,7 @@ class SourceOfBytes:
             blob = self.blob(item)
             fd, temp = self.cache.new_temp()
             try:
-                size, sha256 = _copy_hashing(blob, fd)
+                size, sha256 = hashing.copy_hashing(blob, fd)
             except BaseException:
                 temp.unlink(missing_ok=True)
                 raise
@@ -452,7 +451,7 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
         else:
             report.deleted.append(item)
     for name, files in recorded.items():
-        _write_state(store, name, files, source.cache)
+        write_state(store, name, files, source.cache)
     return report
 
 
@@ -473,18 +472,6 @@ def _carry_out(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes
 
 def _record(item: PlanItem, info: ObjectInfo | None) -> dict[str, Any]:
     return {"size": item.size, "sha256": item.sha256, "etag": info.etag if info else None}
-
-
-def _copy_hashing(source: Path, fd: int) -> tuple[int, str]:
-    """Copy `source` into the open file `fd` (closed here), hashing every byte written: (size, sha256)."""
-    digest = hashlib.sha256()
-    size = 0
-    with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-        while chunk := src.read(8 * 1024 * 1024):
-            digest.update(chunk)
-            out.write(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
 
 
 def _upload(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes) -> ObjectInfo:

@@ -9,9 +9,7 @@ whose bytes were verified. The full sync job (plans, drift, pruning) builds on t
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ from urllib.parse import quote
 from catalog.errors import IntegrityError, MissingObjectError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
+from resolver import hashing
 from resolver.cache import safe_join
 from resolver.resolve import store_key
 from resolver.stores import Store
@@ -67,17 +66,11 @@ def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> Uplo
                 raise MissingObjectError(name, entry.path, str(source))
             fd, temp = tempfile.mkstemp(prefix=".catalog-upload-", suffix=".part")
             try:
-                digest = hashlib.sha256()
-                size = 0
-                with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
-                    while chunk := src.read(8 * 1024 * 1024):
-                        digest.update(chunk)
-                        out.write(chunk)
-                        size += len(chunk)
+                size, digest = hashing.copy_hashing(path, fd)  # the bytes sent are the bytes hashed here
                 if size != entry.size:
                     raise IntegrityError(name, entry.path, "size", str(entry.size), str(size), f"the file in {source} differs; nothing was uploaded")
-                if digest.hexdigest() != entry.sha256:
-                    raise IntegrityError(name, entry.path, "sha256", entry.sha256, digest.hexdigest(),
+                if digest != entry.sha256:
+                    raise IntegrityError(name, entry.path, "sha256", entry.sha256, digest,
                                          f"the file in {source} differs; nothing was uploaded")
                 info = store.put(key, Path(temp), provenance(manifest, entry), sha256=entry.sha256)
             finally:
