@@ -30,6 +30,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Protocol
 
 
 def free_port() -> int:
@@ -91,6 +92,29 @@ else:
     _LIBC = None
 
 
+class _Weed(Protocol):
+    START_TIMEOUT: float
+
+    def _launch(self, deadline: float) -> str | None: ...
+
+    def _choose_ports(self) -> None: ...
+
+    def stop(self, remove: bool = True) -> None: ...
+
+
+def start_with_new_ports(weed: _Weed, attempts: int = 3) -> None:
+    """Launch until it answers; when a chosen port was taken meanwhile, pick new ones and try again."""
+    for attempt in range(attempts):
+        error = weed._launch(time.monotonic() + weed.START_TIMEOUT)
+        if error is None:
+            return
+        weed.stop(remove=False)
+        if "address already in use" not in error or attempt == attempts - 1:
+            weed.stop()
+            raise RuntimeError(error)
+        weed._choose_ports()
+
+
 class SeaweedServer:
     """`weed server` with an S3 gateway, in its own process group, data in its own temp dir.
 
@@ -135,17 +159,9 @@ class SeaweedServer:
     def start(self) -> SeaweedServer:
         """Start and wait until S3 answers; new ports and another try when one was taken meanwhile."""
         began = time.monotonic()
-        for attempt in range(3):
-            error = self._launch(began + self.START_TIMEOUT)
-            if error is None:
-                self.started_in = time.monotonic() - began
-                return self
-            self.stop(remove=False)
-            if "address already in use" not in error or attempt == 2:
-                self.stop()
-                raise RuntimeError(error)
-            self._choose_ports()
-        raise AssertionError("unreachable")
+        start_with_new_ports(self)
+        self.started_in = time.monotonic() - began
+        return self
 
     def _launch(self, deadline: float) -> str | None:
         """One start; None once S3 answers, else what went wrong (with the log's tail)."""
@@ -419,16 +435,8 @@ class SeaweedCluster:
         return commands
 
     def start(self) -> SeaweedCluster:
-        for attempt in range(3):
-            error = self._launch(time.monotonic() + self.START_TIMEOUT)
-            if error is None:
-                return self
-            self.stop(remove=False)
-            if "address already in use" not in error or attempt == 2:
-                self.stop()
-                raise RuntimeError(error)
-            self._choose_ports()
-        raise AssertionError("unreachable")
+        start_with_new_ports(self)
+        return self
 
     def _launch(self, deadline: float) -> str | None:
         for folder in ("logs", "master", "volume0", "volume1", "filer"):
