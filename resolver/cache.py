@@ -6,7 +6,10 @@
     <root>/models/<name>/<view>/...     `--layout dir`: hard links to blobs (copies where links fail)
     <root>/hub/models--org--name/...    `--layout hf-cache`: the Hugging Face cache layout (datasets--org--name
                                         for datasets), with trees/<revision>.json and refs/main (see _build_hf_view)
-    <root>/markers/<name>/<view>.json   written last and atomically: size, mtime_ns, inode, sha256 per file
+    <root>/markers/<name>/<view>.json   written last and atomically: size, mtime_ns, inode, ctime_ns, sha256 per
+                                        file, the mtime of every folder of the view, and the catalog that made it
+    <root>/blob-stamps/<aa>/<sha256>    size, mtime_ns, inode, ctime_ns of a blob when the cache last verified or
+                                        linked it: a blob whose stamp no longer holds is re-hashed before use
     <root>/warm-index/<key>.json        the warm resolve's answers (the application layer writes them)
     <root>/sync-state/<name>/<tag>.json what sync last read of a model's state object, by its ETag
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
@@ -35,19 +39,22 @@ from typing import TYPE_CHECKING, Any
 
 from catalog import formats, naming
 from catalog.errors import UnsafePathError
-from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name
+from resolver import hashing
+from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name, staging_owner
 
 if TYPE_CHECKING:
     from catalog.schema import FileEntry, ModelManifest
 
 log = logging.getLogger(__name__)
 
-MARKER_VERSION = 2
+MARKER_VERSION = 3  # 3: ctime_ns per file, folder mtimes, the catalog that made the view
 STALE_TEMP_SECONDS = 3600
 RESOLVED_AT_EVERY = 3600.0  # a marker's resolved_at is refreshed at most this often (one small write)
 TREE_FORMAT_VERSION = 1  # huggingface_hub's trees/<commit>.json (huggingface_hub/_tree_cache.py)
 SMALL_FILE = 10 * 1024 * 1024  # a file with no recorded blob id that is not a weight: git sha1 of its bytes
+IN_FLIGHT_LINK_SECONDS = 600  # an hf-cache snapshot link a concurrent builder made but has not listed yet
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class Layout(str, Enum):
@@ -86,25 +93,43 @@ class FileStamp:
     mtime_ns: int
     inode: int
     sha256: str
+    # A write that restores the mtime (`touch -r`) still moves ctime. So does a new hard link to the inode:
+    # the cache records a blob's ctime again after it links it (`Cache.record_blob`), see `vouched`.
+    ctime_ns: int = 0
 
     @classmethod
     def of(cls, st: os.stat_result, sha256: str) -> FileStamp:
-        return cls(st.st_size, st.st_mtime_ns, st.st_ino, sha256)
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino, sha256, st.st_ctime_ns)
 
     def as_list(self) -> list[Any]:
-        return [self.size, self.mtime_ns, self.inode, self.sha256]
+        return [self.size, self.mtime_ns, self.inode, self.sha256, self.ctime_ns]
 
     @classmethod
     def from_list(cls, value: Any) -> FileStamp | None:
         try:
-            size, mtime_ns, inode, sha256 = value
-            return cls(int(size), int(mtime_ns), int(inode), str(sha256))
+            size, mtime_ns, inode, sha256, ctime_ns = value
+            return cls(int(size), int(mtime_ns), int(inode), str(sha256), int(ctime_ns))
         except (TypeError, ValueError):
             return None
 
+    def same_content_stamp(self, other: FileStamp) -> bool:
+        """Size, mtime and inode agree (ctime aside)."""
+        return (self.size, self.mtime_ns, self.inode) == (other.size, other.mtime_ns, other.inode)
+
     def holds_for(self, st: os.stat_result) -> bool:
-        """The file behind `st` is still the one this stamp was taken of."""
-        return (st.st_size, st.st_mtime_ns, st.st_ino) == (self.size, self.mtime_ns, self.inode)
+        """The file behind `st` is still the one this stamp was taken of (ctime included)."""
+        return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (self.size, self.mtime_ns, self.inode, self.ctime_ns)
+
+
+def stamp_holds(then: FileStamp | None, now: FileStamp | None, record: FileStamp | None = None) -> bool:
+    """Pure: a file stamped `then` when verified, `now` today, is unchanged. Size, mtime and inode must agree;
+    a ctime that moved is vouched for by the blob's own record (`record`: the cache linked the inode again
+    since, and recorded its ctime after) when that record matches `now` exactly."""
+    if then is None or now is None or not then.same_content_stamp(now) or then.sha256 != now.sha256:
+        return False
+    if then.ctime_ns == now.ctime_ns:
+        return True
+    return record is not None and record.same_content_stamp(now) and record.ctime_ns == now.ctime_ns
 
 
 @dataclass(frozen=True)
@@ -124,6 +149,8 @@ class Marker:
     verified_at: float = 0.0
     version: int = MARKER_VERSION
     resolved_at: float = 0.0  # the last resolve that used the view (refreshed at most hourly): gc's LRU order
+    catalog: str = ""  # the resolved catalog folder whose resolve made the view: gc of another catalog keeps it
+    dirs: Mapping[str, int] = field(default_factory=dict)  # folder of the view -> mtime_ns: a file added changes one
 
     @property
     def last_used(self) -> float:
@@ -134,6 +161,7 @@ class Marker:
             "version": self.version, "view": self.view, "name": self.name, "hf_repo": self.hf_repo,
             "revision": self.revision, "layout": self.layout, "path": self.path, "verified_at": self.verified_at,
             "resolved_at": self.resolved_at, "files": {p: stamp.as_list() for p, stamp in self.files.items()},
+            "catalog": self.catalog, "dirs": dict(self.dirs),
         }, sort_keys=True).encode()
 
     @classmethod
@@ -148,7 +176,8 @@ class Marker:
                 return None
             return cls(str(data["view"]), str(data["name"]), str(data["hf_repo"]), str(data["revision"]),
                        str(data["layout"]), str(data["path"]), {p: v for p, v in files.items() if v is not None},
-                       float(data.get("verified_at", 0.0)), resolved_at=float(data.get("resolved_at", 0.0)))
+                       float(data.get("verified_at", 0.0)), resolved_at=float(data.get("resolved_at", 0.0)),
+                       catalog=str(data.get("catalog", "")), dirs={str(d): int(t) for d, t in dict(data.get("dirs", {})).items()})
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -160,10 +189,16 @@ class Marker:
             return None
 
     def holds(self, root: Path) -> bool:
-        """Every file of the view (under cache root `root`) is unchanged since it was verified."""
+        """Every file of the view (under cache root `root`) is unchanged since it was verified, and no folder of
+        it changed (a file dropped in would have changed one). Stats only; a moved ctime reads one small record."""
         base = root / self.path
         try:
-            return all(stamp.holds_for(os.stat(base / rel)) for rel, stamp in self.files.items())
+            for rel, stamp in self.files.items():
+                st = os.stat(base / rel)
+                if not stamp.holds_for(st) and not stamp_holds(stamp, FileStamp.of(st, stamp.sha256),
+                                                                read_blob_record(root, stamp.sha256)):
+                    return False
+            return all(os.stat(base / rel).st_mtime_ns == mtime for rel, mtime in self.dirs.items())
         except OSError:
             return False
 
@@ -174,22 +209,51 @@ class ViewState(Enum):
     MISSING = "missing"  # never built (or its marker is unreadable)
 
 
-def judge_view(spec: ViewSpec, marker: Marker | None, stamps: Mapping[str, FileStamp | None]) -> ViewState:
-    """Pure: is the view still what was verified? `stamps` are the current stats of the files."""
+def judge_view(spec: ViewSpec, marker: Marker | None, stamps: Mapping[str, FileStamp | None],
+               records: Mapping[str, FileStamp | None] | None = None) -> ViewState:
+    """Pure: is the view still what was verified? `stamps` are the current stats of the files, `records` the
+    blobs' own stamps (by sha256) for files whose ctime moved."""
     if marker is None or marker.view != spec.view_id:
         return ViewState.MISSING
-    return ViewState.FRESH if not changed_files(spec, marker, stamps) else ViewState.STALE
+    return ViewState.FRESH if not changed_files(spec, marker, stamps, records) else ViewState.STALE
 
 
-def changed_files(spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp | None]) -> list[FileEntry]:
+def changed_files(spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp | None],
+                  records: Mapping[str, FileStamp | None] | None = None) -> list[FileEntry]:
     """Pure: the files of `spec` whose current stamp differs from the recorded one (or is missing)."""
     changed = []
     for entry in spec.files:
         then = marker.files.get(entry.path)
-        now = stamps.get(entry.path)
-        if then is None or now is None or then != now or then.sha256 != entry.sha256:
+        if then is None or then.sha256 != entry.sha256 or \
+                not stamp_holds(then, stamps.get(entry.path), (records or {}).get(entry.sha256)):
             changed.append(entry)
     return changed
+
+
+def worth_rehash(then: FileStamp | None, now: FileStamp | None) -> bool:
+    """Pure: the same inode of the same size whose ctime or mtime moved (a link or unlink elsewhere, a `touch`,
+    or an edit): re-hashing tells which, without fetching anything (and without writing, in a read-only cache)."""
+    return (then is not None and now is not None and (then.size, then.inode) == (now.size, now.inode)
+            and (then.mtime_ns, then.ctime_ns) != (now.mtime_ns, now.ctime_ns))
+
+
+def extra_paths(pinned: set[str], present: set[str]) -> list[str]:
+    """Pure: what a view holds beyond its pinned files (`present`: every file and link below it, and every
+    folder that is no parent of a pinned file), sorted."""
+    parents = {p.rsplit("/", 1)[0] for p in pinned if "/" in p}
+    parents |= {d.rsplit("/", i)[0] for d in list(parents) for i in range(1, d.count("/") + 1)}
+    return sorted(p for p in present if p not in pinned and p not in parents)
+
+
+def read_blob_record(root: Path, sha256: str) -> FileStamp | None:
+    """The stamp `Cache.record_blob` took of blob `sha256` under cache root `root` (None: none or unreadable)."""
+    if not _SHA256.fullmatch(sha256):
+        return None
+    try:
+        size, mtime_ns, inode, ctime_ns = json.loads((root / "blob-stamps" / sha256[:2] / sha256).read_bytes())
+        return FileStamp(int(size), int(mtime_ns), int(inode), sha256, int(ctime_ns))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def safe_join(root: Path, relative: str) -> Path:
@@ -215,6 +279,7 @@ class Cache:
         self.markers = self.root / "markers"
         self.warm_index = self.root / "warm-index"
         self.sync_state = self.root / "sync-state"
+        self.blob_stamps = self.root / "blob-stamps"
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
@@ -230,12 +295,57 @@ class Cache:
             return False
         return stat.S_ISREG(st.st_mode) and st.st_size == entry.size
 
+    def record_blob(self, sha256: str) -> FileStamp | None:
+        """Record the blob's stamp now (after publishing, verifying or linking it). Best effort: without a
+        record the blob is re-hashed before its next use, which costs time, never correctness."""
+        try:
+            st = self.blob_path(sha256).stat()
+            atomic_write(self.blob_stamps / sha256[:2] / sha256,
+                         json.dumps([st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]).encode())
+            return FileStamp.of(st, sha256)
+        except OSError:
+            log.debug("could not record the stamp of blob %s", sha256, exc_info=True)
+            return None
+
+    def blob_record(self, sha256: str) -> FileStamp | None:
+        return read_blob_record(self.root, sha256)
+
+    def verified_blob(self, entry: FileEntry, name: str = "") -> bool:
+        """The blob is present and holds the pinned bytes: its recorded stamp (ctime included) still holds,
+        else it is re-hashed (and recorded again). A blob edited in place (through a view's hard link) is
+        removed, so it is fetched again instead of being linked into a new view. Stats only when nothing moved."""
+        path = self.blob_path(entry.sha256)
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size != entry.size:
+            return False
+        record = self.blob_record(entry.sha256)
+        if record is not None and record.holds_for(st):
+            return True
+        try:
+            size, digest = hashing.hash_file(path)
+        except OSError:
+            return False
+        if (size, digest) == (entry.size, entry.sha256):
+            self.record_blob(entry.sha256)
+            return True
+        log.warning("cached blob for %s was modified in place (sha256 %s, expected %s); removing it so it is fetched "
+                    "again", f"{name}/{entry.path}" if name else entry.path, digest, entry.sha256)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+
     def new_temp(self) -> tuple[int, Path]:
-        """A fresh temp file owned by this process (O_EXCL), for a download in flight."""
+        """A fresh temp file owned by this process (O_EXCL), for a download in flight. An exclusive flock is
+        held on it while the fd is open: gc removes only temp files it can lock itself, so a download in
+        another PID namespace (a container sharing the cache volume) is never taken for a dead one."""
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.contained(self.tmp)
         path = self.tmp / f"{os.getpid()}-{secrets.token_hex(6)}.part"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        _flock(fd)
         return fd, path
 
     def contained(self, path: Path) -> Path:
@@ -251,6 +361,7 @@ class Cache:
         self.contained(target.parent)
         os.chmod(temp, 0o444)
         os.replace(temp, target)
+        self.record_blob(sha256)
         return target
 
     @contextlib.contextmanager
@@ -262,12 +373,12 @@ class Cache:
         """
         from filelock import FileLock, Timeout
 
-        self.locks.mkdir(parents=True, exist_ok=True)
         path = self.locks / f"{sha256}.lock"
         lock = FileLock(str(path), thread_local=False)
         try:
+            self.locks.mkdir(parents=True, exist_ok=True)
             lock.acquire(timeout=timeout)
-        except (Timeout, OSError):
+        except (Timeout, OSError):  # held elsewhere, or `locks` is no folder we can use: go on without it
             yield False
             return
         try:
@@ -276,23 +387,32 @@ class Cache:
             path.unlink(missing_ok=True)
             lock.release()
 
-    def clean_stale_temps(self, older_than: float = STALE_TEMP_SECONDS) -> int:
-        """Remove temp files of dead processes (or very old ones). Returns how many were removed."""
-        removed = 0
+    def clean_stale_temps(self, older_than: float = STALE_TEMP_SECONDS, dry_run: bool = False) -> list[Path]:
+        """Remove temp files nobody writes: only a file this process can flock without waiting (a download in
+        flight holds the lock, whatever PID namespace it runs in), and then only when the PID in its name is
+        not alive here or the file is old. Returns what was (or would be) removed."""
+        removed: list[Path] = []
         if not self.tmp.is_dir():
-            return 0
+            return removed
         now = time.time()
         for path in self.tmp.iterdir():
             pid_text = path.name.split("-", 1)[0]
             alive = pid_text.isdigit() and pid_alive(int(pid_text))
             try:
-                old = now - path.stat().st_mtime > older_than
-            except FileNotFoundError:
+                st = path.lstat()
+            except OSError:
                 continue
-            if not alive or old:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    removed += 1
+            if alive and now - st.st_mtime <= older_than:
+                continue
+            if stat.S_ISREG(st.st_mode) and not _idle_file(path):
+                continue  # a writer holds it (in this namespace or another)
+            removed.append(path)
+            if not dry_run:
+                with contextlib.suppress(OSError):
+                    if stat.S_ISDIR(st.st_mode):
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
         return removed
 
     # -- views and markers ---------------------------------------------------------------------
@@ -307,6 +427,50 @@ class Cache:
     def read_marker(self, spec: ViewSpec) -> Marker | None:
         return Marker.read(self.marker_path(spec))
 
+    def pinned_present(self, spec: ViewSpec) -> tuple[set[str], set[str]]:
+        """What the view may hold (its pinned files; in an hf-cache snapshot also what the revision's tree
+        listing names, i.e. the other views of that revision) and what it holds: every file and link, and
+        every folder, relative to the view. Staging names of live writers and, in a snapshot, links to the
+        repo's blobs made in the last minutes (a concurrent builder lists them next) are left out."""
+        root = self.view_dir(spec)
+        allowed = {e.path for e in spec.files}
+        repo_blobs: Path | None = None
+        if spec.layout is Layout.HF_CACHE:
+            repo_dir = root.parent.parent
+            repo_blobs = repo_dir / "blobs"
+            try:
+                tree = json.loads((repo_dir / "trees" / f"{spec.revision}.json").read_bytes())
+                allowed |= {str(p) for p in tree.get("files", {})}
+            except (OSError, ValueError, AttributeError):
+                pass
+        present: set[str] = set()
+        now = time.time()
+        for dirpath, dirnames, filenames in os.walk(root):
+            base = Path(dirpath)
+            for name in [*dirnames, *filenames]:
+                owner = staging_owner(name)
+                if owner is not None and pid_alive(owner):
+                    continue
+                path = base / name
+                rel = path.relative_to(root).as_posix()
+                if repo_blobs is not None and rel not in allowed and _fresh_blob_link(path, repo_blobs, now):
+                    continue
+                present.add(rel)
+        return allowed, present
+
+    def extra_files(self, spec: ViewSpec) -> list[str]:
+        """What the view holds beyond its pinned files: a `modeling_*.py` or `chat_template.json` dropped in."""
+        allowed, present = self.pinned_present(spec)
+        return extra_paths(allowed, present)
+
+    def view_dirs(self, spec: ViewSpec) -> dict[str, int]:
+        """The mtime of the view's folder and of every folder holding a pinned file (a file added to any of
+        them changes its mtime; a new sub-folder changes its parent's)."""
+        root = self.view_dir(spec)
+        rels = {""} | {e.path.rsplit("/", 1)[0] for e in spec.files if "/" in e.path}
+        rels |= {r.rsplit("/", i)[0] for r in list(rels) if r for i in range(1, r.count("/") + 1)}
+        return {rel: os.stat(root / rel if rel else root).st_mtime_ns for rel in sorted(rels)}
+
     def current_stamps(self, spec: ViewSpec) -> dict[str, FileStamp | None]:
         root = self.view_dir(spec)
         stamps: dict[str, FileStamp | None] = {}
@@ -319,13 +483,62 @@ class Cache:
             stamps[entry.path] = FileStamp.of(st, entry.sha256) if stat.S_ISREG(st.st_mode) else None
         return stamps
 
+    def records_for(self, spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp | None]) -> dict[str, FileStamp | None]:
+        """The blobs' own records, read only for the files whose ctime moved since the marker (a link)."""
+        records: dict[str, FileStamp | None] = {}
+        for entry in spec.files:
+            then, now = marker.files.get(entry.path), stamps.get(entry.path)
+            if then is not None and now is not None and then.same_content_stamp(now) and then.ctime_ns != now.ctime_ns:
+                records[entry.sha256] = self.blob_record(entry.sha256)
+        return records
+
     def view_state(self, spec: ViewSpec) -> ViewState:
+        """FRESH, STALE or MISSING. Stats only; when a folder of the view changed, it is listed: a file that
+        is not pinned makes the view STALE (if none, the new folder mtimes are recorded, best effort)."""
         marker = self.read_marker(spec)
         if marker is None:
             return ViewState.MISSING
-        return judge_view(spec, marker, self.current_stamps(spec))
+        stamps = self.current_stamps(spec)
+        changed = changed_files(spec, marker, stamps, self.records_for(spec, marker, stamps))
+        if changed:
+            # Only a ctime or mtime that moved (a link or unlink of the inode elsewhere: another view built or
+            # removed; a touch; or an edit, maybe with its mtime put back): re-hash just those files; if they
+            # hold, record them again.
+            if not all(worth_rehash(marker.files.get(e.path), stamps.get(e.path)) for e in changed) \
+                    or not self._rehash_holds(spec, changed):
+                return ViewState.STALE
+            files = {**marker.files, **{e.path: s for e in changed if (s := stamps.get(e.path)) is not None}}
+            marker = dataclasses.replace(marker, files=files)
+            with contextlib.suppress(OSError):  # a read-only cache: re-hashed again next time, no harm
+                atomic_write(self.marker_path(spec), marker.to_json())
+        try:
+            dirs = self.view_dirs(spec)
+        except OSError:
+            return ViewState.STALE
+        if dirs != dict(marker.dirs):
+            if self.extra_files(spec):
+                return ViewState.STALE
+            with contextlib.suppress(OSError):  # a read-only cache: listed again next time, no harm
+                atomic_write(self.marker_path(spec), dataclasses.replace(marker, dirs=dirs).to_json())
+        return ViewState.FRESH
 
-    def write_marker(self, spec: ViewSpec) -> Marker:
+    def _rehash_holds(self, spec: ViewSpec, entries: list[FileEntry]) -> bool:
+        """The view's files for `entries` still hash to their pins (their blobs' records are taken again)."""
+        root = self.view_dir(spec)
+        for entry in entries:
+            try:
+                size, digest = hashing.hash_file(root / entry.path)
+            except OSError:
+                return False
+            if (size, digest) != (entry.size, entry.sha256):
+                return False
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if os.stat(root / entry.path).st_ino == self.blob_path(entry.sha256).stat().st_ino:
+                    self.record_blob(entry.sha256)  # the view file is the blob (a link): it was just hashed
+        return True
+
+    def write_marker(self, spec: ViewSpec, catalog: str = "") -> Marker:
         """Record what is verified now; written last, atomically, so a reader sees all or nothing."""
         stamps = self.current_stamps(spec)
         files: dict[str, FileStamp] = {}
@@ -336,7 +549,8 @@ class Cache:
             files[entry.path] = stamp
         now = time.time()
         marker = Marker(spec.view_id, spec.name, spec.hf_repo, spec.revision, spec.layout.value,
-                        self.view_dir(spec).relative_to(self.root).as_posix(), files, now, resolved_at=now)
+                        self.view_dir(spec).relative_to(self.root).as_posix(), files, now, resolved_at=now,
+                        catalog=catalog, dirs=self.view_dirs(spec))
         atomic_write(self.marker_path(spec), marker.to_json())
         return marker
 
@@ -352,28 +566,48 @@ class Cache:
         fd, temp = self.new_temp()
         os.close(fd)
         temp.unlink()
+        held = -1
         try:
             try:
                 os.link(source, temp)  # same inode: no space, no copy; the tier's mode stays as it is
+                with contextlib.suppress(OSError):
+                    held = os.open(temp, os.O_RDONLY)
+                    _flock(held)  # gc leaves a temp file alone while someone holds it
             except OSError:
                 with open(source, "rb") as src, open(temp, "xb") as out:
+                    _flock(out.fileno())
                     shutil.copyfileobj(src, out, 8 * 1024 * 1024)
-                os.chmod(temp, 0o444)
+                    out.flush()
+                    os.chmod(temp, 0o444)
+                    target = self.blob_path(sha256)
+                    if os.stat(temp).st_size != size or not check(temp):
+                        return False
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    self.contained(target.parent)
+                    os.replace(temp, target)
+                self.record_blob(sha256)
+                return True
             if os.stat(temp).st_size != size or not check(temp):
                 return False
             target = self.blob_path(sha256)
             target.parent.mkdir(parents=True, exist_ok=True)
             self.contained(target.parent)
             os.replace(temp, target)
+            self.record_blob(sha256)
             return True
         finally:
+            if held >= 0:
+                os.close(held)
             temp.unlink(missing_ok=True)
 
-    def build_view(self, spec: ViewSpec) -> Path:
-        """Lay the (already verified) blobs out as the view, then write its marker. A view whose weights index
-        names a file the manifest does not pin is refused before anything is laid out (IncompleteModelError)."""
+    def build_view(self, spec: ViewSpec, catalog: str = "") -> Path:
+        """Lay the verified blobs out as the view, then write its marker (naming `catalog`, the resolved catalog
+        folder, for gc). Every blob is proven first (`verified_blob`: its stamp, else its hash): a blob edited
+        through another view's hard link is never linked into a new one. Linking moves the blob's ctime, so
+        its stamp is recorded again after. A view whose weights index names a file the manifest does not pin
+        is refused before anything is laid out (IncompleteModelError)."""
         for entry in spec.files:
-            if not self.has_blob(entry):
+            if not self.verified_blob(entry, spec.name):
                 raise FileNotFoundError(f"blob for {spec.name}/{entry.path} is not in the cache")
         from resolver.completeness import check_view
 
@@ -382,7 +616,9 @@ class Cache:
             path = self._build_hf_view(spec)
         else:
             path = self._build_dir_view(spec)
-        self.write_marker(spec)
+        for sha256 in sorted({e.sha256 for e in spec.files}):
+            self.record_blob(sha256)
+        self.write_marker(spec, catalog)
         return path
 
     def _build_dir_view(self, spec: ViewSpec) -> Path:
@@ -438,9 +674,22 @@ class Cache:
             staged_link = link.parent / staging_name(link.name)
             os.symlink(relative, staged_link)
             os.replace(staged_link, link)
+        self._drop_extras(spec)
         self._write_tree(repo_dir, snapshot, spec)
         self._update_main_ref(repo_dir, spec)
         return snapshot
+
+    def _drop_extras(self, spec: ViewSpec) -> None:
+        """Remove from an hf-cache snapshot what no view of the revision put there (a file dropped in)."""
+        snapshot = self.view_dir(spec)
+        for rel in self.extra_files(spec):
+            path = snapshot / rel
+            log.warning("%s: removing %s from the cache's snapshot: no manifest pins it", spec.name, rel)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     def _write_tree(self, repo_dir: Path, snapshot: Path, spec: ViewSpec) -> None:
         trees = repo_dir / "trees"
@@ -548,6 +797,46 @@ def _swap_dir(staging: Path, final: Path) -> None:
     except OSError:
         pass  # someone else put theirs in place first: equally verified
     shutil.rmtree(trash, ignore_errors=True)
+
+
+def _flock(fd: int) -> None:
+    """Hold an exclusive flock on `fd` until it is closed (where flock exists; a no-op elsewhere)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _idle_file(path: Path) -> bool:
+    """Nobody holds a flock on `path`: this process could take one without waiting."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        return exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+    finally:
+        os.close(fd)
+
+
+def _fresh_blob_link(path: Path, repo_blobs: Path, now: float) -> bool:
+    """A symlink to one of the repo's blobs, made minutes ago: a concurrent builder's, listed next."""
+    try:
+        if not path.is_symlink() or now - path.lstat().st_mtime > IN_FLIGHT_LINK_SECONDS:
+            return False
+        target = Path(os.path.normpath(path.parent / os.readlink(path)))
+    except OSError:
+        return False
+    return target.parent == repo_blobs and _SHA256.fullmatch(target.name) is not None
 
 
 def note_marker_used(path: Path, marker: Marker | None, every: float = RESOLVED_AT_EVERY) -> None:

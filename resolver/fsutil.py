@@ -8,17 +8,23 @@ import secrets
 import shutil
 from pathlib import Path
 
-_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")
+STAGING_MARK = "~catalog"  # reserved: a pinned path segment never contains it (see staging_name)
+STAGING = re.compile(r"^\..+~catalog\.(\d+)-[0-9a-f]+$")
+_LEGACY_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")  # what versions before the mark wrote
 
 
 def staging_name(name: str) -> str:
-    """A temporary sibling name for `name` (`.<name>.<pid>-<token>`): hidden, unique, and telling gc its writer."""
-    return f".{name}.{os.getpid()}-{secrets.token_hex(4)}"
+    """A temporary sibling name for `name` (`.<name>~catalog.<pid>-<token>`): hidden, unique, telling gc its
+    writer, and marked: a segment ending in `~catalog.<digits>-<hex>` is one validation is to refuse as a
+    pinned path, so a pinned file can never look like the cache's own staging file. gc also never removes a
+    pinned file of a view, whatever its name."""
+    return f".{name}{STAGING_MARK}.{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def staging_owner(name: str) -> int | None:
-    """The pid in a staging name, None for any other name."""
-    match = _STAGING.match(name)
+    """The pid in a staging name (the marked form, or the unmarked one older versions left), None for any
+    other name."""
+    match = STAGING.match(name) or _LEGACY_STAGING.match(name)
     return int(match.group(1)) if match else None
 
 

@@ -51,15 +51,22 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
             continue
         report.checked += 1
         report.files += len(spec.files)
+        extras = cache.extra_files(spec)
+        if extras:
+            report.problems.append(f"{spec.name}: view {cache.view_dir(spec)} holds files no manifest pins: "
+                                   f"{', '.join(extras[:10])}{' ...' if len(extras) > 10 else ''}; resolve again to remove them")
         state = cache.view_state(spec)
-        if state is not ViewState.FRESH:
-            report.problems.append(f"{spec.name}: view {cache.view_dir(spec)} changed since it was verified ({state.value}); resolve again to repair")
-            continue
+        if state is not ViewState.FRESH and not extras:
+            report.problems.append(f"{spec.name}: view {cache.view_dir(spec)} changed since it was verified "
+                                   f"({state.value}); resolve again to repair")
         if deep:
             root = cache.view_dir(spec)
             bad = False
             for entry in spec.files:
-                size, digest = hashing.hash_file(root / entry.path)
+                try:
+                    size, digest = hashing.hash_file(root / entry.path)
+                except FileNotFoundError:
+                    continue  # reported above as a changed view
                 if (size, digest) != (entry.size, entry.sha256):
                     bad = True
                     # The view file is a hard link to the blob: both are wrong. Drop them so a resolve refetches.
@@ -80,15 +87,18 @@ class GcResult:
 MARKERLESS_GRACE_SECONDS = 600  # a view renamed into place gets its marker right after; never race that
 
 
-def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -> GcResult:
+def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, all_catalogs: bool = False) -> GcResult:
     """Remove what no manifest references: blobs, views and their markers, and what dead writers left.
 
     Safe beside running resolves: staging names (`.<name>.<pid>-<token>`) of live processes are kept,
     a view is removed for lacking a marker only when it is old and still has none at removal time,
-    and only blobs no manifest references are removed.
+    and only blobs no manifest references are removed. The default cache is shared by every checkout of a
+    user: a view another catalog made (its marker says which) is kept, with every blob a kept marker names,
+    unless `all_catalogs`. A pinned file of a view is never removed, whatever its name looks like.
     """
     now = time.time() if now is None else now
     referenced: set[str] = {f.sha256 for m in cat for f in m.files}
+    ours = str(cat.root.resolve())
     result = GcResult()
 
     def remove(path: Path) -> None:
@@ -105,15 +115,27 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -
         else:
             path.unlink(missing_ok=True)
 
+    kept: list[Marker] = []
     for marker_path, marker in cache.markers_all():
+        if marker is not None and marker.catalog and marker.catalog != ours and not all_catalogs:
+            kept.append(marker)  # another catalog's view: its own gc decides
+            referenced |= {stamp.sha256 for stamp in marker.files.values()}
+            continue
         if _spec_from_marker(marker, cat) is None:  # the manifest changed or is gone: the view is obsolete
             remove(marker_path)
             view = cache.root / marker.path if marker is not None else None
             if marker is not None and view is not None and marker.layout == Layout.DIR.value \
                     and view.resolve().is_relative_to(cache.models):
                 remove(view)
+        elif marker is not None:
+            kept.append(marker)
+    pinned = _pinned_paths(cache, cat, kept)
     if cache.models.is_dir():
         for model_dir in cache.models.iterdir():
+            if not model_dir.is_dir() or model_dir.is_symlink():
+                continue  # `.DS_Store` and the like: not a model's folder
+            if not all_catalogs and model_dir.name not in cat and any(m.name == model_dir.name for m in kept):
+                continue  # another catalog's model
             for view in model_dir.iterdir():
                 if view in result.removed or staging_owner(view.name) is not None:
                     continue  # staging folders are the sweep's business below
@@ -131,7 +153,8 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -
             if link.is_symlink() and not link.exists():
                 remove(link)
     for leftover in _dead_staging(cache):
-        remove(leftover)
+        if leftover not in pinned:
+            remove(leftover)
     for lock in _idle_locks(cache):
         remove(lock)
     for entry in _stale_warm_entries(cache, now):
@@ -146,11 +169,33 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None) -
 
     for record in in_use(cache, now).dead:
         remove(record)
-    if not dry_run:
-        removed_temps = cache.clean_stale_temps()
-        if removed_temps:
-            result.removed.append(cache.tmp / f"({removed_temps} stale temp files)")
+    if cache.blob_stamps.is_dir():  # records of blobs that are gone (or were replaced: another inode)
+        for record in cache.blob_stamps.glob("*/*"):
+            blob = cache.blobs / record.parent.name / record.name
+            if staging_owner(record.name) is None and (record.name not in referenced or not blob.is_file()):
+                remove(record)
+    for temp in cache.clean_stale_temps(dry_run=dry_run):
+        result.removed.append(temp)
     return result
+
+
+def _pinned_paths(cache: Cache, cat: Catalog, markers: Sequence[Marker]) -> set[Path]:
+    """Every pinned file of every view (by its marker, and by the catalog for views still being marked), with
+    its folders: gc never removes one, even when its name looks like a staging name."""
+    pinned: set[Path] = set()
+    for marker in markers:
+        base = cache.root / marker.path
+        for rel in marker.files:
+            parts = rel.split("/")
+            pinned |= {base.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)}
+    by_name = {m.name: [f.path for f in m.files] for m in cat}
+    if cache.models.is_dir():
+        for model_dir in cache.models.iterdir():
+            for rel in by_name.get(model_dir.name, ()):
+                parts = rel.split("/")
+                for view in (model_dir.iterdir() if model_dir.is_dir() else ()):
+                    pinned |= {view.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)}
+    return pinned
 
 
 def _older_than(path: Path, now: float, seconds: float) -> bool:

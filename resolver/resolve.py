@@ -15,6 +15,7 @@ Before the first download the bytes still needed are compared with the cache's f
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import threading
 from collections.abc import Sequence
@@ -143,8 +144,29 @@ def resolve(
     _check_paths(manifest)
     names = [manifest.name] + ([manifest.tokenizer] if manifest.tokenizer and manifest.tokenizer in cat else [])
     blobs = [f.sha256 for n in names for f in cat.get(n).files]
-    with capacity.active(cache, names, blobs):  # what a concurrent eviction must leave alone
-        return _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)
+    try:
+        with capacity.active(cache, names, blobs):  # what a concurrent eviction must leave alone
+            return _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)
+    except CatalogError:
+        raise
+    except OSError as exc:
+        raise cache_error(cache, exc, manifest.name) from None
+
+
+def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
+    """One line for an OS error met in the cache (a file where a folder belongs, a read-only or vanished
+    cache, no permission); an error elsewhere keeps its own words."""
+    where = exc.filename if isinstance(exc.filename, str) else None
+    what = f"{exc.strerror or exc}" + (f": {where}" if where else "")
+    if where is not None and not Path(where).is_relative_to(cache.root):
+        return CatalogError(f"{name + ': ' if name else ''}{what}")
+    hint = {errno.EROFS: "the cache is read-only: resolve once where it is writable, or point --cache / CATALOG_CACHE "
+                         "at a writable folder",
+            errno.EACCES: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
+            errno.ENOSPC: "free disk space or point --cache / CATALOG_CACHE at a larger disk"}.get(
+        exc.errno or 0, "point --cache / CATALOG_CACHE at a folder (not a file) this user can write; `catalog gc` "
+                        "tidies a damaged cache")
+    return CacheWriteError(f"cannot use the cache at {cache.root}{' for ' + name if name else ''}: {what}", hint=hint)
 
 
 def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Store, options: ResolveOptions,
@@ -214,7 +236,9 @@ def _ensure_view(
         return Fetched("cache", False, {e.path: "cache" for e in spec.files})
     if state is ViewState.STALE:
         _recheck_blobs(cache, spec)  # something in the view changed under us: trust no blob blindly
-    missing = [e for e in spec.files if not cache.has_blob(e)]
+    # Every blob is proven before it is linked into a view (its recorded stamp, else its hash): one edited in
+    # place through another view's hard link is removed here and fetched again.
+    missing = [e for e in spec.files if not cache.verified_blob(e, manifest.name)]
     if missing and options.offline:
         listing = ", ".join(e.path for e in missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise NotCachedError(
@@ -222,7 +246,7 @@ def _ensure_view(
             hint=f"run `catalog resolve {manifest.name}` once with store access, or point --cache at a warm cache",
         )
     answer = _fetch_missing(cat, manifest, missing, cache, store, options, progress)
-    _build_view(cache, spec)
+    _build_view(cache, spec, str(cat.root.resolve()))
     return Fetched(answer.source, answer.from_hub, {e.path: answer.sources.get(e.path, "cache") for e in spec.files})
 
 
@@ -292,12 +316,14 @@ def _summary(sources: dict[str, str]) -> str:
     return ", ".join(dict.fromkeys(sources.values())) or "cache"
 
 
-def _build_view(cache: Cache, spec: ViewSpec) -> None:
+def _build_view(cache: Cache, spec: ViewSpec, catalog: str = "") -> None:
     try:
-        cache.build_view(spec)
+        cache.build_view(spec, catalog)
     except CacheWriteError:
         raise
     except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise cache_error(cache, exc, spec.name) from None
         raise CacheWriteError(f"cannot lay out {spec.name} in the cache at {cache.root}: {exc.strerror or exc}",
                               hint="free disk space or point --cache / CATALOG_CACHE at a larger disk") from None
 
@@ -335,7 +361,8 @@ def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
     """Re-hash the blobs behind the changed files of a stale view (view files are hard links to blobs);
     a blob that no longer matches is removed and refetched. Unchanged files are not re-read."""
     marker = cache.read_marker(spec)
-    changed = list(spec.files) if marker is None else changed_files(spec, marker, cache.current_stamps(spec))
+    stamps = cache.current_stamps(spec)
+    changed = list(spec.files) if marker is None else changed_files(spec, marker, stamps, cache.records_for(spec, marker, stamps))
     for entry in changed:
         blob = cache.blob_path(entry.sha256)
         if not blob.exists():
@@ -344,5 +371,10 @@ def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
         if (size, digest) != (entry.size, entry.sha256):
             log.warning("cached blob for %s/%s was modified (sha256 %s); removing it", spec.name, entry.path, digest)
             blob.unlink(missing_ok=True)
+        else:
+            cache.record_blob(entry.sha256)
+    if extras := cache.extra_files(spec):
+        log.warning("%s: the view at %s held files no manifest pins (%s); rebuilding it", spec.name, cache.view_dir(spec),
+                    ", ".join(extras[:5]) + (" ..." if len(extras) > 5 else ""))
     cache.remove_view(spec)
 

@@ -70,6 +70,7 @@ class TransferConfig:
     auto_part_size: bool = False
     auto_concurrency: bool = False
     lock_threshold: int = SMALL_FILE  # files at least this large take the per-blob download lock
+    lock_wait: float = 60.0  # seconds to wait on another process's download of a blob before fetching it here
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TransferConfig:
@@ -128,6 +129,13 @@ class _Transient(Exception):
     """A failure worth retrying from where the part stopped."""
 
 
+class _Stopped(Exception):
+    """The fetch was interrupted (Ctrl-C): queued work is cancelled, running work stops between reads."""
+
+
+LOCK_NOTICE_SECONDS = 5.0  # waiting this long on another process's download is said once
+
+
 class _ThreadBuffer(threading.local):
     """One read buffer per thread, reused by every part and file it handles (grown on demand, never
     zeroed again): a small file costs no fresh 4 MiB allocation."""
@@ -152,8 +160,9 @@ class _FileJob:
     file's task calls `follow`, which hashes behind the contiguous frontier of written bytes, reading
     them back from the temp file."""
 
-    def __init__(self, wanted: Wanted, cache: Cache, config: TransferConfig) -> None:
+    def __init__(self, wanted: Wanted, cache: Cache, config: TransferConfig, stop: threading.Event | None = None) -> None:
         self.wanted = wanted
+        self.stop = stop if stop is not None else threading.Event()
         self.cache_root = cache.root
         self.size = wanted.entry.size
         self.parts = config.part_bounds(self.size)
@@ -212,7 +221,9 @@ class _FileJob:
         while True:
             with self.changed:
                 while self.error is None and self.hashed >= (frontier := self._frontier()) and self.hashed < self.size:
-                    self.changed.wait()
+                    if self.stop.is_set():
+                        raise _Stopped(self.wanted.label)
+                    self.changed.wait(0.5)
                 if self.error is not None or self.hashed >= self.size:
                     return
             view = _buffer(min(read_size, frontier - self.hashed))
@@ -263,21 +274,30 @@ def fetch(
         return
     config = config.for_sizes([item.entry.size for item in unique.values()])
     errors: list[BaseException] = []
+    stop = threading.Event()
     workers = max(1, config.concurrency)
     # GETs run on one pool of `concurrency` threads. A file cut into parts has a task of its own on a
     # second pool that queues its parts and hashes behind them; it waits only on GETs, GETs wait on nothing.
     with ThreadPoolExecutor(workers, thread_name_prefix="catalog-get") as gets, \
             ThreadPoolExecutor(workers, thread_name_prefix="catalog-file") as files:
         futures: list[Future[None]] = []
-        for item in unique.values():
-            if len(config.part_bounds(item.entry.size)) == 1:
-                futures.append(gets.submit(_fetch_whole, store, item, cache, config, progress, sleep))
-            else:
-                futures.append(files.submit(_fetch_parts, store, item, cache, config, progress, sleep, gets))
-        for future in futures:
-            exc = future.exception()
-            if exc is not None:
-                errors.append(exc)
+        try:
+            for item in unique.values():
+                if len(config.part_bounds(item.entry.size)) == 1:
+                    futures.append(gets.submit(_fetch_whole, store, item, cache, config, progress, sleep, stop))
+                else:
+                    futures.append(files.submit(_fetch_parts, store, item, cache, config, progress, sleep, gets, stop))
+            for future in futures:
+                exc = future.exception()
+                if exc is not None:
+                    errors.append(exc)
+        except BaseException:
+            # Ctrl-C (or any abort): nothing queued starts, what runs stops at its next read and deletes its
+            # temp file; the pools' exit then waits only for that.
+            stop.set()
+            files.shutdown(wait=False, cancel_futures=True)
+            gets.shutdown(wait=False, cancel_futures=True)
+            raise
     if errors:
         # Integrity problems first: they are the ones a user must act on.
         errors.sort(key=lambda e: 0 if isinstance(e, IntegrityError) else 1 if isinstance(e, CatalogError) else 2)
@@ -300,22 +320,42 @@ def _prepare(store: Store) -> None:
 
 
 @contextlib.contextmanager
-def _lock_if_large(cache: Cache, item: Wanted, config: TransferConfig) -> Iterator[bool]:
-    """The per-blob lock for a large file (yields whether it is held); nothing at all for a small one."""
+def _lock_if_large(cache: Cache, item: Wanted, config: TransferConfig, stop: threading.Event | None = None) -> Iterator[bool]:
+    """The per-blob lock for a large file (yields whether it is held); nothing at all for a small one.
+
+    Waiting on another process's download is said once after a few seconds, and given up after
+    `config.lock_wait` (a stopped or hung holder): then this process downloads the file itself. Correctness
+    never depends on the lock; it only saves duplicate work."""
     if not config.needs_lock(item.entry.size):
         yield False
         return
-    with cache.download_lock(item.entry.sha256) as held:
-        yield held
+    started = time.monotonic()
+    said = False
+    while True:
+        waited = time.monotonic() - started
+        step = max(0.05, min(1.0, config.lock_wait - waited))
+        with cache.download_lock(item.entry.sha256, step) as held:
+            took = time.monotonic() - started - waited
+            waited += took
+            if held or (stop is not None and stop.is_set()) or waited >= config.lock_wait or took < step / 2:
+                if not held and waited >= config.lock_wait:
+                    log.warning("gave up waiting after %.0fs for another process's download of %s; downloading it here",
+                                waited, item.label)
+                yield held  # took < step / 2 without the lock: the lock cannot be used here at all
+                return
+        if not said and waited >= min(LOCK_NOTICE_SECONDS, config.lock_wait / 2):
+            said = True
+            log.warning("waiting for another process's download of %s (its lock in %s); giving up after %.0fs",
+                        item.label, cache.locks, config.lock_wait)
 
 
 def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
-                 sleep: Callable[[float], None]) -> None:
+                 sleep: Callable[[float], None], stop: threading.Event | None = None) -> None:
     """A file that is one GET: streamed, hashed as it arrives, verified, published."""
-    with _lock_if_large(cache, item, config) as locked:
-        if locked and cache.has_blob(item.entry):
+    with _lock_if_large(cache, item, config, stop) as locked:
+        if cache.has_blob(item.entry) and (locked or config.needs_lock(item.entry.size)):
             return  # another process brought it while we waited
-        job = _FileJob(item, cache, config)
+        job = _FileJob(item, cache, config, stop)
         try:
             _fetch_part(store, job, 0, config, progress, sleep)
             _verify_and_publish(job, cache)
@@ -327,13 +367,13 @@ def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfi
 
 def _fetch_parts(
     store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
-    sleep: Callable[[float], None], gets: ThreadPoolExecutor,
+    sleep: Callable[[float], None], gets: ThreadPoolExecutor, stop: threading.Event | None = None,
 ) -> None:
     """A file in parts: lock (best effort), re-check, queue every part, hash behind them, verify, publish."""
-    with _lock_if_large(cache, item, config) as locked:
-        if locked and cache.has_blob(item.entry):
+    with _lock_if_large(cache, item, config, stop) as locked:
+        if cache.has_blob(item.entry) and (locked or config.needs_lock(item.entry.size)):
             return
-        job = _FileJob(item, cache, config)
+        job = _FileJob(item, cache, config, stop)
         try:
             parts = [gets.submit(_fetch_part, store, job, i, config, progress, sleep) for i in range(len(job.parts))]
             first_error: BaseException | None = None
@@ -367,6 +407,8 @@ def _fetch_part(
         while True:
             if job.error is not None:
                 return  # another part already failed for good; stop spending bandwidth
+            if job.stop.is_set():
+                raise _Stopped(job.wanted.label)
             try:
                 stream = _open(store, job.wanted, position, None if whole and position == 0 else end)
                 try:
@@ -374,6 +416,8 @@ def _fetch_part(
                         raise IntegrityError(job.wanted.model, job.wanted.entry.path, "size", str(expected), str(stream.total),
                                              "the object in the store has another size: it is truncated or replaced, or the manifest is stale")
                     while position < end:
+                        if job.stop.is_set():
+                            raise _Stopped(job.wanted.label)
                         count = stream.readinto(view[: min(len(view), end - position)])
                         if count == 0:
                             raise _Transient(f"connection closed at byte {position} of {job.wanted.label}")
@@ -386,7 +430,7 @@ def _fetch_part(
                     stream.close()
                 job.part_finished(index)
                 return
-            except (IntegrityError, MissingObjectError, CacheWriteError):
+            except (IntegrityError, MissingObjectError, CacheWriteError, _Stopped):
                 raise
             except Exception as exc:  # noqa: BLE001 - classified just below
                 if not _is_transient(exc) or attempt + 1 >= config.attempts:
@@ -472,8 +516,8 @@ def _verify_and_publish(job: _FileJob, cache: Cache) -> Path:
     if got != entry.sha256:
         raise IntegrityError(job.wanted.model, entry.path, "sha256", entry.sha256, got,
                              "the object in the store is corrupt or the manifest is stale")
+    path = cache.publish_blob(job.temp, entry.sha256)  # the fd (and its flock: gc keeps off) stays open until named
+    job.published = True
     os.close(job.fd)
     job.fd = -1
-    path = cache.publish_blob(job.temp, entry.sha256)
-    job.published = True
     return path

@@ -91,9 +91,15 @@ def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, cache
     """Check the cache's views against the manifests (stat check; --deep re-hashes)."""
     from resolver.maintenance import verify
 
+    from resolver.resolve import cache_error
+
     current = settings(ctx, cache_dir=cache_dir)
     cat = load_catalog(ctx)
-    report = verify(cat, Cache(current.cache_dir), list(names) or None, deep=deep)
+    cache = Cache(current.cache_dir)
+    try:
+        report = verify(cat, cache, list(names) or None, deep=deep)
+    except OSError as exc:
+        raise cache_error(cache, exc) from None
     for line in report.problems:
         click.echo(line)
     click.echo(f"{report.checked} view(s), {report.files} file(s) checked{' (deep)' if deep else ''}: "
@@ -106,27 +112,35 @@ def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, cache
 @click.option("--max-size", metavar="SIZE", help="Then evict whole views, least recently resolved first, and the blobs "
                                                  "they alone use, until the cache holds at most SIZE (e.g. 200GiB).")
 @click.option("--keep-free", metavar="SIZE", help="Then evict the same way until the cache's disk has SIZE free.")
+@click.option("--all-catalogs", is_flag=True, help="Also remove views that other catalogs (other checkouts sharing this "
+                                                   "cache) made and this catalog does not reference.")
 @cache_option
 @click.pass_context
-def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_free: str | None, cache_dir: str | None) -> int:
+def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_free: str | None, all_catalogs: bool,
+               cache_dir: str | None) -> int:
     """Remove what no manifest references (blobs, views, markers), what dead writers left (temp and staging
     files, idle locks), and stale warm-index and sync-state entries; with --max-size / --keep-free, then evict
-    least recently resolved views (never one a running resolve uses)."""
+    least recently resolved views (never one a running resolve uses). Views another catalog made are kept
+    (the default cache is shared by every checkout) unless --all-catalogs."""
     from catalog.settings import parse_size
     from resolver.capacity import evict
     from resolver.maintenance import gc
+    from resolver.resolve import cache_error
 
     limit = parse_size(max_size, "--max-size") if max_size is not None else None
     free = parse_size(keep_free, "--keep-free") if keep_free is not None else None
     current = settings(ctx, cache_dir=cache_dir)
     cat = load_catalog(ctx)
     cache = Cache(current.cache_dir)
-    result = gc(cat, cache, dry_run=dry_run)
-    removed, freed = list(result.removed), result.bytes
-    if limit is not None or free is not None:
-        eviction = evict(cache, max_size=limit, keep_free=free, dry_run=dry_run)
-        removed += eviction.removed
-        freed += eviction.bytes
+    try:
+        result = gc(cat, cache, dry_run=dry_run, all_catalogs=all_catalogs)
+        removed, freed = list(result.removed), result.bytes
+        if limit is not None or free is not None:
+            eviction = evict(cache, max_size=limit, keep_free=free, dry_run=dry_run)
+            removed += eviction.removed
+            freed += eviction.bytes
+    except OSError as exc:
+        raise cache_error(cache, exc) from None
         for view in eviction.kept_in_use:
             log.warning("kept %s: a running resolve uses it", view)
     for path in removed:

@@ -90,3 +90,27 @@ def test_parse_size(text: str, size: int) -> None:
 def test_parse_size_refuses_nonsense() -> None:
     with pytest.raises(UsageError):
         parse_size("lots")
+
+
+def test_stamp_holds_and_worth_rehash() -> None:
+    from resolver.cache import stamp_holds, worth_rehash
+
+    then = FileStamp(10, 100, 7, "a" * 64, 500)
+    assert stamp_holds(then, then)
+    moved = FileStamp(10, 100, 7, "a" * 64, 600)  # ctime only: a link elsewhere, or an edit with mtime put back
+    assert not stamp_holds(then, moved) and worth_rehash(then, moved)
+    assert stamp_holds(then, moved, record=moved)  # the blob's own record, taken after the cache linked it
+    assert not stamp_holds(then, moved, record=FileStamp(10, 100, 7, "a" * 64, 550))
+    assert worth_rehash(then, FileStamp(10, 999, 7, "a" * 64, 600))  # touched
+    assert not worth_rehash(then, FileStamp(11, 999, 7, "a" * 64, 600))  # resized: changed for sure
+    assert not worth_rehash(then, FileStamp(10, 100, 8, "a" * 64, 500))  # replaced: another inode
+    assert not worth_rehash(then, None)
+
+
+def test_extra_paths() -> None:
+    from resolver.cache import extra_paths
+
+    pinned = {"config.json", "1_Pooling/config.json", "a/b/c.json"}
+    present = {"config.json", "1_Pooling", "1_Pooling/config.json", "a", "a/b", "a/b/c.json", "modeling_llama.py",
+               "nested", "nested/x.py", "a/b/chat_template.json"}
+    assert extra_paths(pinned, present) == ["a/b/chat_template.json", "modeling_llama.py", "nested", "nested/x.py"]
