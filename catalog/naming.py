@@ -26,6 +26,9 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _IP_LIKE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 
 MAX_PATH_LENGTH = 1024
+# The cache's temporary names (resolver/fsutil.staging_name): a pinned path may never look like one, so gc
+# can never take a pinned file for a dead writer's leftover.
+CACHE_STAGING = re.compile(r"^\..+~catalog\.\d+-[0-9a-f]+$")
 
 # Names the folder store keeps for itself (sidecar metadata, temp files): no pinned path may use them.
 FOLDER_STORE_META = ".catalog-meta"
@@ -127,6 +130,8 @@ def check_relative_path(path: str) -> str | None:
     if parts[0] == ".git" or ".git" in parts:
         return f"{path!r} is inside .git/"
     for part in parts:
+        if CACHE_STAGING.match(part):
+            return f"{path!r} has {part!r}, the shape of the cache's own staging names (`.<name>~catalog.<pid>-<hex>`); rename it"
         if part in RESERVED_SEGMENTS:
             return f"{path!r} uses {part!r}, a folder name the stores keep for themselves"
         if _WINDOWS_DEVICE.match(part):

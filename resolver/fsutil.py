@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 STAGING_MARK = "~catalog"  # reserved: a pinned path segment never contains it (see staging_name)
-STAGING = re.compile(r"^\..+~catalog\.(\d+)-[0-9a-f]+$")
+STAGING = re.compile(r"^\..+~catalog\.(\d+)-[0-9a-f]+$")  # validation refuses it in pinned paths: catalog.naming.CACHE_STAGING
 _LEGACY_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")  # what versions before the mark wrote
 
 

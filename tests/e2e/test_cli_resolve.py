@@ -90,10 +90,10 @@ def test_verify_and_deep_verify_find_a_tampered_file(env: dict[str, str]) -> Non
     data = target.read_bytes()
     before = os.stat(target)
     os.chmod(target, 0o644)
-    with open(target, "r+b") as f:  # same size, one byte changed, mtime put back: only --deep can tell
+    with open(target, "r+b") as f:  # same size, one byte changed, mtime put back: the ctime still tells
         f.write(bytes([data[0] ^ 1]))
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert catalog(env, "verify").returncode == 0  # stats unchanged: trusted, as designed
+    assert catalog(env, "verify").returncode == 1  # size and mtime kept, but the ctime moved: not trusted
     deep = catalog(env, "verify", "--deep")
     assert deep.returncode == 1 and "tiny-llama/config.json: expected sha256" in deep.stdout
     repaired = catalog(env, "resolve", "tiny-llama")  # deep verify dropped the bad blob and view

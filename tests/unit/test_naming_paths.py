@@ -74,3 +74,12 @@ def test_validate_refuses_a_repo_id_with_a_double_hyphen(tmp_path: Path) -> None
         mp.chdir(tmp_path)
         found = load_dir(write_catalog(tmp_path, {"tiny.yaml": text})).problems
     assert [(p.line, p.rule) for p in found] == [(3, "hf-repo")]
+
+
+def test_a_pinned_path_can_never_look_like_the_caches_staging_names() -> None:
+    from resolver.fsutil import STAGING, staging_name
+
+    made = staging_name("tokenizer.json")
+    assert STAGING.match(made)  # what the cache writes ...
+    assert naming.check_relative_path(f"sub/{made}") is not None  # ... validation refuses as a pinned path
+    assert naming.check_relative_path(".tokenizer.json.99999-deadbeef") is None  # the old shape is an ordinary name
