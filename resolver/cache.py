@@ -849,3 +849,15 @@ def note_marker_used(path: Path, marker: Marker | None, every: float = RESOLVED_
         atomic_write(path, dataclasses.replace(marker, resolved_at=now).to_json())
     except OSError:
         log.debug("could not record the resolve time of %s", marker.name, exc_info=True)
+
+
+def write_hint(err: int | None) -> str:
+    """What to do about an OS error writing the cache: by its errno, not "free disk space" for everything."""
+    return {errno.EROFS: "the cache is read-only: resolve once where it is writable, or point --cache / CATALOG_CACHE "
+                         "at a writable folder",
+            errno.EACCES: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
+            errno.EPERM: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
+            errno.ENOSPC: "free disk space or point --cache / CATALOG_CACHE at a larger disk",
+            errno.EFBIG: "a file size limit (ulimit -f) stopped the write: raise it or point --cache elsewhere",
+            }.get(err or 0, "point --cache / CATALOG_CACHE at a folder (not a file) this user can write; `catalog gc` "
+                            "tidies a damaged cache")

@@ -30,7 +30,7 @@ from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
 from resolver import capacity, hashing, stream_check, tiers
-from resolver.cache import Cache, Layout, ViewSpec, ViewState, changed_files
+from resolver.cache import Cache, Layout, ViewSpec, ViewState, changed_files, write_hint
 from resolver.hub import HubOptions, HubStore
 from resolver.resolution import Resolution, engine_args, engine_env
 from resolver.stores import Store, open_store
@@ -160,12 +160,7 @@ def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
     what = f"{exc.strerror or exc}" + (f": {where}" if where else "")
     if where is not None and not Path(where).is_relative_to(cache.root):
         return CatalogError(f"{name + ': ' if name else ''}{what}")
-    hint = {errno.EROFS: "the cache is read-only: resolve once where it is writable, or point --cache / CATALOG_CACHE "
-                         "at a writable folder",
-            errno.EACCES: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
-            errno.ENOSPC: "free disk space or point --cache / CATALOG_CACHE at a larger disk"}.get(
-        exc.errno or 0, "point --cache / CATALOG_CACHE at a folder (not a file) this user can write; `catalog gc` "
-                        "tidies a damaged cache")
+    hint = write_hint(exc.errno)
     return CacheWriteError(f"cannot use the cache at {cache.root}{' for ' + name if name else ''}: {what}", hint=hint)
 
 

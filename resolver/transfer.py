@@ -31,7 +31,7 @@ from typing import Protocol
 from catalog.errors import CacheWriteError, CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError
 from catalog.schema import FileEntry
 from catalog.settings import Settings
-from resolver.cache import Cache
+from resolver.cache import Cache, write_hint
 from resolver.stores import ObjectNotFound, ObjectStream, Store
 
 log = logging.getLogger(__name__)
@@ -480,7 +480,7 @@ def fetch_digest(store: Store, item: Wanted, config: TransferConfig, sleep: Call
 def _cache_error(item: Wanted, root: Path, exc: OSError) -> CacheWriteError:
     return CacheWriteError(
         f"cannot write {item.label} into the cache at {root}: {exc.strerror or exc}; the partial download was deleted",
-        hint="free disk space or point --cache / CATALOG_CACHE at a larger disk",
+        hint=write_hint(exc.errno),
     )
 
 

@@ -170,6 +170,8 @@ def test_a_full_disk_is_a_one_line_cache_error_and_leaves_nothing_partial(
     assert len(errors) == 1, explain(done)
     assert str(Cache(cache_dir).root) in errors[0], f"the error does not name the cache: {errors[0]}"
     assert "giving up" not in errors[0] and url not in errors[0], f"a local write failure blamed on the store: {errors[0]}"
+    hints = [line for line in done.stderr.splitlines() if line.startswith("hint:")]
+    assert hints and "ulimit -f" in hints[0], explain(done)  # the hint fits the cause (EFBIG), not a generic one
     assert elapsed < 30, f"a full disk was retried like a flaky network ({elapsed:.0f}s)"
     big = bundled.get(MINILM).file(WEIGHTS)
     assert big is not None and not (cache_dir / "blobs" / big.sha256[:2] / big.sha256).exists()
