@@ -191,7 +191,7 @@ class _Session:
 
 def _options(base: ResolveOptions, kwargs: Mapping[str, Any]) -> ResolveOptions:
     """resolve's options with the marker's / factory's keywords on top (layout="hf-cache", materialize_weights=True)."""
-    from resolver.cache import Layout
+    from resolver.views import Layout
     from resolver.resolve import Source
 
     fields = {f.name for f in dataclasses.fields(base)}

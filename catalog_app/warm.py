@@ -22,7 +22,8 @@ from typing import Any
 
 from catalog.errors import CatalogError
 from catalog.settings import Settings
-from resolver.cache import Cache, Marker, note_marker_used
+from resolver.cache import Cache, note_marker_used
+from resolver.views import Marker
 from resolver.fsutil import atomic_write
 from resolver.resolution import Resolution
 
@@ -139,7 +140,7 @@ def lookup(request: ResolveRequest, settings: Settings) -> list[Resolution] | No
         if not inputs or any(_sha256(path) != digest for path, digest in inputs.items()):
             return None
         markers = {Path(m): Marker.read(Path(m)) for m in entry["markers"]}
-        if not markers or not all(m is not None and m.holds(cache.root) for m in markers.values()):
+        if not markers or not all(m is not None and cache.marker_holds(m) for m in markers.values()):
             return None
         for path, marker in markers.items():
             note_marker_used(path, marker)  # a warm answer is a use too (gc evicts least recently used first)

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from catalog.errors import CacheWriteError
-from resolver.cache import Cache, Layout
+from resolver.cache import Cache
+from resolver.views import Layout
 from resolver.fsutil import atomic_write, pid_alive
 
 log = logging.getLogger(__name__)

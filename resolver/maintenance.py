@@ -12,7 +12,8 @@ from pathlib import Path
 
 from catalog.lookup import Catalog
 from resolver import hashing
-from resolver.cache import Cache, Layout, Marker, ViewSpec, ViewState
+from resolver.cache import Cache
+from resolver.views import Layout, Marker, ViewSpec, ViewState
 from resolver.fsutil import pid_alive, staging_owner
 
 

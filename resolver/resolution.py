@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.formats import LoadFormat
-from resolver.cache import Layout
+from resolver.views import Layout
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
 from resolver import capacity, hashing, stream_check, tiers
-from resolver.cache import Cache, Layout, ViewSpec, ViewState, changed_files, write_hint
+from resolver.cache import Cache, write_hint
+from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
 from resolver.resolution import Resolution, engine_args, engine_env
 from resolver.stores import Store, open_store

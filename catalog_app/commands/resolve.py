@@ -12,7 +12,8 @@ from catalog.errors import UsageError
 from catalog_app import outputs, warm
 from catalog_app.context import cache_option, catalog_dir, load_catalog, settings, store_options
 from catalog_app.progress import for_terminal, human_bytes
-from resolver.cache import Cache, Layout
+from resolver.cache import Cache
+from resolver.views import Layout
 from resolver.resolution import Resolution
 from resolver.resolve import ResolveOptions, Source, open_catalog_store, resolve
 

@@ -15,7 +15,8 @@ import pytest
 from catalog.errors import CacheWriteError
 from catalog.lookup import Catalog
 from resolver import capacity
-from resolver.cache import Cache, Marker
+from resolver.cache import Cache
+from resolver.views import Marker
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir

@@ -20,7 +20,8 @@ import catalog
 from catalog.formats import LoadFormat
 from catalog.loading import load_dir
 from catalog.lookup import Catalog
-from resolver.cache import Cache, Layout, ViewSpec, hf_repo_folder
+from resolver.cache import Cache, hf_repo_folder
+from resolver.views import Layout, ViewSpec
 from resolver.hub import HubOptions, HubStore
 from resolver.lock import lock_manifest
 from resolver.resolve import ResolveOptions, resolve

@@ -18,7 +18,8 @@ from hubdouble import HubDouble
 
 import catalog
 from catalog.lookup import Catalog
-from resolver.cache import Cache, Layout, hf_repo_folder
+from resolver.cache import Cache, hf_repo_folder
+from resolver.views import Layout
 from resolver.lock import files_from_dir, render_files_block
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store

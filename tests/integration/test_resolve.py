@@ -13,7 +13,8 @@ import pytest
 
 from catalog.lookup import Catalog
 from catalog.errors import NotCachedError
-from resolver.cache import Cache, Layout
+from resolver.cache import Cache
+from resolver.views import Layout
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir

@@ -18,7 +18,8 @@ import yaml
 import catalog
 from catalog.lookup import Catalog
 from catalog.schema import LoadFormat
-from resolver.cache import Cache, Layout
+from resolver.cache import Cache
+from resolver.views import Layout
 from resolver.hashing import hash_file
 from resolver.loaders import LoadError, check_load, load_weights
 from resolver.resolve import ResolveOptions, resolve, store_key

@@ -18,7 +18,8 @@ from catalog.formats import is_index_file
 from catalog.loading import load_dir
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry
-from resolver.cache import Cache, Layout, ViewSpec
+from resolver.cache import Cache
+from resolver.views import Layout, ViewSpec
 from resolver.completeness import BadIndexError, IncompleteModelError, index_shards, missing_shards, view_gaps
 from resolver.lock import files_from_dir, lock_manifest, render_files_block
 from resolver.resolve import ResolveOptions, resolve

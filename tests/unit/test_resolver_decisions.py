@@ -10,7 +10,7 @@ import pytest
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import parse_size
-from resolver.cache import FileStamp, Layout, Marker, ViewSpec, ViewState, judge_view
+from resolver.views import FileStamp, Layout, Marker, ViewSpec, ViewState, judge_view
 from resolver.resolution import Resolution, engine_args, engine_env
 from resolver.resolve import plan_files
 
@@ -93,7 +93,7 @@ def test_parse_size_refuses_nonsense() -> None:
 
 
 def test_stamp_holds_and_worth_rehash() -> None:
-    from resolver.cache import stamp_holds, worth_rehash
+    from resolver.views import stamp_holds, worth_rehash
 
     then = FileStamp(10, 100, 7, "a" * 64, 500)
     assert stamp_holds(then, then)
@@ -108,7 +108,7 @@ def test_stamp_holds_and_worth_rehash() -> None:
 
 
 def test_extra_paths() -> None:
-    from resolver.cache import extra_paths
+    from resolver.views import extra_paths
 
     pinned = {"config.json", "1_Pooling/config.json", "a/b/c.json"}
     present = {"config.json", "1_Pooling", "1_Pooling/config.json", "a", "a/b", "a/b/c.json", "modeling_llama.py",
