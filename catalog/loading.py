@@ -52,7 +52,7 @@ def display_path(path: Path) -> str:
     """How a file is named in messages: relative to the working directory when it is below it."""
     try:
         return os.path.relpath(path)
-    except ValueError:  # another drive on Windows
+    except (ValueError, OSError):  # another drive on Windows; a working directory that was deleted
         return str(path)
 
 

@@ -173,3 +173,15 @@ def test_matrix_groups_models_by_gpu_class() -> None:
     assert len(steps) == 1 and steps[0]["agents"] == {"queue": "cpu"}
     assert steps[0]["command"] == "catalog resolve tiny-llama tiny-llama-sharded tiny-llama-tensorizer tiny-qwen2 tiny-sts --format json"
     assert run("matrix", "--gpu", "tpu").returncode == 2
+
+
+def test_a_deleted_working_directory_is_one_line_or_does_not_matter(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = ("import os, sys\nos.chdir(sys.argv[1])\nos.rmdir(sys.argv[1])\n"
+            "from catalog_app.main import run\nsys.exit(run(sys.argv[2:]))\n")
+    found = subprocess.run([sys.executable, "-c", code, str(gone), "resolve", "tiny-llama"], capture_output=True, text=True)
+    assert found.returncode == 2 and found.stderr.startswith("error: the working directory no longer exists"), found.stderr
+    gone.mkdir()
+    named = subprocess.run([sys.executable, "-c", code, str(gone), "--catalog", str(BUNDLED), "validate"], capture_output=True, text=True)
+    assert named.returncode == 0 and "Traceback" not in named.stderr, named.stderr  # with --catalog, the cwd does not matter
