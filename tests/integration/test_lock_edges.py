@@ -75,3 +75,11 @@ def test_lock_from_a_folder_of_several_models_takes_the_models_own_subfolder(
     done = cli(hub, catalog_dir, "lock", "tiny-llama-tensorizer", "--from-dir", str(several))
     assert done.returncode == 0, done.stderr
     assert path.read_text() == original  # exactly its own files, no `name/` prefix, no other model's files
+
+
+def test_add_with_an_unknown_load_format_fails_before_any_hub_call(hub: HubDouble, catalog_dir: Path) -> None:
+    before = hub.hub_requests()
+    done = cli(hub, catalog_dir, "add", "model-catalog/tiny-llama", "--load-format", "streamer", "--name", "new-one")
+    assert done.returncode == 2 and done.stderr.startswith("error: unknown load format 'streamer'"), done.stderr
+    assert "runai_streamer" in done.stderr and "Traceback" not in done.stderr
+    assert hub.hub_requests() == before and not (catalog_dir / "new-one.yaml").exists()
