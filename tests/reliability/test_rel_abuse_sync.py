@@ -107,13 +107,18 @@ def edit_plan(path: Path, action: str, new_key: str) -> None:
     path.write_text(json.dumps(plan))
 
 
+def put_stray(tmp_path: Path, store: Store, key: str) -> None:
+    """An object no manifest pins (what `--prune` plans to delete as an extra)."""
+    stray = tmp_path / "stray.bin"
+    stray.write_bytes(b"stray")
+    store.put(key, stray)
+
+
 def test_an_edited_extra_key_cannot_delete_another_models_pinned_weights(tmp_path: Path) -> None:
     store_url = str(tmp_path / "store")
     manifests, data, names, cat, env = synced_catalog(tmp_path, store_url)
     store = open_store(store_url)
-    stray = tmp_path / "stray.bin"
-    stray.write_bytes(b"stray")
-    store.put(store_key(cat, cat.get(names[0]), "stray.bin"), stray)
+    put_stray(tmp_path, store, store_key(cat, cat.get(names[0]), "stray.bin"))
     plan = tmp_path / "plan.json"
     assert run_catalog(["sync", "--prune", "--out", str(plan)], env).returncode == 0
     victim = store_key(cat, cat.get(names[1]), cat.get(names[1]).files[-1].path)
@@ -170,9 +175,7 @@ def test_an_unedited_plan_still_applies(tmp_path: Path) -> None:
     store_url = str(tmp_path / "store")
     manifests, data, names, cat, env = synced_catalog(tmp_path, store_url)
     store = open_store(store_url)
-    stray = tmp_path / "stray.bin"
-    stray.write_bytes(b"stray")
-    store.put(store_key(cat, cat.get(names[0]), "stray.bin"), stray)
+    put_stray(tmp_path, store, store_key(cat, cat.get(names[0]), "stray.bin"))
     store.delete(store_key(cat, cat.get(names[1]), "config.json"))
     plan = tmp_path / "plan.json"
     assert run_catalog(["sync", "--prune", "--out", str(plan)], env).returncode == 0
