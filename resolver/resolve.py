@@ -82,7 +82,7 @@ class Fetched:
     sources: dict[str, str]
 
 
-_MIRRORS: dict[tuple[str, int], Store] = {}
+_MIRRORS: dict[tuple[str, str], Store] = {}  # (url, settings fingerprint): by value, never by object identity
 _MIRRORS_LOCK = threading.Lock()
 
 
@@ -94,11 +94,12 @@ def mirror_stores(cat: Catalog, options: ResolveOptions) -> tuple[Store, ...]:
     if not urls:
         return ()
     settings = options.settings if options.settings is not None else Settings.from_process()
+    key = settings.fingerprint()
     with _MIRRORS_LOCK:
         for url in urls:
-            if (url, id(settings)) not in _MIRRORS:
-                _MIRRORS[(url, id(settings))] = open_store(url, settings)
-        return tuple(_MIRRORS[(url, id(settings))] for url in urls)
+            if (url, key) not in _MIRRORS:
+                _MIRRORS[(url, key)] = open_store(url, settings)
+        return tuple(_MIRRORS[(url, key)] for url in urls)
 
 
 @dataclass(frozen=True)
