@@ -124,3 +124,7 @@ class CacheWriteError(CatalogError, OSError):
 
 class NotCachedError(CatalogError, LookupError):
     """--offline and something is not in the cache."""
+
+
+class SnapshotOwnerError(UsageError):
+    """An hf-cache snapshot would hold the files of a manifest that does not answer for its repo id."""

@@ -69,6 +69,15 @@ _TOKENIZER = Needs("tokenizer files (tokenizer.json, tokenizer_config.json, toke
                    ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.*"), nested=True)
 
 
+class EngineTarget(str, Enum):
+    """How the engine is told where a format's weights are."""
+
+    MODEL = "model"  # --model: the local folder, or the stream URI when the weights stay in the store
+    LOADER_URI = "loader-uri"  # --model: the local folder (configs, tokenizer); the one weights file's URI goes in
+    #                            --model-loader-extra-config under FormatSpec.weights_key (vLLM's tensorizer loader)
+    FILE = "file"  # --model: the one weights file itself, local (vLLM loads a GGUF checkpoint by its file path)
+
+
 @dataclass(frozen=True)
 class FormatSpec:
     """What one load format means for the catalog."""
@@ -79,8 +88,13 @@ class FormatSpec:
     weight_patterns: tuple[str, ...] = ("*.safetensors",)  # the files that are this format's weights
     default_excludes: tuple[str, ...] = ()  # what `catalog add` excludes for this format
     loader: str | None = None  # the check-load loader (resolver/loaders/<loader>.py), None: cannot be load-checked
-    engine_load_format: str | None = None  # the engine's --load-format when it differs from the value
     tensor_parallel_files: str | None = None  # files per tensor-parallel rank (their count must match gpu.count)
+    engine: bool = True  # False: no engine loads it (a dataset): no engine arguments exist for it
+    engine_target: EngineTarget = EngineTarget.MODEL
+    weights_key: str | None = None  # EngineTarget.LOADER_URI: the extra-config key naming the weights file
+    # Loader keys the engine (or the catalog) sets itself: a manifest that sets them too breaks the load
+    # ("got multiple values for keyword argument") or bypasses the pin (a weights URI of its own). Dotted paths.
+    engine_sets: tuple[str, ...] = ()
 
     def weight_files(self, paths: list[str]) -> list[str]:
         return [p for p in paths if any(fnmatchcase(p, pattern) for pattern in self.weight_patterns)]
@@ -98,7 +112,8 @@ FORMATS: dict[LoadFormat, FormatSpec] = {
     LoadFormat.BITSANDBYTES: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors", "*.bin")),
     LoadFormat.MISTRAL: FormatSpec(loader="safetensors"),
     LoadFormat.SHARDED_STATE: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors",)),
-    LoadFormat.GGUF: FormatSpec(needs=(Needs("a *.gguf file", ("*.gguf",), nested=True),), weight_patterns=("*.gguf",)),
+    LoadFormat.GGUF: FormatSpec(needs=(Needs("a *.gguf file", ("*.gguf",), nested=True),), weight_patterns=("*.gguf",),
+                                engine_target=EngineTarget.FILE),
     LoadFormat.RUNAI_STREAMER: FormatSpec(
         streams_weights=True, needs=(_CONFIG, _SAFETENSORS), streamed_needs=(_TOKENIZER,),
         default_excludes=OTHER_WEIGHT_FORMATS, loader="runai"),
@@ -107,8 +122,13 @@ FORMATS: dict[LoadFormat, FormatSpec] = {
         streamed_needs=(_TOKENIZER,), loader="runai", tensor_parallel_files="model-rank-{rank}-part-*.safetensors"),
     LoadFormat.TENSORIZER: FormatSpec(
         streams_weights=True, needs=(Needs("a *.tensors file", ("*.tensors",)),), streamed_needs=(_TOKENIZER,),
-        weight_patterns=("*.tensors",), loader="tensorizer"),
-    LoadFormat.DATASET: FormatSpec(weight_patterns=()),
+        weight_patterns=("*.tensors",), loader="tensorizer", engine_target=EngineTarget.LOADER_URI,
+        weights_key="tensorizer_uri",
+        # vLLM passes lazy_load, device and dtype to TensorDeserializer itself; the catalog points tensorizer_uri
+        # at the verified file.
+        engine_sets=("tensorizer_uri", "deserialization_kwargs.lazy_load", "deserialization_kwargs.device",
+                     "deserialization_kwargs.dtype")),
+    LoadFormat.DATASET: FormatSpec(weight_patterns=(), engine=False),
 }
 
 

@@ -67,6 +67,17 @@ class Catalog:
         folded = repo_id.casefold()
         return sorted((m for m in self.models.values() if m.source.hf_repo.casefold() == folded), key=lambda m: m.name)
 
+    def repo_owner(self, repo_id: str, revision: str | None = None, *, repo_type: str = "model") -> ModelManifest | None:
+        """The manifest that answers for a repo id (at `revision`, if given) where one id must mean one model's files:
+        the redirect file, an hf-cache snapshot. The only manifest pinning it, else the one marked `primary: true`
+        (when it pins that revision); None when nothing pins it or several do and none answers."""
+        group = [m for m in self.by_repo(repo_id) if m.source.repo_type == repo_type
+                 and (revision is None or m.source.revision == revision)]
+        if len(group) == 1:
+            return group[0]
+        primaries = [m for m in group if m.primary]
+        return primaries[0] if len(primaries) == 1 else None
+
 
 def from_result(result: LoadResult) -> Catalog:
     """A Catalog from a load with no problems; InvalidCatalogError carrying all problems otherwise."""

@@ -47,7 +47,8 @@ def example_model(architecture: str, cat: Catalog | None = None) -> ModelManifes
 
 
 def model_for_repo(repo_id: str, cat: Catalog | None = None, *, load_format: LoadFormat | str | None = None) -> ModelManifest:
-    """The one model pinning the Hub repo `repo_id` (case-insensitive); `load_format` picks among several
+    """The model answering for the Hub repo `repo_id` (case-insensitive): the one pinning it, else the one marked
+    `primary: true` (as in redirect files and hf-cache snapshots); `load_format` picks another among several
     (tiny-llama's repo is pinned as safetensors, per-rank shards and tensorizer)."""
     cat = cat if cat is not None else load()
     fmt = LoadFormat(load_format) if load_format is not None else None
@@ -55,6 +56,8 @@ def model_for_repo(repo_id: str, cat: Catalog | None = None, *, load_format: Loa
     matches = [m for m in pinned if fmt is None or m.load_format is fmt]
     if len(matches) == 1:
         return matches[0]
+    if fmt is None and (owner := cat.repo_owner(repo_id)) is not None:
+        return owner
     if matches:
         formats = ", ".join(f"{m.name} ({m.load_format.value})" for m in matches)
         raise NoCatalogModelError(

@@ -47,8 +47,9 @@ def check_settings(settings: CatalogSettings, display: str, lines: LineMap) -> l
     return report.problems
 
 
-def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None) -> list[Problem]:
-    """Every rule over every manifest, then the rules that compare manifests with each other."""
+def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None, *, complete: bool = True) -> list[Problem]:
+    """Every rule over every manifest, then the rules that compare manifests with each other. With `complete`
+    False (a lookup that read some manifests only) no rule concludes from a manifest it did not read."""
     problems: list[Problem] = []
     valid = [d for d in docs if d.manifest is not None]
     names = {d.manifest.name for d in valid if d.manifest is not None}
@@ -59,7 +60,7 @@ def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None)
         problems.extend(report.problems)
     problems.extend(_duplicate_names(valid))
     problems.extend(_prefix_overlaps(valid))
-    problems.extend(_primaries(valid))
+    problems.extend(_primaries(valid, complete))
     problems.extend(_pin_conflicts(valid))
     return problems
 
@@ -80,6 +81,7 @@ def check_manifest(
     _check_shards(m, report)
     _check_repo_type(m, report)
     _check_load_format(m, report)
+    _check_loader(m, report)
     _check_gpu(m, settings, report)
     _check_tokenizer(m, names, report)
 
@@ -198,6 +200,19 @@ def _check_load_format(m: ModelManifest, report: _Reporter) -> None:
                "the engine needs one GPU per rank")
 
 
+def _check_loader(m: ModelManifest, report: _Reporter) -> None:
+    """`loader:` keys the engine or the catalog sets itself (FormatSpec.engine_sets): given twice, the engine's
+    load fails ("got multiple values for keyword argument"), or a weights URI of the manifest's own skips the pin."""
+    for dotted in m.load_format.spec.engine_sets:
+        *parents, key = dotted.split(".")
+        level: object = m.loader
+        for part in parents:
+            level = level.get(part) if isinstance(level, dict) else None
+        if isinstance(level, dict) and key in level:
+            report("loader", ("loader", *parents, key), f"{dotted} is set by the engine (or, for a weights URI, by "
+                   f"`catalog resolve` from the verified file) for load_format {m.load_format.value}; remove it")
+
+
 def _check_gpu(m: ModelManifest, settings: CatalogSettings | None, report: _Reporter) -> None:
     if settings is None:
         return
@@ -268,18 +283,25 @@ def _overlap(doc: ManifestDoc, what: str, other: ManifestDoc) -> Problem:
                    f"({_at(other, ('s3_prefix',))}); give each model its own prefix", "prefix-overlap")
 
 
-def _primaries(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
-    """At most one `primary: true` per Hub repo: a repo id must name one model in repo-id outputs."""
+def _primaries(docs: Sequence[ManifestDoc], complete: bool = True) -> Iterator[Problem]:
+    """Exactly one `primary: true` among the models pinning one Hub repo, when several do: a repo id must name one
+    model in repo-id outputs (redirect files, hf-cache snapshots). Reported on every manifest of the repo."""
     by_repo: dict[str, list[ManifestDoc]] = {}
     for doc in docs:
         assert doc.manifest is not None
-        if doc.manifest.primary:
+        if not doc.manifest.is_dataset:
             by_repo.setdefault(doc.manifest.source.hf_repo.casefold(), []).append(doc)
     for repo, group in by_repo.items():
-        for doc in group if len(group) > 1 else ():
-            others = ", ".join(_at(o, ("primary",)) for o in group if o is not doc)
+        primaries = [d for d in group if d.manifest is not None and d.manifest.primary]
+        for doc in primaries if len(primaries) > 1 else ():
+            others = ", ".join(_at(o, ("primary",)) for o in primaries if o is not doc)
             yield Problem(doc.display, doc.lines.line_of(("primary",)), "primary",
                           f"{repo} also has a primary manifest at {others}; keep `primary: true` on one", "primary")
+        for doc in group if complete and len(group) > 1 and not primaries else ():  # the primary may be unread
+            others = ", ".join(o.display for o in group if o is not doc)
+            yield Problem(doc.display, doc.lines.line_of(("source", "hf_repo")), "source.hf_repo",
+                          f"{repo} is also pinned by {others} and none is `primary: true`; mark the one that answers "
+                          "for the repo id in --format redirect and the hf-cache layout", "primary")
 
 
 def _pin_conflicts(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:

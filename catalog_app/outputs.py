@@ -12,7 +12,8 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 
-from resolver.resolution import Resolution, engine_args, engine_env
+from catalog.formats import LoadFormat
+from resolver.resolution import NoEngineArguments, Resolution, engine_args, engine_env
 
 Renderer = Callable[[Sequence[Resolution]], str]
 
@@ -33,7 +34,10 @@ def _json(results: Sequence[Resolution]) -> str:
 def _vllm_args(results: Sequence[Resolution]) -> str:
     if len(results) != 1:
         raise OutputError("--format vllm-args prints one model; use --format json for several")
-    return shlex.join(engine_args(results[0]))
+    try:
+        return shlex.join(engine_args(results[0]))
+    except NoEngineArguments as exc:
+        raise OutputError(f"--format vllm-args: {exc}; use --format path or json") from None
 
 
 def _env(results: Sequence[Resolution]) -> str:
@@ -47,14 +51,16 @@ def _env(results: Sequence[Resolution]) -> str:
 
 
 def _redirect(results: Sequence[Resolution]) -> str:
-    """The engine's model-redirect file (VLLM_MODEL_REDIRECT_PATH): repo id -> local folder or stream URI.
+    """The engine's model-redirect file (VLLM_MODEL_REDIRECT_PATH): repo id -> local folder or stream URI, for the
+    models an engine loads (datasets are left out).
 
     One entry per repo id. When several resolved models pin one repo, the one whose manifest says
     `primary: true` answers for it; without one the ambiguity is refused, never decided by whichever came last.
     """
     by_repo: dict[str, list[Resolution]] = {}
     for r in results:
-        by_repo.setdefault(r.hf_repo, []).append(r)
+        if r.load_format.spec.engine:  # a dataset's repo id is no model id (and may equal one)
+            by_repo.setdefault(r.hf_repo, []).append(r)
     mapping: dict[str, str] = {}
     for repo, group in by_repo.items():
         chosen = group if len(group) == 1 else [r for r in group if r.primary]
@@ -62,8 +68,22 @@ def _redirect(results: Sequence[Resolution]) -> str:
             names = ", ".join(r.name for r in group)
             raise OutputError(f"--format redirect: {names} all pin {repo} and the redirect file maps a repo id to one "
                               "model; mark one of them `primary: true` in its manifest, or resolve them separately")
-        mapping[repo] = chosen[0].model
+        mapping[repo] = _redirect_target(chosen[0])
     return json.dumps(mapping, indent=2, sort_keys=True)
+
+
+def _redirect_target(r: Resolution) -> str:
+    """A redirect carries only where the model is: the engine must find the rest by itself (it loads a local folder
+    or a .gguf file, and streams an s3:// prefix with runai_streamer). A model that needs a load format, a loader
+    config naming its weights, or a tensor-parallel size of its own cannot be redirected to."""
+    spec = r.load_format.spec
+    needs = ("--tensor-parallel-size" if r.tensor_parallel else
+             "--model-loader-extra-config" if spec.weights_key else
+             "--load-format" if r.streams and r.load_format is not LoadFormat.RUNAI_STREAMER else None)
+    if needs is not None:
+        raise OutputError(f"--format redirect: {r.name} ({r.load_format.value}) needs {needs}, which a redirect file "
+                          f"cannot carry; start the engine with `catalog resolve {r.name} --format vllm-args` instead")
+    return r.model
 
 
 OUTPUTS: dict[str, Renderer] = {

@@ -254,21 +254,13 @@ class Cache:
         return Marker.read(self.marker_path(spec))
 
     def pinned_present(self, spec: ViewSpec) -> tuple[set[str], set[str]]:
-        """What the view may hold (its pinned files; in an hf-cache snapshot also what the revision's tree
-        listing names, i.e. the other views of that revision) and what it holds: every file and link, and
-        every folder, relative to the view. Staging names of live writers and, in a snapshot, links to the
-        repo's blobs made in the last minutes (a concurrent builder lists them next) are left out."""
+        """What the view may hold (its pinned files: an hf-cache snapshot holds one manifest's files, see
+        `resolve.check_snapshot_owner`) and what it holds: every file and link, and every folder, relative to
+        the view. Staging names of live writers and, in a snapshot, links to the repo's blobs made in the last
+        minutes (a concurrent builder of the same view lists them next) are left out."""
         root = self.view_dir(spec)
         allowed = {e.path for e in spec.files}
-        repo_blobs: Path | None = None
-        if spec.layout is Layout.HF_CACHE:
-            repo_dir = root.parent.parent
-            repo_blobs = repo_dir / "blobs"
-            try:
-                tree = json.loads((repo_dir / "trees" / f"{spec.revision}.json").read_bytes())
-                allowed |= {str(p) for p in tree.get("files", {})}
-            except (OSError, ValueError, AttributeError):
-                pass
+        repo_blobs = root.parent.parent / "blobs" if spec.layout is Layout.HF_CACHE else None
         present: set[str] = set()
         now = time.time()
         for dirpath, dirnames, filenames in os.walk(root):
@@ -468,10 +460,12 @@ class Cache:
         """{models,datasets}--org--name/{blobs/<sha256>, snapshots/<revision>/<path> -> ../../blobs/<sha256>,
         trees/<revision>.json, refs/main}.
 
-        `trees/<revision>.json` is huggingface_hub's cached tree listing: `snapshot_download` checks a snapshot
-        against it and `get_cached_repo_tree` reads it, offline. It lists what the snapshot holds (what
-        earlier views of this revision put there, plus this view's files), so a snapshot is never reported
-        incomplete for files the catalog chose not to pin.
+        A snapshot holds exactly one manifest's pinned files (the one answering for the repo id: resolve refuses
+        the others in this layout), so a load by repo id never mixes two manifests' weights; files of any other
+        view found there are removed (`_drop_extras`). `trees/<revision>.json` is huggingface_hub's cached tree
+        listing: `snapshot_download` checks a snapshot against it and `get_cached_repo_tree` reads it, offline.
+        It lists exactly the snapshot's files, so a snapshot is never reported incomplete for files the catalog
+        chose not to pin.
 
         `refs/main` is written only while exactly one revision of the repo is in the cache: a request by repo
         id alone then gets the one pin there is. A second revision (another manifest pinning the same repo)
@@ -522,15 +516,7 @@ class Cache:
         trees.mkdir(exist_ok=True)
         self.contained(trees)
         path = trees / f"{spec.revision}.json"
-        files: dict[str, Any] = {}
-        try:
-            old = json.loads(path.read_bytes())
-            if isinstance(old, dict) and old.get("format_version") == TREE_FORMAT_VERSION and isinstance(old.get("files"), dict):
-                files = {p: v for p, v in old["files"].items() if os.path.lexists(snapshot / p)}
-        except (OSError, ValueError):
-            pass
-        for entry in spec.files:
-            files[entry.path] = tree_entry(entry, self.blob_path(entry.sha256))
+        files = {entry.path: tree_entry(entry, self.blob_path(entry.sha256)) for entry in spec.files}
         body = {"format_version": TREE_FORMAT_VERSION, "files": {p: files[p] for p in sorted(files)}}
         atomic_write(path, json.dumps(body, indent=1).encode())
 

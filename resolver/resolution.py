@@ -7,13 +7,17 @@ pydantic or any store.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from catalog.formats import LoadFormat
+from catalog.formats import EngineTarget, LoadFormat
 from resolver.views import Layout
+
+
+class NoEngineArguments(ValueError):
+    """The answer is not something an engine loads (a dataset)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class Resolution:
     primary: bool = False  # answers for its repo id when several resolved models pin one repo
     markers: tuple[Path, ...] = ()  # the verified-view markers this answer rests on
     sources: Mapping[str, str] = field(default_factory=dict)  # file -> where its bytes came from (cache, a store)
+    weights_uri: str | None = None  # the store prefix the engine streams the weights from (None: they are local)
 
     @property
     def streams(self) -> bool:
@@ -50,8 +55,8 @@ class Resolution:
             "load_format": self.load_format.value, "model": self.model, "path": str(self.path),
             "tokenizer": self.tokenizer, "files": list(self.files), "streamed": list(self.streamed),
             "bytes": self.bytes, "source": self.source, "sources": dict(self.sources), "layout": self.layout.value,
-            "hub_cache": str(self.hub_cache) if self.hub_cache else None,
-            "engine_args": engine_args(self), "env": engine_env(self),
+            "hub_cache": str(self.hub_cache) if self.hub_cache else None, "weights_uri": self.weights_uri,
+            "engine_args": engine_args(self) if self.load_format.spec.engine else None, "env": engine_env(self),
         }
 
     def record(self) -> dict[str, Any]:
@@ -69,6 +74,7 @@ class Resolution:
             hub_cache=Path(data["hub_cache"]) if data.get("hub_cache") else None, loader=dict(data["loader"]),
             stream_env=dict(data["stream_env"]), tensor_parallel=data.get("tensor_parallel"), primary=bool(data.get("primary")),
             markers=tuple(Path(m) for m in data.get("markers", ())), sources=dict(data.get("sources", {})),
+            weights_uri=data.get("weights_uri"),
         )
 
     def from_cache(self) -> Resolution:
@@ -76,14 +82,36 @@ class Resolution:
         return replace(self, source="cache", sources={f: "cache" for f in self.sources})
 
 
+def engine_target(load_format: LoadFormat, paths: Sequence[str], folder: Path, weights_uri: str | None,
+                  loader: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Pure: what the engine's --model gets, and its loader extra config, per the format's EngineTarget.
+    `folder` holds the local files, `weights_uri` is the store prefix when the weights stream from it."""
+    spec, config = load_format.spec, dict(loader)
+    where = weights_uri.rstrip("/") if weights_uri is not None else str(folder)
+    if spec.engine_target is EngineTarget.MODEL:
+        return (weights_uri if weights_uri is not None else str(folder)), config
+    weights = spec.weight_files(list(paths))
+    if len(weights) != 1:
+        raise NoEngineArguments(f"load_format {load_format.value} hands the engine one weights file, and "
+                                f"{len(weights)} are pinned ({', '.join(weights[:3]) or 'none'})")
+    if spec.engine_target is EngineTarget.FILE:
+        return str(folder / weights[0]), config
+    assert spec.weights_key is not None
+    config[spec.weights_key] = f"{where}/{weights[0]}"
+    return str(folder), config
+
+
 def engine_args(r: Resolution) -> list[str]:
     """The engine's command-line arguments (vLLM spelling). The served name is always the logical name: a
-    cache path or storage URI never becomes the model id the engine reports in its API and metric labels."""
+    cache path or storage URI never becomes the model id the engine reports in its API and metric labels.
+    NoEngineArguments for what no engine loads (a dataset)."""
+    if not r.load_format.spec.engine:
+        raise NoEngineArguments(f"{r.name} is a {r.load_format.value}: no engine loads it, so it has no engine arguments")
     if r.layout is Layout.HF_CACHE and not r.streams:
         args = ["--model", r.hf_repo, "--revision", r.revision]
     else:
         args = ["--model", r.model]
-    args += ["--served-model-name", r.name, "--load-format", r.load_format.spec.engine_load_format or r.load_format.value]
+    args += ["--served-model-name", r.name, "--load-format", r.load_format.value]
     if r.tokenizer is not None:
         args += ["--tokenizer", r.tokenizer]
     if r.tensor_parallel:

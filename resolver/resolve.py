@@ -24,7 +24,8 @@ from enum import Enum
 from pathlib import Path
 
 from catalog import formats, naming
-from catalog.errors import CacheWriteError, CatalogError, IntegrityError, MissingObjectError, NotCachedError, StoreUnavailableError, UnsafePathError
+from catalog.errors import (CacheWriteError, CatalogError, IntegrityError, MissingObjectError, NotCachedError,
+                            SnapshotOwnerError, StoreUnavailableError, UnsafePathError, UsageError)
 from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
@@ -33,7 +34,7 @@ from resolver import capacity, hashing, stream_check, tiers
 from resolver.cache import Cache, write_hint
 from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
-from resolver.resolution import Resolution, engine_args, engine_env
+from resolver.resolution import NoEngineArguments, Resolution, engine_target
 from resolver.stores import Store, open_store
 from resolver.transfer import Progress, TransferConfig, Wanted, fetch
 
@@ -144,6 +145,8 @@ def resolve(
 ) -> Resolution:
     manifest = cat.get(name)
     _check_paths(manifest)
+    if options.layout is Layout.HF_CACHE:
+        check_snapshot_owner(cat, manifest)
     names = [manifest.name] + ([manifest.tokenizer] if manifest.tokenizer and manifest.tokenizer in cat else [])
     blobs = [f.sha256 for n in names for f in cat.get(n).files]
     try:
@@ -153,6 +156,36 @@ def resolve(
         raise
     except OSError as exc:
         raise cache_error(cache, exc, manifest.name) from None
+
+
+def check_snapshot_owner(cat: Catalog, manifest: ModelManifest) -> None:
+    """An hf-cache snapshot (repo, revision) holds one manifest's files, the one answering for the repo id: a load by
+    repo id finds exactly those (the engine's default loader reads every *.safetensors of a folder, so a per-rank
+    twin's shards beside the primary's weights would load as one model). Any other manifest of that repo and
+    revision is refused in this layout (UsageError), before anything is fetched or written."""
+    owner = cat.repo_owner(manifest.source.hf_repo, manifest.source.revision, repo_type=manifest.source.repo_type)
+    if owner is not None and owner.name == manifest.name:
+        return
+    where = f"{manifest.source.hf_repo}@{manifest.source.revision[:12]}"
+    if owner is None:
+        twins = ", ".join(m.name for m in cat.by_repo(manifest.source.hf_repo) if m.source.revision == manifest.source.revision)
+        raise SnapshotOwnerError(f"{manifest.name}: {where} is pinned by {twins}, and in the hf-cache layout one repo id "
+                                 "loads one manifest's files", hint="mark one of them `primary: true`, or resolve "
+                                 f"{manifest.name} with --layout dir")
+    raise SnapshotOwnerError(f"{manifest.name}: in the hf-cache layout {where} holds the files of {owner.name} (primary), "
+                             "the manifest a load by repo id gets",
+                             hint=f"resolve {manifest.name} with --layout dir (its own folder or stream URI)")
+
+
+def snapshot_owners(cat: Catalog, names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Pure: `names` split into those the hf-cache layout can hold and those it refuses (`check_snapshot_owner`)."""
+    owning: list[str] = []
+    others: list[str] = []
+    for name in names:
+        m = cat.get(name)
+        owner = cat.repo_owner(m.source.hf_repo, m.source.revision, repo_type=m.source.repo_type)
+        (owning if owner is not None and owner.name == name else others).append(name)
+    return owning, others
 
 
 def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
@@ -186,13 +219,14 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         sources = {**again.sources, **{p: s for p, s in sources.items() if s != "cache"}}
     path = cache.view_dir(spec)
     tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, cache, store, options, progress)
-    model = store.stream_uri(store_key(cat, manifest)) if plan.streamed else str(path)
-    loader = dict(manifest.loader)
-    if manifest.load_format is LoadFormat.TENSORIZER and "tensorizer_uri" not in loader:
-        # The engine's tensorizer loader reads one .tensors file: point it at the streamed or local copy.
-        tensors = next((f.path for f in manifest.files if f.path.endswith(".tensors")), None)
-        if tensors is not None:
-            loader["tensorizer_uri"] = model.rstrip("/") + "/" + tensors
+    weights_uri = store.stream_uri(store_key(cat, manifest)) if plan.streamed else None
+    model, loader = str(path), dict(manifest.loader)
+    if manifest.load_format.spec.engine:
+        try:
+            model, loader = engine_target(manifest.load_format, [f.path for f in manifest.files], path, weights_uri,
+                                          manifest.loader)
+        except NoEngineArguments as exc:
+            raise UsageError(f"{manifest.name}: {exc}", hint="pin exactly one weights file (source.include)") from None
     return Resolution(
         name=manifest.name, hf_repo=manifest.source.hf_repo, revision=manifest.source.revision,
         load_format=manifest.load_format, model=model, path=path, tokenizer=tokenizer,
@@ -201,7 +235,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
         stream_env=store.stream_env() if plan.streamed else {},
         tensor_parallel=formats.tensor_parallel_ranks(manifest.load_format.spec, [f.path for f in manifest.files]),
-        primary=manifest.primary, sources=sources,
+        primary=manifest.primary, sources=sources, weights_uri=weights_uri,
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
     )
 

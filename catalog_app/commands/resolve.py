@@ -15,7 +15,7 @@ from catalog_app.progress import for_terminal, human_bytes
 from resolver.cache import Cache
 from resolver.views import Layout
 from resolver.resolution import Resolution
-from resolver.resolve import ResolveOptions, Source, open_catalog_store, resolve
+from resolver.resolve import ResolveOptions, Source, open_catalog_store, resolve, snapshot_owners
 
 log = logging.getLogger("catalog.resolve")
 
@@ -53,7 +53,8 @@ def resolve_command(
         raise UsageError(f"--format {fmt} prints one model; use --format json for several")
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
                        source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None)
-    cat = load_catalog(ctx, only=None if all_models else names)
+    # The hf-cache layout decides which manifest answers for a repo id from every manifest pinning it.
+    cat = load_catalog(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names)
     cache = Cache(current.cache_dir)
     the_store = open_catalog_store(cat, current)
     options = ResolveOptions.from_settings(current, layout=Layout(layout), materialize_weights=materialize_weights,
@@ -61,6 +62,15 @@ def resolve_command(
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
         cat.get(name)  # unknown names fail before any download
+    if fmt == "vllm-args" and not cat.get(selected[0]).load_format.spec.engine:
+        name = selected[0]
+        raise UsageError(f"--format vllm-args: {name} is a {cat.get(name).load_format.value}: no engine loads it, so it "
+                         "has no engine arguments; use --format path or json")
+    if all_models and layout == Layout.HF_CACHE.value:
+        selected, others = snapshot_owners(cat, selected)
+        if others:
+            log.warning("not in the hf-cache layout (their repo ids load another manifest's files; resolve them by "
+                        "name with --layout dir): %s", ", ".join(others))
     progress = for_terminal(sum(m.total_bytes for m in (cat.get(n) for n in selected)))
     results: list[Resolution] = []
     try:

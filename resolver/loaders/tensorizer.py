@@ -54,7 +54,7 @@ def check_pin(cat: Catalog, manifest: ModelManifest, resolution: Resolution, uri
     several readers (deserialization_kwargs decide), so a wrapping stream could not promise it saw every
     byte once, in order.
     """
-    base = resolution.model.rstrip("/") + "/"
+    base = (resolution.weights_uri or str(resolution.path)).rstrip("/") + "/"
     entry = next((f for f in manifest.files if uri == base + f.path), None)
     if entry is None:
         return [f"{manifest.name}: tensorizer_uri {uri} is not a file the manifest pins under {base}, so its bytes "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_the_bundled_dataset_is_looked_up_by_name(bundled: Catalog) -> None:
 
 
 def test_dataset_rules(tmp_path: Path) -> None:
-    files = files_yaml(("data/train.csv", 10, "a" * 64))
+    files = files_yaml(("data/train.jsonl", 10, "a" * 64))
     ok = manifest_text("ds", fmt="dataset", files=files).replace("  revision:", "  repo_type: dataset\n  revision:")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
@@ -88,7 +89,7 @@ def test_the_cli_resolves_it_by_name(bundled: Catalog, sources: dict[str, Path],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     path = Path(json.loads(done.stdout)["path"])
-    assert (path / "data" / "train.csv").read_bytes() == (sources[NAME] / "data" / "train.csv").read_bytes()
+    assert (path / "data" / "train.jsonl").read_bytes() == (sources[NAME] / "data" / "train.jsonl").read_bytes()
 
 
 def hf_env(hub_cache: Path, hub: HubDouble, tmp_path: Path) -> dict[str, str]:
@@ -110,19 +111,19 @@ def test_the_hf_cache_layout_writes_datasets_folder_found_offline(bundled: Catal
         import json
         from huggingface_hub import snapshot_download, hf_hub_download
         snap = snapshot_download({m.source.hf_repo!r}, repo_type="dataset", revision={m.source.revision!r}, local_files_only=True)
-        csv = hf_hub_download({m.source.hf_repo!r}, "data/train.csv", repo_type="dataset", revision={m.source.revision!r})
+        train = hf_hub_download({m.source.hf_repo!r}, "data/train.jsonl", repo_type="dataset", revision={m.source.revision!r})
         try:
             snapshot_download({m.source.hf_repo!r}, revision={m.source.revision!r}, local_files_only=True)  # as a model
             as_model = "found"
         except Exception as exc:
             as_model = type(exc).__name__
-        print(json.dumps({{"snap": snap, "csv": csv, "as_model": as_model}}))
+        print(json.dumps({{"snap": snap, "train": train, "as_model": as_model}}))
     """
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=hf_env(cache.hub, dataset_hub, tmp_path),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out == {"snap": str(path), "csv": str(path / "data" / "train.csv"), "as_model": "LocalEntryNotFoundError"}
+    assert out == {"snap": str(path), "train": str(path / "data" / "train.jsonl"), "as_model": "LocalEntryNotFoundError"}
     assert dataset_hub.hub_requests() == 0
 
 
@@ -160,7 +161,7 @@ def test_the_pytest_plugin_hands_it_out_by_name(bundled: Catalog, sources: dict[
 
         @pytest.mark.catalog_model("tiny-sts")
         def test_marked(catalog_resolution):
-            assert (catalog_resolution.path / "data" / "train.csv").read_text().startswith("sentence1,")
+            assert (catalog_resolution.path / "data" / "train.jsonl").read_text().startswith('{"score": ')
 
         def test_factory(catalog_model):
             assert (catalog_model("tiny-sts").path / "data" / "test.jsonl").is_file()
@@ -174,7 +175,7 @@ def test_the_pytest_plugin_hands_it_out_by_name(bundled: Catalog, sources: dict[
 
 
 def test_a_dataset_needs_no_gpu_and_may_still_name_one(tmp_path: Path) -> None:
-    files = files_yaml(("data/train.csv", 10, "a" * 64))
+    files = files_yaml(("data/train.jsonl", 10, "a" * 64))
     text = manifest_text("ds", fmt="dataset", files=files).replace(f"  revision: {REV}", f"  repo_type: dataset\n  revision: {REV}")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
@@ -182,3 +183,50 @@ def test_a_dataset_needs_no_gpu_and_may_still_name_one(tmp_path: Path) -> None:
         assert cat.gpu_class(cat.get("ds")) == "cpu"
         cat = catalog.load(write_catalog(tmp_path / "b", {"ds.yaml": text.replace("{class: cpu}", "{class: l4}")}))
         assert cat.gpu_class(cat.get("ds")) == "l4"
+
+
+def _cli(store: str, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args, "--store", store,
+                           "--cache", str(cache)], capture_output=True, text=True, timeout=120)
+
+
+def test_datasets_loads_the_resolved_folder_and_the_hf_cache_snapshot_offline(
+        bundled: Catalog, sources: dict[str, Path], dataset_hub: HubDouble, tmp_path: Path) -> None:
+    """What the README promises for a dataset: `datasets.load_dataset(<resolved folder>)`, and by repo id through the
+    hf-cache layout as `load_dataset(snapshot_download(REPO, repo_type="dataset", revision=REV, local_files_only=True))`
+    in the environment `--format env` exports, with no request to the Hub."""
+    m = bundled.get(NAME)
+    store = filled_store(bundled, sources, tmp_path)
+    rows = {split: [json.loads(line) for line in (sources[NAME] / "data" / f"{split}.jsonl").read_text().splitlines()]
+            for split in ("train", "test")}
+    folder = _cli(store, tmp_path / "cache", "resolve", NAME).stdout.strip()
+    exported = _cli(store, tmp_path / "cache", "resolve", NAME, "--layout", "hf-cache", "--format", "env").stdout
+    env = hf_env(tmp_path, dataset_hub, tmp_path) | {"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")}
+    for line in exported.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = shlex.split(value)[0]
+    script = f"""
+        import json, sys
+        from datasets import load_dataset
+        from huggingface_hub import snapshot_download
+        by_folder = load_dataset(sys.argv[1])
+        by_repo = load_dataset(snapshot_download({m.source.hf_repo!r}, repo_type="dataset", revision={m.source.revision!r},
+                                                 local_files_only=True))
+        print(json.dumps([{{split: ds[split].to_list() for split in ("train", "test")}} for ds in (by_folder, by_repo)]))
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), folder], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    by_folder, by_repo = json.loads(done.stdout.strip().splitlines()[-1])
+    assert by_folder == by_repo == rows
+    assert dataset_hub.hub_requests() == 0
+
+
+def test_a_dataset_has_no_engine_arguments(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    store = filled_store(bundled, sources, tmp_path)
+    done = _cli(store, tmp_path / "cache", "resolve", NAME, "--format", "vllm-args")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[0] == ("error: --format vllm-args: tiny-sts is a dataset: no engine loads it, so it has "
+                                           "no engine arguments; use --format path or json")
+    listed = json.loads(_cli(store, tmp_path / "cache", "resolve", NAME, "--format", "json").stdout)
+    assert listed["engine_args"] is None

@@ -51,14 +51,18 @@ def test_streaming_formats_keep_weights_in_the_store(bundled: Catalog, sources: 
     assert qwen.streamed == ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
     assert "model.safetensors.index.json" in qwen.files and "tokenizer_config.json" in qwen.files
     assert not any(p.name.endswith(".safetensors") for p in qwen.path.iterdir())
-    assert qwen.model == store.stream_uri("model-catalog/tiny-qwen2/84ca0482ed7eecf473172924554344b4ac804471/")
+    revision = bundled.get("tiny-qwen2").source.revision
+    assert qwen.model == qwen.weights_uri == store.stream_uri(f"model-catalog/tiny-qwen2/{revision}/")
     assert qwen.tokenizer == str(qwen.path)
     tens = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store)
     assert tens.streamed == ("model.tensors",)
-    assert tens.loader["tensorizer_uri"] == tens.model + "model.tensors"
-    assert tens.loader["deserialization_kwargs"] == {"lazy_load": False}
+    # vLLM's tensorizer loader: --model is the local folder of configs and tokenizer, the weights URI goes in the
+    # loader's extra config.
+    assert tens.model == str(tens.path) and (tens.path / "config.json").is_file()
+    assert tens.weights_uri is not None and tens.loader["tensorizer_uri"] == tens.weights_uri + "model.tensors"
     pulled = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
-    assert pulled.model == str(pulled.path) and (pulled.path / "model.tensors").is_file()
+    assert pulled.model == str(pulled.path) and pulled.weights_uri is None
+    assert pulled.loader["tensorizer_uri"] == str(pulled.path / "model.tensors") and (pulled.path / "model.tensors").is_file()
 
 
 def test_blobs_are_shared_across_models(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:

@@ -31,9 +31,10 @@ def test_pre_commit_call_on_a_copy_reusing_a_bundled_prefix_exits_1_with_file_an
     done = validate(tmp_path, f"manifests/{copy}.yaml")
     assert done.returncode == 1, done.stdout + done.stderr
     prefix = yaml.safe_load(qwen)["s3_prefix"]
-    assert done.stdout.splitlines()[0] == (
-        f"manifests/{copy}.yaml:7: s3_prefix: {prefix!r} is the same prefix as 'tiny-qwen2' (manifests/tiny-qwen2.yaml:7); "
-        "give each model its own prefix  [prefix-overlap]")
+    assert (f"manifests/{copy}.yaml:7: s3_prefix: {prefix!r} is the same prefix as 'tiny-qwen2' (manifests/tiny-qwen2.yaml:7); "
+            "give each model its own prefix  [prefix-overlap]") in done.stdout.splitlines()
+    # The copy pins tiny-qwen2's repo too, and neither is marked primary.
+    assert [line.rsplit("[", 1)[-1] for line in done.stdout.splitlines()] == ["primary]", "prefix-overlap]"]
     assert validate(tmp_path, "manifests/tiny-llama.yaml").returncode == 0  # an uninvolved file stays clean
 
 
@@ -45,7 +46,7 @@ def test_pre_commit_call_on_an_umbrella_prefix_exits_1(tmp_path: Path) -> None:
     (tmp_path / "manifests" / "aa-umbrella.yaml").write_text(umbrella)
     done = validate(tmp_path, "manifests/aa-umbrella.yaml")
     assert done.returncode == 1
-    out = done.stdout.splitlines()
+    out = [line for line in done.stdout.splitlines() if line.endswith("[prefix-overlap]")]
     assert len(out) == 2 and all(line.startswith("manifests/aa-umbrella.yaml:7: s3_prefix: ") for line in out)
     assert "prefix of 'tiny-llama' (manifests/tiny-llama.yaml:7)" in out[0]
     assert "prefix of 'tiny-qwen2' (manifests/tiny-qwen2.yaml:7)" in out[1]

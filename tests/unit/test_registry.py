@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -43,9 +45,16 @@ def test_model_for_repo(bundled: Catalog) -> None:
     assert model_for_repo("model-catalog/tiny-llama", bundled, load_format="tensorizer").name == "tiny-llama-tensorizer"
 
 
+def test_model_for_repo_answers_with_the_primary_as_repo_id_outputs_do(bundled: Catalog) -> None:
+    assert model_for_repo("model-catalog/tiny-llama", bundled).name == "tiny-llama"  # primary among three
+    assert bundled.repo_owner("model-catalog/tiny-llama").name == "tiny-llama"  # type: ignore[union-attr]
+
+
 def test_model_for_repo_explains_ambiguity_absence_and_typos(bundled: Catalog) -> None:
+    # Without a primary (validate refuses such a catalog; a library caller may build one) several are ambiguous.
+    unmarked = dataclasses.replace(bundled, models={n: m.model_copy(update={"primary": False}) for n, m in bundled.models.items()})
     with pytest.raises(NoCatalogModelError) as many:
-        model_for_repo("model-catalog/tiny-llama", bundled)
+        model_for_repo("model-catalog/tiny-llama", unmarked)
     assert str(many.value) == ("model-catalog/tiny-llama is pinned by 3 catalog models: tiny-llama (safetensors), "
                                "tiny-llama-sharded (runai_streamer_sharded), tiny-llama-tensorizer (tensorizer)")
     assert "load_format" in (many.value.hint or "")

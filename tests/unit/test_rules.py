@@ -91,7 +91,8 @@ def test_a_document_that_is_not_a_mapping_is_one_problem(tmp_path: Path) -> None
 
 
 def test_duplicate_names_point_at_the_first_definition(tmp_path: Path) -> None:
-    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(), "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")})
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(extra="primary: true\n"),
+                                   "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")})
     assert lines(found) == ["manifests/more/tiny.yaml:1: duplicate-name", "manifests/tiny.yaml:1: duplicate-name"]
     assert "also defined at manifests/tiny.yaml:1" in found[0].message
     assert "also defined at manifests/more/tiny.yaml:1" in found[1].message
@@ -319,6 +320,36 @@ def test_one_primary_manifest_per_repo(tmp_path: Path) -> None:
     assert lines(problems_of(tmp_path, {"a.yaml": a, "b.yaml": b})) == ["manifests/a.yaml:8: primary", "manifests/b.yaml:8: primary"]
 
 
+def test_several_manifests_of_one_repo_need_a_primary_reported_on_each(tmp_path: Path) -> None:
+    a = manifest_text("a").replace("hf_repo: org/a", "hf_repo: org/shared")
+    b = manifest_text("b").replace("hf_repo: org/b", "hf_repo: org/shared")
+    found = problems_of(tmp_path, {"a.yaml": a, "b.yaml": b})
+    assert lines(found) == ["manifests/a.yaml:3: primary", "manifests/b.yaml:3: primary"]
+    assert "also pinned by manifests/b.yaml and none is `primary: true`" in found[0].message
+    (tmp_path / "alone").mkdir()
+    assert lines(problems_of(tmp_path / "alone", {"a.yaml": a, "b.yaml": b}, "b.yaml")) == ["manifests/b.yaml:3: primary"]
+    (tmp_path / "marked").mkdir()
+    marked = a.replace("gpu: {class: cpu}\n", "gpu: {class: cpu}\nprimary: true\n")
+    assert problems_of(tmp_path / "marked", {"a.yaml": marked, "b.yaml": b}) == []
+    # A dataset repo is no model id: a dataset and a model of one repo id need no primary.
+    (tmp_path / "dataset").mkdir()
+    dataset = b.replace("  revision:", "  repo_type: dataset\n  revision:").replace("load_format: safetensors", "load_format: dataset")
+    assert [p for p in problems_of(tmp_path / "dataset", {"a.yaml": a, "b.yaml": dataset}) if p.rule == "primary"] == []
+
+
+def test_engine_set_loader_keys_are_refused(tmp_path: Path) -> None:
+    files = files_yaml(("config.json", 10, SHA), ("model.tensors", 1000, "b" * 64), ("tokenizer.json", 10, SHA))
+    text = manifest_text(fmt="tensorizer", files=files, extra="loader:\n  deserialization_kwargs: {lazy_load: false}\n")
+    found = problems_of(tmp_path, {"tiny.yaml": text})
+    assert lines(found) == ["manifests/tiny.yaml:9: loader"]
+    assert "deserialization_kwargs.lazy_load is set by the engine" in found[0].message
+    (tmp_path / "uri").mkdir()
+    uri = text.replace("{lazy_load: false}", "{num_readers: 2}\n  tensorizer_uri: s3://elsewhere/x.tensors")
+    assert lines(problems_of(tmp_path / "uri", {"tiny.yaml": uri})) == ["manifests/tiny.yaml:10: loader"]
+    (tmp_path / "fine").mkdir()
+    assert problems_of(tmp_path / "fine", {"tiny.yaml": text.replace("lazy_load: false", "num_readers: 2")}) == []
+
+
 # Cross-manifest rules with only the changed file named (what pre-commit runs): the changed file always
 # gets its problem, whichever way the two files sort.
 
@@ -348,7 +379,7 @@ def test_an_umbrella_prefix_fails_alone(tmp_path: Path) -> None:
 
 
 def test_a_duplicate_name_fails_alone_on_either_file(tmp_path: Path) -> None:
-    catalog = {"tiny.yaml": manifest_text(), "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")}
+    catalog = {"tiny.yaml": manifest_text(extra="primary: true\n"), "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")}
     assert lines(problems_of(tmp_path, catalog, "tiny.yaml")) == ["manifests/tiny.yaml:1: duplicate-name"]
     assert lines(problems_of(tmp_path, catalog, "more/tiny.yaml")) == ["manifests/more/tiny.yaml:1: duplicate-name"]
 
@@ -363,7 +394,9 @@ def test_a_second_primary_fails_alone_on_either_file(tmp_path: Path) -> None:
 
 
 def _same_repo(name: str, files: str) -> str:
-    return manifest_text(name, files=files).replace(f"hf_repo: org/{name}", "hf_repo: org/shared")
+    """A manifest pinning org/shared; `a` is its primary (several manifests of one repo need one)."""
+    return manifest_text(name, files=files, extra="primary: true\n" if name == "a" else "").replace(
+        f"hf_repo: org/{name}", "hf_repo: org/shared")
 
 
 def test_two_manifests_pinning_different_bytes_for_one_path_at_one_revision(tmp_path: Path) -> None:
@@ -372,8 +405,8 @@ def test_two_manifests_pinning_different_bytes_for_one_path_at_one_revision(tmp_
     c = _same_repo("c", files_yaml(("config.json", 11, SHA), ("model.safetensors", 1000, "b" * 64)))  # size differs
     found = problems_of(tmp_path, {"a.yaml": a, "b.yaml": b, "c.yaml": c})
     assert lines(found) == [
-        "manifests/a.yaml:9: pin-conflict",  # config.json vs c
-        "manifests/a.yaml:12: pin-conflict",  # model.safetensors vs b
+        "manifests/a.yaml:10: pin-conflict",  # config.json vs c (a has one more line: primary)
+        "manifests/a.yaml:13: pin-conflict",  # model.safetensors vs b
         "manifests/b.yaml:9: pin-conflict",  # config.json vs c
         "manifests/b.yaml:15: pin-conflict",  # model.safetensors vs a and c
         "manifests/c.yaml:9: pin-conflict",  # config.json vs a and b
@@ -382,7 +415,7 @@ def test_two_manifests_pinning_different_bytes_for_one_path_at_one_revision(tmp_
     on_b = next(p for p in found if p.path == "manifests/b.yaml" and p.line == 15)
     assert on_b.field == "files[2].path"
     assert f"'model.safetensors' at org/shared@0123456789ab is pinned here as sha256 {'c' * 64}, 1000 bytes" in on_b.message
-    assert "manifests/a.yaml:12" in on_b.message and "manifests/c.yaml:12" in on_b.message
+    assert "manifests/a.yaml:13" in on_b.message and "manifests/c.yaml:12" in on_b.message
     (tmp_path / "two").mkdir()
     alone = problems_of(tmp_path / "two", {"a.yaml": a, "b.yaml": b}, "b.yaml")  # the changed file alone
     assert lines(alone) == ["manifests/b.yaml:15: pin-conflict"]
