@@ -54,6 +54,8 @@ class LoadReport:
     uri: str = ""  # where the weights were read from
     compared_with: str | None = None  # the safetensors model a tensorizer load was compared to
     skipped: str | None = None  # why nothing was loaded (the format has no loader): not a failure
+    engine: str | None = None  # `--engine`: what the engine did with it ("vllm: generated 8 tokens")
+    notes: list[str] = field(default_factory=list)  # worth saying, not a problem (a workaround the check applied)
 
     @property
     def ok(self) -> bool:
@@ -63,8 +65,8 @@ class LoadReport:
         return {
             "name": self.name, "load_format": self.load_format.value, "ok": self.ok, "tensors": self.tensors,
             "bytes": self.bytes, "seconds": round(self.seconds, 6), "throughput_mib_s": round(self.throughput_mib_s, 1),
-            "uri": self.uri, "compared_with": self.compared_with, "skipped": self.skipped,
-            "problems": list(self.problems),
+            "uri": self.uri, "compared_with": self.compared_with, "skipped": self.skipped, "engine": self.engine,
+            "problems": list(self.problems), "notes": list(self.notes),
         }
 
 

@@ -16,7 +16,9 @@ LAYERS = {"catalog": 0, "resolver": 1, "catalog_app": 2}
 FORBIDDEN = {"catalog": {"click", "boto3", "botocore", "huggingface_hub", "torch", "rich"}, "resolver": {"click", "rich"}}
 # The only modules that touch os.environ: the settings (they read it, once) and the loaders' scoped overlay
 # (runai's C++ core and tensorizer read endpoint settings from the process environment; it writes them there).
-ENVIRON_ALLOWED = {"catalog/settings.py", "resolver/loaders/common.py"}
+# Besides the settings: the loaders' overlay of the process environment for the C++ streamers, and the engine
+# worker, an entry point of its own process that sets the environment vLLM reads.
+ENVIRON_ALLOWED = {"catalog/settings.py", "resolver/loaders/common.py", "resolver/loaders/vllm_worker.py"}
 
 
 def modules() -> Iterator[tuple[str, Path]]:
