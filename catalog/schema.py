@@ -48,6 +48,30 @@ class GpuRequirement(_Strict):
     count: StrictInt = Field(1, ge=1, le=4096, description="How many GPUs of that class the model is tested on.")
 
 
+class HeaderPin(_Strict):
+    """A safetensors file's header, pinned by `catalog lock` from one ranged read (see catalog/safetensors_header.py)."""
+
+    length: StrictInt = Field(ge=0, description="The JSON header's length in bytes (after the 8-byte length).")
+    sha256: StrictStr = Field(description="sha256 of the file's first 8 + length bytes.", json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
+    tensors: StrictInt = Field(ge=0, description="How many tensors the header names.")
+    parameters: StrictInt = Field(ge=0, description="Elements over every tensor.")
+    bytes_by_dtype: dict[StrictStr, StrictInt] = Field(description="Tensor bytes per safetensors dtype (F32, BF16, ...).")
+    table_sha256: StrictStr = Field(description="sha256 of this file's tensor table in <name>.tensors.json.",
+                                    json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(self.bytes_by_dtype.values())
+
+
+class WeightMapPin(_Strict):
+    """A safetensors index's weight_map, pinned by `catalog lock`; the map itself is in <name>.tensors.json."""
+
+    tensors: StrictInt = Field(ge=0, description="How many tensors the weight_map names.")
+    sha256: StrictStr = Field(description="sha256 of the weight_map's table in <name>.tensors.json.",
+                              json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
+
+
 class FileEntry(_Strict):
     """One pinned file; written by `catalog lock`, never by hand."""
 
@@ -63,10 +87,18 @@ class FileEntry(_Strict):
     shards: tuple[StrictStr, ...] | None = Field(
         None, description="On an index file (*.safetensors.index.json, *.bin.index.json): every file its weight_map "
                           "names, as repo paths; each must be pinned too.")
+    header: HeaderPin | None = Field(None, description="On a *.safetensors file: its header (machine-written by `catalog lock`).")
+    weight_map: WeightMapPin | None = Field(None, description="On a *.safetensors.index.json: its weight_map (machine-written "
+                                                              "by `catalog lock`).")
 
     @property
     def is_index(self) -> bool:
         return formats.is_index_file(self.path)
+
+    @property
+    def weight_bytes(self) -> int:
+        """The tensors' exact bytes when the header is pinned, else the file's size (header included)."""
+        return self.header.tensor_bytes if self.header is not None else self.size
 
 
 class ModelManifest(_Strict):

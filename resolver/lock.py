@@ -18,24 +18,62 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from catalog import formats, naming
+from catalog import formats, naming, tensor_tables
 from catalog.errors import CatalogError, IntegrityError, StoreUnavailableError, UsageError
 from catalog.rules import dropped_by
-from catalog.schema import FileEntry, ModelManifest
+from catalog.safetensors_header import Header
+from catalog.schema import FileEntry, HeaderPin, ModelManifest, WeightMapPin
 from resolver import hashing
 from resolver.completeness import index_shards, missing_shards
 from resolver.fsutil import atomic_write
+from resolver.headers import read_file_header, read_store_header
 from resolver.hub import HubOptions, HubStore, RetryLater, list_repo_files
-from resolver.stores import ObjectNotFound
+from resolver.stores import ObjectNotFound, Store
 
 # Rules whose findings depend on the pinned files: a manifest with only these problems can be locked.
 FILE_RULES = frozenset({"unlocked", "load-format", "file-selection", "pickle", "gpu-memory", "duplicate-path", "file-path", "sha256", "size",
-                        "index-unrecorded", "shard-missing", "shards", "blob-id", "xet-hash"})
+                        "index-unrecorded", "shard-missing", "shards", "blob-id", "xet-hash", "header", "weight-map",
+                        "tensor-table", "tensor-missing", "tensor-duplicate"})
+
+
+@dataclass
+class Tensors:
+    """What lock read of a model's checkpoints: each safetensors file's header, each safetensors index's weight_map
+    (tensor -> repo path of its shard). Pinned on the files' entries; the names go to `<name>.tensors.json`."""
+
+    headers: dict[str, Header] = field(default_factory=dict)
+    weight_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def pin(self, entries: Sequence[FileEntry]) -> list[FileEntry]:
+        return [e.model_copy(update={"header": header_pin(self.headers[e.path]) if e.path in self.headers else None,
+                                     "weight_map": map_pin(self.weight_maps[e.path]) if e.path in self.weight_maps else None})
+                for e in entries]
+
+    def render(self, model: str) -> str | None:
+        """The sidecar's text; None when there is nothing to write (no safetensors)."""
+        if not self.headers and not self.weight_maps:
+            return None
+        rows = {path: tensor_tables.header_rows(h) for path, h in self.headers.items()}
+        return tensor_tables.render(model, rows, self.weight_maps)
+
+
+def header_pin(header: Header) -> HeaderPin:
+    return HeaderPin(length=header.length, sha256=header.sha256, tensors=len(header.tensors), parameters=header.parameters,
+                     bytes_by_dtype=header.bytes_by_dtype(),
+                     table_sha256=tensor_tables.table_sha256(tensor_tables.header_rows(header)))
+
+
+def map_pin(mapping: Mapping[str, str]) -> WeightMapPin:
+    return WeightMapPin(tensors=len(mapping), sha256=tensor_tables.weight_map_sha256(mapping))
+
+
+def is_safetensors(path: str) -> bool:
+    return path.endswith(".safetensors")
 
 
 # -- pure: the files block as text ---------------------------------------------------------------
@@ -62,6 +100,14 @@ def render_files_block(entries: Sequence[FileEntry]) -> str:
             lines.append(f"    xet_hash: {yaml_scalar(e.xet_hash)}")
         if e.shards is not None:
             lines += ["    shards:" + (" []" if not e.shards else "")] + [f"      - {yaml_scalar(s)}" for s in e.shards]
+        if e.header is not None:
+            h = e.header
+            dtypes = ", ".join(f"{yaml_scalar(d)}: {n}" for d, n in sorted(h.bytes_by_dtype.items()))
+            lines += ["    header:", f"      length: {h.length}", f"      sha256: {yaml_scalar(h.sha256)}",
+                      f"      tensors: {h.tensors}", f"      parameters: {h.parameters}",
+                      f"      bytes_by_dtype: {{{dtypes}}}", f"      table_sha256: {yaml_scalar(h.table_sha256)}"]
+        if e.weight_map is not None:
+            lines += ["    weight_map:", f"      tensors: {e.weight_map.tensors}", f"      sha256: {yaml_scalar(e.weight_map.sha256)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -105,6 +151,13 @@ def diff_files(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[str]:
         elif a is not None and b is not None and a.shards != b.shards:
             out.append(f"~ {path}: shards {list(a.shards) if a.shards is not None else 'unrecorded'} -> "
                        f"{list(b.shards) if b.shards is not None else 'unrecorded'}")
+        elif a is not None and b is not None and a.header is not None and b.header is not None and a.header != b.header:
+            out.append(f"~ {path}: header sha256 {a.header.sha256} ({a.header.tensors} tensors) -> {b.header.sha256} "
+                       f"({b.header.tensors} tensors)")
+        elif a is not None and b is not None and a.weight_map is not None and b.weight_map is not None \
+                and a.weight_map != b.weight_map:
+            out.append(f"~ {path}: weight_map sha256 {a.weight_map.sha256} ({a.weight_map.tensors} tensors) -> "
+                       f"{b.weight_map.sha256} ({b.weight_map.tensors} tensors)")
     return out
 
 
@@ -129,6 +182,12 @@ def complete_selection(name: str, entries: Sequence[FileEntry], indexes: Mapping
 
 # -- I/O: what the source has ------------------------------------------------------------------------
 def files_from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], name: str | None = None) -> list[FileEntry]:
+    """The selected files of `folder`, hashed, each safetensors header pinned."""
+    entries, tensors = _from_dir(folder, include, exclude, name)
+    return tensors.pin(entries)
+
+
+def _from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], name: str | None) -> tuple[list[FileEntry], Tensors]:
     if not folder.is_dir():
         raise UsageError(f"--from-dir {folder}: no such folder")
     paths = []
@@ -145,10 +204,26 @@ def files_from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, .
         entries.append(FileEntry(path=rel, size=size, sha256=digest))
         if formats.is_index_file(rel):
             indexes[rel] = (folder / rel).read_bytes()
-    return complete_selection(name or folder.name, entries, indexes, paths, include, exclude, f"--from-dir {folder}")
+    model = name or folder.name
+    entries = complete_selection(model, entries, indexes, paths, include, exclude, f"--from-dir {folder}")
+    # After the selection is known complete: a missing shard is the first thing to hear about.
+    tensors = Tensors({e.path: read_file_header(folder / e.path, model=model, path=e.path, size=e.size)
+                       for e in entries if is_safetensors(e.path)}, _weight_maps(indexes))
+    return entries, tensors
+
+
+def _weight_maps(indexes: Mapping[str, bytes]) -> dict[str, dict[str, str]]:
+    return {path: tensor_tables.weight_map(path, raw) for path, raw in indexes.items() if tensor_tables.is_safetensors_index(path)}
 
 
 def files_from_hub(manifest: ModelManifest, options: HubOptions) -> list[FileEntry]:
+    """The selected files of the repo at the pinned revision, from the Hub's metadata, each safetensors header
+    pinned from ranged reads (no weight byte is downloaded)."""
+    entries, tensors = _from_hub(manifest, options)
+    return tensors.pin(entries)
+
+
+def _from_hub(manifest: ModelManifest, options: HubOptions) -> tuple[list[FileEntry], Tensors]:
     repo, revision, repo_type = manifest.source.hf_repo, manifest.source.revision, manifest.source.repo_type
     listing = list_repo_files(repo, revision, options, repo_type)
     wanted = set(naming.select_files([f.path for f in listing], manifest.source.include, manifest.source.exclude))
@@ -171,8 +246,44 @@ def files_from_hub(manifest: ModelManifest, options: HubOptions) -> list[FileEnt
         entries.append(FileEntry(path=item.path, size=item.size, sha256=digest,
                                  blob_id=item.blob_id if re.fullmatch(r"[0-9a-f]{40}", item.blob_id) else None,
                                  xet_hash=item.xet_hash if item.xet_hash and re.fullmatch(r"[0-9a-f]{64}", item.xet_hash) else None))
-    return complete_selection(manifest.name, entries, indexes, [f.path for f in listing], manifest.source.include,
-                              manifest.source.exclude, f"{repo}@{revision[:12]}")
+    entries = complete_selection(manifest.name, entries, indexes, [f.path for f in listing], manifest.source.include,
+                                 manifest.source.exclude, f"{repo}@{revision[:12]}")
+    headers = {e.path: read_store_header(store, e.path, model=manifest.name, path=e.path, size=e.size, attempts=options.attempts)
+               for e in entries if is_safetensors(e.path)}
+    return entries, Tensors(headers, _weight_maps(indexes))
+
+
+def _from_store(manifest: ModelManifest, store: Store, prefix: str) -> tuple[list[FileEntry], Tensors]:
+    """The pins the manifest has, with the headers and weight maps read from the store's copies of those bytes.
+
+    Only objects proven to be the pinned ones are read: sync's record of each (sha256 equal to the pin, ETag
+    equal to the listed one: one listing and one small GET), and each index is hashed as it is read.
+    """
+    from resolver.stream_check import verify_streamed
+
+    if not manifest.files:
+        raise UsageError(f"{manifest.name}: nothing is pinned yet, so there are no objects to read headers from",
+                         hint=f"lock it from the Hub or a folder first: catalog lock {manifest.name} [--from-dir DIR]")
+    wanted = [e for e in manifest.files if is_safetensors(e.path) or tensor_tables.is_safetensors_index(e.path)]
+    verify_streamed(store, manifest.name, prefix, wanted)
+    headers = {e.path: read_store_header(store, prefix + e.path, model=manifest.name, path=e.path, size=e.size)
+               for e in wanted if is_safetensors(e.path)}
+    indexes = {}
+    for e in wanted:
+        if tensor_tables.is_safetensors_index(e.path):
+            raw = _read_whole(store, prefix + e.path, manifest.name, e.path, e.size)
+            if hashlib.sha256(raw).hexdigest() != e.sha256:  # the record vouched for it; the bytes have the last word
+                raise IntegrityError(manifest.name, e.path, "sha256", e.sha256, hashlib.sha256(raw).hexdigest(),
+                                     f"the object in {store.url} changed since sync verified it")
+            index_shards(e.path, raw)  # a pinned index is still checked for what it names
+            indexes[e.path] = raw
+    return list(manifest.files), Tensors(headers, _weight_maps(indexes))
+
+
+def _read_whole(store: Store, key: str, model: str, path: str, size: int) -> bytes:
+    from resolver.headers import read_range
+
+    return read_range(store, key, 0, size, model=model, path=path, size=size) if size else b""
 
 
 def _read_remote(store: HubStore, name: str, path: str, size: int, options: HubOptions,
@@ -214,15 +325,18 @@ class LockResult:
     manifest_path: Path
     old: tuple[FileEntry, ...]
     new: tuple[FileEntry, ...]
+    tables: str | None = None  # the tensor tables' text (None: no safetensors, no sidecar)
 
     @property
     def changed(self) -> bool:
-        """The pins (path, size, sha256) or an index's recorded shards differ: drift, for `lock --check`."""
-        return _pins(self.old) != _pins(self.new)
+        """The pins (path, size, sha256), an index's recorded shards, or a header / weight_map the manifest had
+        recorded differ: drift, for `lock --check`."""
+        return _pins(self.old) != _pins(self.new) or _recorded_tensors(self.old, self.new) != _recorded_tensors(self.new, self.old)
 
     @property
     def records_changed(self) -> bool:
-        """Only the informational Hub metadata (blob ids, Xet hashes) differs: written, but not drift."""
+        """Only what lock adds where the manifest had nothing (blob ids, Xet hashes, headers and weight maps
+        first recorded) differs: written, but not drift."""
         return not self.changed and _records(self.old) != _records(self.new)
 
 
@@ -230,8 +344,19 @@ def _pins(entries: Sequence[FileEntry]) -> list[tuple[str, int, str, tuple[str, 
     return sorted((e.path, e.size, e.sha256, e.shards) for e in entries)
 
 
-def _records(entries: Sequence[FileEntry]) -> list[tuple[str, str | None, str | None]]:
-    return sorted((e.path, e.blob_id, e.xet_hash) for e in entries)
+def _records(entries: Sequence[FileEntry]) -> list[tuple[str, str | None, str | None, bool, bool]]:
+    return sorted((e.path, e.blob_id, e.xet_hash, e.header is not None, e.weight_map is not None) for e in entries)
+
+
+def _recorded_tensors(entries: Sequence[FileEntry], other: Sequence[FileEntry]) -> list[tuple[str, object, object]]:
+    """Each file's header and weight_map pins, where `other` records them too (a first recording is no drift)."""
+    theirs = {e.path: e for e in other}
+    out: list[tuple[str, object, object]] = []
+    for e in sorted(entries, key=lambda e: e.path):
+        t = theirs.get(e.path)
+        if t is not None:
+            out.append((e.path, e.header if t.header is not None else None, e.weight_map if t.weight_map is not None else None))
+    return out
 
 
 def _keep_known(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[FileEntry]:
@@ -248,15 +373,22 @@ def _keep_known(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[File
 
 
 def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Path | None, hub: HubOptions,
-                  write: bool) -> LockResult:
-    """Compute the pinned files from the source; write them into the file unless `write` is False."""
-    entries = (files_from_dir(from_dir, manifest.source.include, manifest.source.exclude, manifest.name) if from_dir
-               else files_from_hub(manifest, hub))
+                  write: bool, store: tuple[Store, str] | None = None) -> LockResult:
+    """Compute the pinned files from the source (the Hub, `from_dir`, or with `store` (the store and the model's
+    key prefix there) the pins the manifest has with headers read from the bucket's copies); write them, and
+    the tensor tables beside the manifest, unless `write` is False."""
+    if store is not None:
+        entries, tensors = _from_store(manifest, *store)
+    elif from_dir:
+        entries, tensors = _from_dir(from_dir, manifest.source.include, manifest.source.exclude, manifest.name)
+    else:
+        entries, tensors = _from_hub(manifest, hub)
     if not entries:
         raise CatalogError(f"{manifest.name}: the source has no files matching source.include/exclude",
                            hint="check the patterns and the revision")
-    entries = _keep_known(manifest.files, entries)
-    result = LockResult(manifest.name, manifest_path, manifest.files, tuple(sorted(entries, key=lambda e: e.path)))
+    entries = _keep_known(manifest.files, tensors.pin(entries))
+    result = LockResult(manifest.name, manifest_path, manifest.files, tuple(sorted(entries, key=lambda e: e.path)),
+                        tensors.render(manifest.name))
     spec = manifest.load_format.spec
     unmet = [n.what for n in spec.needs if not n.met_by([e.path for e in result.new])]
     if unmet:
@@ -266,10 +398,21 @@ def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Pat
         raise UsageError(f"{manifest.name}: {where} has no {' and '.join(unmet)}, which load_format {manifest.load_format.value} "
                          "needs; nothing was written",
                          hint=f"lock it from the folder holding the artifacts: catalog lock {manifest.name} --from-dir DIR")
-    if write and (result.changed or result.records_changed):
-        text = manifest_path.read_text(encoding="utf-8")
-        atomic_text_write(manifest_path, replace_files_block(text, result.new))
+    if write:
+        write_tables(manifest_path, result.tables)  # first: a manifest never names tables that are not there
+        if result.changed or result.records_changed:
+            text = manifest_path.read_text(encoding="utf-8")
+            atomic_text_write(manifest_path, replace_files_block(text, result.new))
     return result
+
+
+def write_tables(manifest_path: Path, text: str | None) -> None:
+    """Write (or, for a model with no safetensors left, remove) the tensor tables beside the manifest."""
+    path = tensor_tables.sidecar_path(manifest_path)
+    if text is None:
+        path.unlink(missing_ok=True)
+    elif not path.is_file() or path.read_text(encoding="utf-8") != text:
+        atomic_text_write(path, text)
 
 
 def atomic_text_write(path: Path, text: str) -> None:

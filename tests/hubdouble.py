@@ -68,6 +68,7 @@ class HubDouble:
         self.repos: dict[str, Repo] = {}
         self.faults: list[Fault] = []
         self.requests: Counter[str] = Counter()
+        self.sent: Counter[str] = Counter()  # body bytes served per /resolve/ path
         self.lock = threading.Lock()
         double = self
 
@@ -206,6 +207,8 @@ class HubDouble:
                     status = 206
                     headers["Content-Range"] = f"bytes {start}-{start + len(body) - 1}/{len(data)}"
             truncate = fault.truncate if fault is not None else None
+            with self.lock:
+                self.sent[path] += 0 if head else len(body) if truncate is None else min(truncate, len(body))
             return self._send(h, status, body, head, headers, truncate=truncate)
         return self._send(h, 404, b"not found", head)
 

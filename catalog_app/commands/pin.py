@@ -11,8 +11,11 @@ from catalog.errors import CatalogError, InvalidCatalogError, UnknownModelError,
 from catalog_app.context import cache_option, catalog_dir, load_catalog, settings
 from catalog.loading import load_dir
 from catalog.schema import ModelManifest
+from catalog.settings import Settings
+from catalog.tensor_tables import sidecar_path
 from resolver.hub import HubOptions
 from resolver.lock import FILE_RULES, LockResult, diff_files, lock_manifest
+from resolver.stores import Store
 
 
 def lockable(root: Path, names: list[str] | None) -> list[tuple[ModelManifest, Path]]:
@@ -35,20 +38,28 @@ def lockable(root: Path, names: list[str] | None) -> list[tuple[ModelManifest, P
 @click.option("--all", "all_models", is_flag=True, help="Every manifest in the catalog.")
 @click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False), help="Pin from a local folder instead of the Hub.")
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 if the pinned files differ from the source.")
+@click.option("--from-store", is_flag=True, help="Keep the pins; read the safetensors headers from the store's verified copies.")
+@click.option("--store", metavar="URL", help="With --from-store: override catalog.yaml's store (env CATALOG_STORE).")
 @click.pass_context
-def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, from_dir: Path | None, check: bool) -> int:
-    """Fill in `files` (path, size, sha256) from the Hub at the pinned revision, or from a folder."""
+def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, from_dir: Path | None, check: bool,
+                 from_store: bool, store: str | None) -> int:
+    """Fill in `files` (path, size, sha256, safetensors headers) from the Hub at the pinned revision, or from a folder."""
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
     if from_dir is not None and len(names) != 1:
         raise UsageError("--from-dir pins one model at a time")
-    hub = HubOptions.from_settings(settings(ctx))
+    if from_store and from_dir is not None:
+        raise UsageError("--from-store and --from-dir are two sources; pass one")
+    current = settings(ctx, store=store)
+    hub = HubOptions.from_settings(current)
+    bucket = _store(ctx, current) if from_store else None
     drift = failed = False
     for manifest, path in lockable(catalog_dir(ctx), list(names) or None):
         # --from-dir means what it means for sync: DIR/<name>/ when present, else DIR.
         folder = from_dir / manifest.name if from_dir is not None and (from_dir / manifest.name).is_dir() else from_dir
         try:
-            result: LockResult = lock_manifest(manifest, path, from_dir=folder, hub=hub, write=not check)
+            result: LockResult = lock_manifest(manifest, path, from_dir=folder, hub=hub, write=not check,
+                                               store=(bucket[0], manifest.s3_prefix[len(bucket[1]):]) if bucket else None)
         except UsageError as exc:
             if not all_models:
                 raise
@@ -56,7 +67,8 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
             click.echo(f"error: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""), err=True)
             continue
         if not result.changed:
-            click.echo(f"{result.name}: up to date ({len(result.new)} files)", err=True)
+            recorded = "; recorded headers and Hub ids it lacked" if result.records_changed and not check else ""
+            click.echo(f"{result.name}: up to date ({len(result.new)} files{recorded})", err=True)
             continue
         drift = True
         verb = "differs from the source" if check else f"locked {len(result.new)} files into {path.name}"
@@ -64,6 +76,16 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
         for line in diff_files(result.old, result.new):
             click.echo(f"  {line}")
     return 1 if failed or (check and drift) else 0
+
+
+def _store(ctx: click.Context, current: Settings) -> tuple[Store, str]:
+    """The store and the root its prefixes are relative to (catalog.yaml's `store`)."""
+    from resolver.stores import open_store
+
+    catalog_settings = load_dir(catalog_dir(ctx)).settings
+    if catalog_settings is None:
+        raise UsageError(f"{catalog_dir(ctx)}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
+    return open_store(current.store or catalog_settings.store, current), catalog_settings.store
 
 
 @click.command("add")
@@ -90,7 +112,8 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
         [(manifest, path)] = lockable(root, [new.name])
         lock_manifest(manifest, path, from_dir=None, hub=hub, write=True)
     except (CatalogError, ValueError):
-        new.path.unlink(missing_ok=True)  # no half-made manifest left behind
+        new.path.unlink(missing_ok=True)  # no half-made manifest left behind, nor its tensor tables
+        sidecar_path(new.path).unlink(missing_ok=True)
         raise
     problems = load_dir(root, [new.path]).problems
     for problem in problems:

@@ -19,6 +19,7 @@ from hubdouble import HubDouble
 import catalog
 from catalog.lookup import Catalog
 from resolver.cache import Cache, hf_repo_folder
+from resolver.examples import safetensors_bytes
 from resolver.views import Layout
 from resolver.lock import files_from_dir, render_files_block
 from resolver.resolve import ResolveOptions, resolve
@@ -114,7 +115,7 @@ def two_revisions(tmp_path: Path) -> Catalog:
         folder.mkdir(parents=True)
         (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": vocab, "hidden_size": 32,
                                                         "num_attention_heads": 4, "num_hidden_layers": 1}))
-        (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      " + name.encode())
+        (folder / "model.safetensors").write_bytes(safetensors_bytes({}, {"name": name}))  # no tensors, a valid header
         entries[name] = (rev, render_files_block(files_from_dir(folder, (), ())))
     manifests = tmp_path / "manifests"
     manifests.mkdir()

@@ -68,8 +68,11 @@ def test_lock_writes_exactly_the_original_text_plus_the_files_block(hub: HubDoub
     expected = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in bundled.get("all-minilm-l6-v2").files]
     assert pinned == expected  # the LFS file's hash came from metadata; small files were hashed
     m = bundled.get("all-minilm-l6-v2")
-    lfs_downloads = hub.requests[f"GET /{m.source.hf_repo}/resolve/{m.source.revision}/model.safetensors"]
-    assert lfs_downloads == 0
+    weights = f"/{m.source.hf_repo}/resolve/{m.source.revision}/model.safetensors"
+    assert hub.requests[f"GET {weights}"] == 1 and hub.sent[weights] < 200_000  # one ranged read of the header
+    [entry] = [f for f in yaml.safe_load(text[len(MINILM_HEADER):])["files"] if f["path"] == "model.safetensors"]
+    assert entry["header"]["tensors"] > 100 and entry["header"]["bytes_by_dtype"] == {"F32": 90_852_864, "I64": 4_096}
+    assert (catalog_dir / "all-minilm-l6-v2.tensors.json").is_file()
     assert cli(hub, catalog_dir, "lock", "--check", "all-minilm-l6-v2").returncode == 0
 
 
@@ -156,6 +159,7 @@ def test_add_at_two_tags_gets_two_prefixes_and_refuses_a_commit_or_prefix_alread
     qwen = catalog_dir / "tiny-qwen2.yaml"
     qwen.write_text(qwen.read_text().replace(bundled.get("tiny-qwen2").s3_prefix, "s3://vllm-ci-model-weights/model-catalog/"))
     (catalog_dir / "tiny-llama-v2.yaml").unlink()
+    (catalog_dir / "tiny-llama-v2.tensors.json").unlink()  # its tensor tables go with it
     umbrella = cli(hub, catalog_dir, "add", t.source.hf_repo, "--revision", "v2", "--name", "tiny-llama-v2")
     assert umbrella.returncode == 2
     assert "is inside the prefix of 'tiny-qwen2'" in umbrella.stderr and "tiny-qwen2.yaml:7" in umbrella.stderr

@@ -21,6 +21,7 @@ from catalog.schema import FileEntry
 from resolver.cache import Cache
 from resolver.views import Layout, ViewSpec
 from resolver.completeness import BadIndexError, IncompleteModelError, index_shards, missing_shards, view_gaps
+from resolver.examples import safetensors_bytes
 from resolver.lock import files_from_dir, lock_manifest, render_files_block
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
@@ -132,8 +133,8 @@ def test_a_diffusers_subfolder_index_is_checked_beside_it(tmp_path: Path) -> Non
     folder = tmp_path / "model"
     (folder / "unet").mkdir(parents=True)
     (folder / "unet" / "diffusion_pytorch_model.safetensors.index.json").write_bytes(index_bytes("d-1.safetensors", "d-2.safetensors"))
-    (folder / "unet" / "d-1.safetensors").write_bytes(b"1")
-    (folder / "unet" / "d-2.safetensors").write_bytes(b"2")
+    (folder / "unet" / "d-1.safetensors").write_bytes(safetensors_bytes({}, {"part": "1"}))  # lock reads each header
+    (folder / "unet" / "d-2.safetensors").write_bytes(safetensors_bytes({}, {"part": "2"}))
     entries = {e.path: e for e in files_from_dir(folder, (), ())}
     assert entries["unet/diffusion_pytorch_model.safetensors.index.json"].shards == ("unet/d-1.safetensors", "unet/d-2.safetensors")
     with pytest.raises(UsageError, match="unet/d-2.safetensors"):

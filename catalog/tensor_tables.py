@@ -1,0 +1,215 @@
+"""The tensor tables `catalog lock` writes beside a manifest, `<name>.tensors.json` (pure: text <-> values).
+
+A manifest pins each safetensors header by digest and a short summary (`header:` on the file's entry); the
+tensor names, dtypes and shapes behind it live here, one tensor per line, so a re-lock's diff shows each
+tensor that changed and every problem names its line. A large checkpoint has tens of thousands of tensors:
+in the manifest they would bury the pins a reviewer must read. Each file's section is pinned by a digest in
+the manifest (`header.table_sha256`, `weight_map.sha256`), so an edit here that the manifest does not carry
+is caught by `validate` (the `tensor-table` rule), and the sidecar needs no trust of its own.
+
+    {
+      "model": "tiny-qwen2",
+      "files": {
+        "model-00001-of-00002.safetensors": {
+          "model.embed_tokens.weight": ["BF16", [64, 32]],        <- a header: tensors in data-offset order
+          ...
+        },
+        "model.safetensors.index.json": {
+          "lm_head.weight": "model-00002-of-00002.safetensors",   <- an index's weight_map: repo paths, by name
+          ...
+        }
+      }
+    }
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from catalog.safetensors_header import Header
+from catalog.schema import FileEntry
+
+SUFFIX = ".tensors.json"
+SAFETENSORS_INDEX = ".safetensors.index.json"
+
+Row = tuple[str, str, tuple[int, ...]]  # tensor name, dtype, shape
+
+_SECTION = re.compile(r'^ {4}("(?:[^"\\]|\\.)*"): \{')
+_ENTRY = re.compile(r'^ {6}("(?:[^"\\]|\\.)*"): ')
+
+
+class TableError(ValueError):
+    """A tensor table that cannot be read; `line` is 1-based (0: unknown)."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+def sidecar_path(manifest: Path) -> Path:
+    """`<name>.tensors.json` beside `<name>.yaml`."""
+    return manifest.with_name(manifest.stem + SUFFIX)
+
+
+def is_safetensors_index(path: str) -> bool:
+    return path.endswith(SAFETENSORS_INDEX)
+
+
+# -- canonical forms and their digests (what the manifest pins) -------------------------------------------
+def header_rows(header: Header) -> tuple[Row, ...]:
+    return tuple((t.name, t.dtype, t.shape) for t in header.tensors)
+
+
+def table_sha256(rows: Sequence[Row]) -> str:
+    """The digest of a header's tensor table, in offset order (the file's layout is part of what is pinned)."""
+    return _digest([[name, dtype, list(shape)] for name, dtype, shape in rows])
+
+
+def weight_map_sha256(mapping: Mapping[str, str]) -> str:
+    return _digest(sorted(mapping.items()))
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def weight_map(index_path: str, raw: bytes) -> dict[str, str]:
+    """An index's weight_map as tensor -> repo path of its shard (the map's names are relative to the index's
+    folder). `raw` was already checked to be an index (`resolver.completeness.index_shards`)."""
+    data = json.loads(raw)
+    folder = posixpath.dirname(index_path)
+    return {str(t): posixpath.join(folder, f) if folder else str(f) for t, f in sorted(data["weight_map"].items())}
+
+
+# -- the file ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorTables:
+    model: str
+    headers: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)  # safetensors file -> its tensors
+    weight_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # index -> tensor -> shard
+    lines: Mapping[tuple[str, ...], int] = field(default_factory=dict)  # (file,) or (file, tensor) -> line
+
+    def line_of(self, path: str, tensor: str | None = None) -> int:
+        key = (path,) if tensor is None else (path, tensor)
+        return self.lines.get(key) or self.lines.get((path,)) or 1
+
+
+def render(model: str, headers: Mapping[str, Sequence[Row]], weight_maps: Mapping[str, Mapping[str, str]]) -> str:
+    """The sidecar's text: files by path, a header's tensors in offset order, a weight_map's by name."""
+    sections: dict[str, list[str]] = {}
+    for path, rows in headers.items():
+        sections[path] = [f"{_key(name)}: {_value([dtype, list(shape)])}" for name, dtype, shape in rows]
+    for path, mapping in weight_maps.items():
+        sections[path] = [f"{_key(t)}: {_value(shard)}" for t, shard in sorted(mapping.items())]
+    out = ["{", f'  "model": {_value(model)},', '  "files": {']
+    for i, path in enumerate(sorted(sections)):
+        entries = sections[path]
+        out.append(f"    {_key(path)}: {{")
+        out += [f"      {e}{',' if j < len(entries) - 1 else ''}" for j, e in enumerate(entries)]
+        out.append("    }" + ("," if i < len(sections) - 1 else ""))
+    out += ["  }", "}"]
+    return "\n".join(out) + "\n"
+
+
+def _key(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _value(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def parse(text: str) -> TensorTables:
+    """The tables of a sidecar's text; TableError (with a line where one is known) for anything else."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise TableError(f"not JSON: {exc}", getattr(exc, "lineno", 0)) from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict) or not isinstance(data.get("model"), str):
+        raise TableError('expected an object with "model" and "files"', 1)
+    lines = _lines(text)
+    headers: dict[str, tuple[Row, ...]] = {}
+    maps: dict[str, dict[str, str]] = {}
+    for path, section in data["files"].items():
+        if not isinstance(section, dict):
+            raise TableError(f"{path!r}: expected an object of tensors", lines.get((path,), 0))
+        if is_safetensors_index(path):
+            maps[path] = {str(t): _shard(path, t, s, lines) for t, s in section.items()}
+        else:
+            headers[path] = tuple(_row(path, t, v, lines) for t, v in section.items())
+    return TensorTables(data["model"], headers, maps, lines)
+
+
+def _shard(path: str, tensor: str, value: Any, lines: Mapping[tuple[str, ...], int]) -> str:
+    if not isinstance(value, str):
+        raise TableError(f"{path!r}: tensor {tensor!r} maps to {value!r}, expected a file name", lines.get((path, tensor), 0))
+    return value
+
+
+def _row(path: str, tensor: str, value: Any, lines: Mapping[tuple[str, ...], int]) -> Row:
+    ok = (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], list)
+          and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value[1]))
+    if not ok:
+        raise TableError(f"{path!r}: tensor {tensor!r} is {value!r}, expected [dtype, shape]", lines.get((path, tensor), 0))
+    return (tensor, value[0], tuple(value[1]))
+
+
+def _lines(text: str) -> dict[tuple[str, ...], int]:
+    """Where each section and entry is, for a file laid out as `render` writes it (another layout parses
+    the same, its problems are then reported at line 1)."""
+    out: dict[tuple[str, ...], int] = {}
+    section: str | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if (match := _SECTION.match(line)) is not None:
+            section = _string(match.group(1))
+            if section is not None:
+                out.setdefault((section,), number)
+        elif section is not None and (match := _ENTRY.match(line)) is not None:
+            name = _string(match.group(1))
+            if name is not None:
+                out.setdefault((section, name), number)
+    return out
+
+
+def _string(literal: str) -> str | None:
+    try:
+        value = json.loads(literal)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+# -- the inventory `catalog show` prints --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Inventory:
+    """A model's tensors as its pinned headers count them."""
+
+    files: int  # safetensors files with a pinned header
+    tensors: int
+    parameters: int
+    bytes_by_dtype: Mapping[str, int]
+    unpinned: tuple[str, ...]  # safetensors files without one (locked before headers were pinned)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": self.files, "count": self.tensors, "parameters": self.parameters,
+                "bytes_by_dtype": dict(self.bytes_by_dtype), "bytes": sum(self.bytes_by_dtype.values()),
+                "unpinned": list(self.unpinned)}
+
+
+def inventory(files: Sequence[FileEntry]) -> Inventory:
+    pinned = [f.header for f in files if f.header is not None]
+    by_dtype: dict[str, int] = {}
+    for h in pinned:
+        for dtype, count in h.bytes_by_dtype.items():
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + count
+    unpinned = tuple(f.path for f in files if f.header is None and f.path.endswith(".safetensors"))
+    return Inventory(len(pinned), sum(h.tensors for h in pinned), sum(h.parameters for h in pinned),
+                     dict(sorted(by_dtype.items())), unpinned)
