@@ -15,15 +15,25 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from catalog import rules, yamlsource
+from catalog import rules, tensor_tables, yamlsource
 from catalog.errors import Problem
 from catalog.schema import CatalogSettings, ModelManifest
+from catalog.tensor_tables import TensorTables
 from catalog.yamlsource import LineMap, Loc, format_loc
 
 M = TypeVar("M", bound=BaseModel)
 
 SETTINGS_FILE = "catalog.yaml"
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class TablesDoc:
+    """A manifest's tensor tables (`<name>.tensors.json`): None when missing or unreadable."""
+
+    display: str
+    tables: TensorTables | None
+    exists: bool
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,7 @@ class ManifestDoc:
     display: str
     manifest: ModelManifest | None
     lines: LineMap
+    tables: TablesDoc | None = None  # read by `validate` only: nothing else needs the tensor names
 
 
 @dataclass
@@ -93,8 +104,9 @@ def discover(root: Path, problems: list[Problem] | None = None) -> list[Path]:
     return found
 
 
-def load_dir(root: Path, paths: Sequence[Path] | None = None) -> LoadResult:
-    """Load catalog.yaml and the manifests (all of them, or just `paths`), then run every rule.
+def load_dir(root: Path, paths: Sequence[Path] | None = None, *, tables: bool = False) -> LoadResult:
+    """Load catalog.yaml and the manifests (all of them, or just `paths`), then run every rule; with `tables`
+    also each manifest's tensor tables and the checkpoint rules over them (`catalog validate`).
 
     Cross-manifest rules (unique names, prefix overlap, pin conflicts) always see the whole catalog and
     report on every file involved, so checking one changed file in pre-commit still catches a collision
@@ -104,13 +116,14 @@ def load_dir(root: Path, paths: Sequence[Path] | None = None) -> LoadResult:
     problems: list[Problem] = []
     settings = _load_settings(root / SETTINGS_FILE, problems)
     selected = {p.resolve() for p in paths} if paths else None
-    docs = [load_manifest(path, problems) for path in discover(root, problems)]
+    docs = [load_manifest(path, problems, tables=tables) for path in discover(root, problems)]
     for extra in sorted(selected or ()):
         if extra not in {d.path for d in docs}:
-            docs.append(load_manifest(extra, problems))
+            docs.append(load_manifest(extra, problems, tables=tables))
     problems.extend(rules.check_catalog(docs, settings))
     if selected is not None:
         shown = {display_path(p) for p in selected} | {display_path(root / SETTINGS_FILE)}
+        shown |= {display_path(tensor_tables.sidecar_path(p)) for p in selected}
         problems = [p for p in problems if p.path in shown or p.rule == "manifest-folder"]  # a folder is no one file's
     return LoadResult(root, settings, docs, sorted(problems, key=_problem_order))
 
@@ -147,13 +160,33 @@ def _problem_order(problem: Problem) -> tuple[str, int, str]:
     return (problem.path, problem.line, problem.field)
 
 
-def load_manifest(path: Path, problems: list[Problem]) -> ManifestDoc:
+def load_manifest(path: Path, problems: list[Problem], *, tables: bool = False) -> ManifestDoc:
     display = display_path(path)
     located = _parse_file(path, display, problems)
     if located is None:
         return ManifestDoc(path, display, None, LineMap())
     manifest = _validate(ModelManifest, located, display, problems)
-    return ManifestDoc(path, display, manifest, located.lines)
+    sidecar = load_tables(path, problems) if tables and manifest is not None else None
+    return ManifestDoc(path, display, manifest, located.lines, sidecar)
+
+
+def load_tables(manifest_path: Path, problems: list[Problem]) -> TablesDoc:
+    """The tensor tables beside a manifest; a file that cannot be read is a `tensor-table` problem."""
+    path = tensor_tables.sidecar_path(manifest_path)
+    display = display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return TablesDoc(display, None, False)
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem(display, 0, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "tensor-table"))
+        return TablesDoc(display, None, True)
+    try:
+        return TablesDoc(display, tensor_tables.parse(text), True)
+    except tensor_tables.TableError as exc:
+        problems.append(Problem(display, exc.line, "", f"{exc.message}; run `catalog lock {manifest_path.stem}` to "
+                                "write it again", "tensor-table"))
+        return TablesDoc(display, None, True)
 
 
 def _load_settings(path: Path, problems: list[Problem]) -> CatalogSettings | None:

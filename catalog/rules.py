@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 from catalog import formats, naming
 from catalog.errors import Problem
 from catalog.formats import LoadFormat
-from catalog.schema import DATASET_GPU_CLASS, CatalogSettings, ModelManifest
+from catalog.safetensors_header import DTYPE_BITS, PREFIX
+from catalog.schema import DATASET_GPU_CLASS, CatalogSettings, FileEntry, ModelManifest
+from catalog.tensor_tables import TensorTables, is_safetensors_index, table_sha256, weight_map_sha256
 from catalog.yamlsource import LineMap, Loc, format_loc
 
 if TYPE_CHECKING:
-    from catalog.loading import ManifestDoc
+    from catalog.loading import ManifestDoc, TablesDoc
 
 GIB = 1024**3
 _BLOB_ID = re.compile(r"[0-9a-f]{40}")
@@ -57,6 +59,8 @@ def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None,
         report = _Reporter(doc.display, doc.lines)
         assert doc.manifest is not None
         check_manifest(doc.manifest, PurePosixPath(doc.path.name).stem, settings, names, report)
+        if doc.tables is not None:
+            problems.extend(check_tensor_tables(doc.manifest, doc.tables, report))
         problems.extend(report.problems)
     problems.extend(_duplicate_names(valid))
     problems.extend(_prefix_overlaps(valid))
@@ -79,6 +83,7 @@ def check_manifest(
     _check_prefix(m, settings, report)
     _check_files(m, report)
     _check_shards(m, report)
+    _check_tensor_pins(m, report)
     _check_repo_type(m, report)
     _check_load_format(m, report)
     _check_loader(m, report)
@@ -226,9 +231,12 @@ def _check_gpu(m: ModelManifest, settings: CatalogSettings | None, report: _Repo
         return
     capacity = spec.memory_gib * GIB * m.gpu.count
     # The weights are not all a model needs: KV cache, activations and the CUDA context want room too.
-    needed = m.weights_bytes * settings.gpu_memory_factor
+    # Pinned headers give the tensors' exact bytes; other weight files count whole.
+    weights = sum(f.weight_bytes for f in m.weight_files)
+    exact = all(f.header is not None for f in m.weight_files)
+    needed = weights * settings.gpu_memory_factor
     if needed > capacity:
-        report("gpu-memory", ("gpu",), f"weights are {m.weights_bytes / GIB:.1f} GiB, x {settings.gpu_memory_factor:g} "
+        report("gpu-memory", ("gpu",), f"{'tensors' if exact else 'weights'} are {weights / GIB:.1f} GiB, x {settings.gpu_memory_factor:g} "
                f"(catalog.yaml gpu_memory_factor) = {needed / GIB:.1f} GiB, but {m.gpu.count} x {gpu_class} holds "
                f"{capacity / GIB:.1f} GiB; pick a larger class or count")
 
@@ -333,3 +341,120 @@ def _pin_conflicts(docs: Sequence[ManifestDoc]) -> Iterator[Problem]:
                               f"{path!r} at {m.source.hf_repo}@{revision[:12]} is pinned here as sha256 {mine.sha256}, "
                               f"{mine.size} bytes but as {'; '.join(clashes)}; one revision has one set of bytes: "
                               "re-run `catalog lock` on the stale manifest", "pin-conflict")
+
+
+# -- tensor pins: the headers and weight maps `catalog lock` records ------------------------------------------
+def _check_tensor_pins(m: ModelManifest, report: _Reporter) -> None:
+    """What a manifest alone can say about its pinned headers: they sit on the right files and add up to them."""
+    for index, entry in enumerate(m.files):
+        loc: Loc = ("files", index)
+        if entry.header is not None:
+            h = entry.header
+            if not entry.path.endswith(".safetensors"):
+                report("header", (*loc, "header"), f"{entry.path!r} is not a *.safetensors file; only safetensors headers "
+                       "are pinned")
+                continue
+            for key in ("sha256", "table_sha256"):
+                if (message := naming.check_sha256(getattr(h, key))) is not None:
+                    report("header", (*loc, "header", key), message)
+            unknown = sorted(d for d in h.bytes_by_dtype if d not in DTYPE_BITS)
+            if unknown:
+                report("header", (*loc, "header", "bytes_by_dtype"), f"{', '.join(map(repr, unknown))}: not a safetensors "
+                       f"dtype (known: {', '.join(DTYPE_BITS)})")
+            made = PREFIX + h.length + h.tensor_bytes
+            if made != entry.size:
+                report("header", (*loc, "header"), f"8 + length {h.length} + tensor bytes {h.tensor_bytes} make {made} bytes "
+                       f"but the file has {entry.size}: the header is not this file's; "
+                       f"run `catalog lock {m.name}`")
+        if entry.weight_map is not None:
+            if not is_safetensors_index(entry.path):
+                report("weight-map", (*loc, "weight_map"), f"{entry.path!r} is not a *.safetensors.index.json; only a "
+                       "safetensors index pins its weight_map")
+            elif (message := naming.check_sha256(entry.weight_map.sha256)) is not None:
+                report("weight-map", (*loc, "weight_map", "sha256"), message)
+
+
+def check_tensor_tables(m: ModelManifest, doc: TablesDoc, report: _Reporter) -> list[Problem]:
+    """The sidecar against the manifest's pins, then the checkpoints it describes (no network, no store).
+
+    Problems in the sidecar are reported at its own lines; a sidecar that is missing, at the manifest's.
+    """
+    out: list[Problem] = []
+    pinned = [(i, e) for i, e in enumerate(m.files) if e.header is not None or e.weight_map is not None]
+    relock = f"run `catalog lock {m.name}`"
+    if doc.tables is None:
+        if pinned and not doc.exists:
+            i, entry = pinned[0]
+            report("tensor-table", ("files", i, "header" if entry.header is not None else "weight_map"),
+                   f"the tensor tables these pins name are missing: no {doc.display}; {relock}")
+        return out  # an unreadable sidecar was reported when it was read
+    tables = doc.tables
+
+    def at(path: str, tensor: str | None, message: str, rule: str) -> None:
+        out.append(Problem(doc.display, tables.line_of(path, tensor), path, message, rule))
+
+    if not pinned:
+        out.append(Problem(doc.display, 1, "", f"no file of {m.name} pins a header or weight_map; remove this file or "
+                           f"{relock}", "tensor-table"))
+        return out
+    if tables.model != m.name:
+        out.append(Problem(doc.display, 1, "model", f"the tables are {tables.model!r}'s, not {m.name!r}'s; {relock}",
+                           "tensor-table"))
+    good: set[str] = set()
+    for i, entry in pinned:
+        field, digest, have = _section(entry, tables)
+        if have is None:
+            report("tensor-table", ("files", i, field), f"{doc.display} has no table for {entry.path!r}; {relock}")
+        elif have != digest:
+            at(entry.path, None, f"the table differs from the one pinned in {report.display}:"
+               f"{report.lines.line_of(('files', i, field))} (edited, or stale); {relock}", "tensor-table")
+        else:
+            good.add(entry.path)
+    with_pins = {e.path for _, e in pinned}
+    for path in sorted((set(tables.headers) | set(tables.weight_maps)) - with_pins):
+        at(path, None, f"{path!r} is not a file of {m.name} with a pinned header or weight_map; {relock}", "tensor-table")
+    out += _checkpoint_problems(m, tables, good, doc.display)
+    return out
+
+
+def _section(entry: FileEntry, tables: TensorTables) -> tuple[str, str, str | None]:
+    """(the pin's key, the pinned digest, the digest of the sidecar's section or None when it has none)."""
+    if entry.header is not None:
+        rows = tables.headers.get(entry.path)
+        return "header", entry.header.table_sha256, None if rows is None else table_sha256(rows)
+    assert entry.weight_map is not None
+    mapping = tables.weight_maps.get(entry.path)
+    return "weight_map", entry.weight_map.sha256, None if mapping is None else weight_map_sha256(mapping)
+
+
+def _checkpoint_problems(m: ModelManifest, tables: TensorTables, good: set[str], display: str) -> list[Problem]:
+    """Every tensor an index's weight_map names is in the shard it maps to, and no tensor is in two of its shards."""
+    out: list[Problem] = []
+    names = {path: {row[0] for row in rows} for path, rows in tables.headers.items() if path in good}
+    for entry in m.files:
+        if entry.weight_map is None or entry.path not in good:
+            continue
+        mapping = tables.weight_maps[entry.path]
+        shards = sorted(p for p in set(mapping.values()) | set(entry.shards or ()) if p in names)
+        for tensor, shard in mapping.items():
+            if shard not in names or tensor in names[shard]:
+                continue
+            holders = [s for s in shards if tensor in names[s]]
+            why = (f"{', '.join(map(repr, holders))} does: the index and the shards disagree, and a loader that reads "
+                   "the shard the index names finds nothing" if holders else
+                   "nor does any other shard: the checkpoint lacks it, and an engine reports it missing or leaves the "
+                   "weight uninitialized")
+            out.append(Problem(display, tables.line_of(entry.path, tensor), entry.path,
+                               f"weight_map maps tensor {tensor!r} to {shard!r}, which does not hold it; {why}; fix the "
+                               "checkpoint upstream or pin another revision", "tensor-missing"))
+        first: dict[str, str] = {}
+        for shard in shards:
+            for tensor in sorted(names[shard]):
+                if tensor in first:
+                    out.append(Problem(display, tables.line_of(shard, tensor), shard,
+                                       f"tensor {tensor!r} is in {first[tensor]!r} ({display}:{tables.line_of(first[tensor], tensor)}) "
+                                       f"and in {shard!r}, both shards of {entry.path!r}: which copy loads is up to the "
+                                       "engine; fix the checkpoint upstream or pin another revision", "tensor-duplicate"))
+                else:
+                    first[tensor] = shard
+    return out

@@ -16,6 +16,7 @@ from catalog.loading import display_path, load_dir
 from catalog.lookup import Catalog
 from catalog.schema import ModelManifest, json_schema
 from catalog.settings import Settings, find_catalog_dir
+from catalog.tensor_tables import SUFFIX, Inventory, inventory
 from catalog_app import report
 from catalog_app.context import load_catalog, settings
 from catalog_app.markdown import table
@@ -30,7 +31,7 @@ from catalog_app.progress import human_bytes
 def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | None) -> int:
     """Check every manifest (or just PATHS) and report every problem at once."""
     root, selected = _validate_target(settings(ctx), paths)
-    result = load_dir(root, selected)
+    result = load_dir(root, selected, tables=True)
     problems = list(result.problems)
     if base is not None:
         from catalog.history import manifests_at, pin_changes
@@ -47,7 +48,7 @@ def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | No
 
 def _validate_target(settings: Settings, paths: Sequence[Path]) -> tuple[Path, list[Path] | None]:
     """The catalog root and the manifests to report on (None: all). pre-commit passes file names."""
-    files = [p for p in paths if not p.is_dir()]
+    files = [manifest_of(p) for p in paths if not p.is_dir()]
     dirs = [p for p in paths if p.is_dir()]
     if len(dirs) > 1 or (dirs and files):
         raise UsageError("pass either one catalog folder or manifest files, not both")
@@ -65,6 +66,15 @@ def _validate_target(settings: Settings, paths: Sequence[Path]) -> tuple[Path, l
     if not files or any(p.name == "catalog.yaml" and p.resolve().parent == root.resolve() for p in files):
         return root, None  # the settings changed: every manifest may be affected
     return root, files
+
+
+def manifest_of(path: Path) -> Path:
+    """A manifest's tensor tables (pre-commit passes a changed `<name>.tensors.json`) stand for the manifest."""
+    if not path.name.endswith(SUFFIX):
+        return path
+    base = path.name[: -len(SUFFIX)]
+    yml = path.with_name(base + ".yml")
+    return yml if yml.exists() else path.with_name(base + ".yaml")
 
 
 @click.command("list")
@@ -106,15 +116,27 @@ def _summary(cat: Catalog, m: ModelManifest) -> dict[str, Any]:
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.pass_context
 def show(ctx: click.Context, name: str, fmt: str) -> int:
-    """Show one model's manifest."""
+    """Show one model's manifest and its tensor inventory (from the pinned safetensors headers)."""
     cat = load_catalog(ctx)
-    data = cat.get(name).model_dump(mode="json", by_alias=True)
+    model = cat.get(name)
+    data = model.model_dump(mode="json", by_alias=True)
+    found = inventory(model.files)
     if fmt == "json":
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps({**data, "tensors": found.to_json()}, indent=2))
     else:
         click.echo(f"# {display_path(cat.sources[name])}", err=True)
         click.echo(yaml.safe_dump(data, sort_keys=False, width=120), nl=False)
+        click.echo("".join(f"# {line}\n" for line in inventory_lines(name, found)), nl=False)  # comments: still the manifest
     return 0
+
+
+def inventory_lines(name: str, found: Inventory) -> list[str]:
+    lines = [f"tensors: {found.tensors:,} in {found.files} safetensors file(s), {found.parameters:,} parameters, "
+             f"{human_bytes(sum(found.bytes_by_dtype.values()))}"]
+    lines += [f"  {dtype}: {count:,} bytes ({human_bytes(count)})" for dtype, count in found.bytes_by_dtype.items()]
+    if found.unpinned:
+        lines.append(f"{len(found.unpinned)} safetensors file(s) without a pinned header: run `catalog lock {name}`")
+    return lines
 
 
 @click.command()
