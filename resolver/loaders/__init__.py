@@ -20,11 +20,12 @@ import dataclasses
 from typing import Protocol
 
 from catalog.lookup import Catalog
+from catalog.safetensors_header import Header
 from catalog.schema import ModelManifest
 from resolver.cache import Cache
 from resolver.loaders import runai, safetensors, tensorizer
 from resolver.loaders.common import (
-    LOCAL, MiB, Header, LoadedWeights, LoadError, LoadReport, StreamTarget, TensorSpec, _need, compare_tensors,
+    LOCAL, MiB, LoadedWeights, LoadError, LoadReport, StreamTarget, TensorSpec, _need, compare_tensors,
     parse_header, read_header, scoped_environ, stream_target,
 )
 from resolver.loaders.runai import stream_safetensors

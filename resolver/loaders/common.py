@@ -1,5 +1,6 @@
 """What every loader shares: the report and result types, where a streaming loader reads from, the process
-environment a load runs in, safetensors headers, and exact tensor comparison.
+environment a load runs in, safetensors headers (read from verified bytes, compared with the pins), and exact
+tensor comparison.
 
 torch and the loader libraries are imported inside functions only (see `_need`): importing this module
 stays cheap and works without the `loaders` extra.
@@ -9,31 +10,32 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import logging
 import os
-import struct
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from catalog.errors import CatalogError, MissingObjectError
+from catalog.errors import CatalogError
 from catalog.formats import LoadFormat
+from catalog.loading import load_tables
 from catalog.lookup import Catalog
+from catalog.safetensors_header import Header, HeaderError, TensorInfo, parse
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import S3Options
+from catalog.tensor_tables import TensorTables
 from resolver.cache import Cache
+from resolver.headers import read_file_header, read_store_header
 from resolver.resolution import Resolution
 from resolver.resolve import store_key
-from resolver.stores import ObjectNotFound, Store
+from resolver.stores import Store
 
 if TYPE_CHECKING:
     import torch
 
 MiB = 1024 * 1024
-MAX_HEADER = 100 * MiB  # the reference implementation refuses larger safetensors headers too
 
 INSTALL_HINT = "install the loaders extra: pip install 'model-catalog[loaders]'"
 
@@ -185,74 +187,68 @@ def compare_tensors(got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Te
 
 
 # ---------------------------------------------------------------------------------------------------------
-# safetensors headers
+# safetensors headers: the catalog's parser, read from verified bytes, compared with the pins
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    dtype: str  # safetensors name: F32, BF16, ...
-    shape: tuple[int, ...]
-    start: int  # data_offsets, relative to the end of the header
-    end: int
-
-
-@dataclass(frozen=True)
-class Header:
-    raw: bytes  # the 8-byte length plus the JSON, exactly as in the file (the start of its sha256)
-    tensors: dict[str, TensorSpec]
+TensorSpec = TensorInfo  # the name loaders used before the parser moved to catalog/
 
 
 def read_header(cat: Catalog, manifest: ModelManifest, entry: FileEntry, store: Store, cache: Cache) -> Header:
-    """The header from the verified cached copy when there is one (no request), else two ranged reads."""
-    if cache.has_blob(entry):
-        with open(cache.blob_path(entry.sha256), "rb") as f:
-            head = f.read(8)
-            length = _header_length(manifest.name, entry, head)
-            return parse_header(manifest.name, entry, head + f.read(length))
-    key = store_key(cat, manifest, entry.path)
-    head = _read_range(store, manifest.name, entry, key, 0, 8)
-    length = _header_length(manifest.name, entry, head)
-    return parse_header(manifest.name, entry, head + _read_range(store, manifest.name, entry, key, 8, 8 + length))
-
-
-def _header_length(model: str, entry: FileEntry, head: bytes) -> int:
-    if len(head) != 8:
-        raise LoadError(f"{model}/{entry.path} is shorter than a safetensors header ({len(head)} bytes)")
-    (length,) = struct.unpack("<Q", head)
-    if length > MAX_HEADER or 8 + length > entry.size:
-        raise LoadError(f"{model}/{entry.path}: header length {length} does not fit a {entry.size}-byte file",
-                        hint="the pinned file is not safetensors; fix the manifest's load_format or the file")
-    return int(length)
+    """The header from the verified cached copy when there is one (no request), else from the store's object in
+    at most two ranged reads (a streaming loader then proves those bytes with its hash of the whole file)."""
+    try:
+        if cache.has_blob(entry):
+            return read_file_header(cache.blob_path(entry.sha256), model=manifest.name, path=entry.path, size=entry.size)
+        return read_store_header(store, store_key(cat, manifest, entry.path), model=manifest.name, path=entry.path,
+                                 size=entry.size)
+    except HeaderError as exc:
+        where = f"{manifest.name}/{entry.path}"
+        raise _unreadable(where, exc.message.removeprefix(where + ": ")) from None
 
 
 def parse_header(model: str, entry: FileEntry, raw: bytes) -> Header:
     try:
-        data = json.loads(raw[8:])
-        tensors = {
-            str(n): TensorSpec(str(v["dtype"]), tuple(int(d) for d in v["shape"]), int(v["data_offsets"][0]),
-                               int(v["data_offsets"][1]))
-            for n, v in data.items() if n != "__metadata__"
-        }
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
-        raise LoadError(f"{model}/{entry.path}: unreadable safetensors header ({type(exc).__name__})",
-                        hint="the pinned file is not safetensors; fix the manifest's load_format or the file") from None
-    return Header(raw, tensors)
+        return parse(raw, entry.size)
+    except HeaderError as exc:
+        raise _unreadable(f"{model}/{entry.path}", exc.message) from None
 
 
-def _read_range(store: Store, model: str, entry: FileEntry, key: str, start: int, end: int) -> bytes:
-    try:
-        stream = store.open(key, start, end)
-    except ObjectNotFound:
-        raise MissingObjectError(model, entry.path, store.url) from None
-    buffer = bytearray(end - start)
-    view = memoryview(buffer)
-    got = 0
-    try:
-        while got < len(buffer) and (count := stream.readinto(view[got:])):
-            got += count
-    finally:
-        stream.close()
-    return bytes(buffer[:got])
+def _unreadable(where: str, what: str) -> LoadError:
+    return LoadError(f"{where}: unreadable safetensors header: {what}",
+                     hint="the pinned file is not safetensors; fix the manifest's load_format or the file")
+
+
+def pinned_tables(cat: Catalog, manifest: ModelManifest) -> TensorTables | None:
+    """The tensor tables lock wrote beside the manifest (None: none, or unreadable: `validate` says why)."""
+    path = cat.sources.get(manifest.name)
+    return load_tables(path, []).tables if path is not None else None
+
+
+def header_problems(model: str, entry: FileEntry, header: Header, tables: TensorTables | None) -> list[str]:
+    """The header of the bytes being loaded against the pinned one: every tensor's dtype and shape against the
+    tensor table (when lock wrote one), then the header's own bytes against `header.sha256`. [] when nothing
+    is pinned: a manifest locked before headers were pinned has nothing to compare."""
+    pin = entry.header
+    if pin is None:
+        return []
+    where = f"{model}/{entry.path}"
+    rows = tables.headers.get(entry.path) if tables is not None else None
+    problems: list[str] = []
+    if rows is not None:
+        want = {name: (dtype, shape) for name, dtype, shape in rows}
+        got = {t.name: (t.dtype, t.shape) for t in header.tensors}
+        problems += [f"{where}: tensor {n} is pinned as {want[n][0]} {list(want[n][1])} but the file has no such tensor"
+                     for n in sorted(want.keys() - got.keys())]
+        problems += [f"{where}: tensor {n} ({got[n][0]} {list(got[n][1])}) is in the file but not pinned"
+                     for n in sorted(got.keys() - want.keys())]
+        problems += [f"{where}: tensor {n} is {got[n][0]} {list(got[n][1])} in the file, pinned as {want[n][0]} {list(want[n][1])}"
+                     for n in sorted(want.keys() & got.keys()) if want[n] != got[n]]
+    if header.sha256 != pin.sha256:
+        problems.append(f"{where}: the header is not the pinned one (sha256 {header.sha256}, pinned {pin.sha256}"
+                        + ("" if problems or rows is None else "; every tensor's dtype and shape still match: its metadata "
+                           "or layout changed") + "): the file changed under its pin (`catalog sync` re-uploads the "
+                        f"pinned bytes) or the pin is stale (`catalog lock --check {model}`)")
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------------------

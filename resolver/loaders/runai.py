@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING
 
 from catalog.errors import CatalogError
 from catalog.lookup import Catalog
+from catalog.safetensors_header import Header
 from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache
-from resolver.loaders.common import Header, LoadedWeights, LoadError, StreamTarget, _terse, read_header, scoped_environ, stream_target
+from resolver.loaders.common import (
+    LoadedWeights, LoadError, StreamTarget, _terse, header_problems, pinned_tables, read_header, scoped_environ,
+    stream_target,
+)
 from resolver.resolution import Resolution
 from resolver.resolve import ResolveOptions
 from resolver.stores import Store
@@ -41,7 +45,8 @@ def load(cat: Catalog, manifest: ModelManifest, resolution: Resolution, *, store
     entries = [f for f in manifest.files if f.path.endswith(".safetensors")]
     base = resolution.model.rstrip("/") + "/"
     headers = {e.path: read_header(cat, manifest, e, store, cache) for e in entries}
-    problems: list[str] = []
+    tables = pinned_tables(cat, manifest)
+    problems = [p for e in entries for p in header_problems(manifest.name, e, headers[e.path], tables)]
     files: dict[str, dict[str, torch.Tensor]] = {}
     seconds = 0.0
     target = stream_target(store, resolution)
@@ -61,7 +66,7 @@ def _unique_name_batches(entries: Sequence[FileEntry], headers: Mapping[str, Hea
     (per-rank shards all hold the same names: each gets its own stream)."""
     batches: list[tuple[list[FileEntry], set[str]]] = []
     for entry in entries:
-        names = set(headers[entry.path].tensors)
+        names = set(headers[entry.path].by_name())
         for batch, seen in batches:
             if not names & seen:
                 batch.append(entry)
@@ -82,7 +87,7 @@ def stream_safetensors(uris: Sequence[str], target: StreamTarget,
     from runai_model_streamer import SafetensorsStreamer
     from runai_model_streamer.s3_utils.s3_utils import S3Credentials
 
-    owner = {n: i for i, h in enumerate(headers or []) for n in h.tensors}
+    owner = {n: i for i, h in enumerate(headers or []) for n in h.by_name()}
     out: list[dict[str, torch.Tensor]] = [{} for _ in uris]
     credentials = S3Credentials(endpoint=target.endpoint, region_name=target.region) if target.s3 and target.endpoint else None
     try:
@@ -106,10 +111,11 @@ def stream_safetensors(uris: Sequence[str], target: StreamTarget,
 def check_streamed(model: str, entry: FileEntry, header: Header, tensors: Mapping[str, torch.Tensor]) -> list[str]:
     """Every tensor of the header arrived with its dtype and shape, and header + data hash to the pin."""
     where = f"{model}/{entry.path}"
-    problems = [f"{where}: tensor {n} named in the header did not arrive" for n in sorted(set(header.tensors) - set(tensors))]
-    problems += [f"{where}: tensor {n} arrived but is not in the header" for n in sorted(set(tensors) - set(header.tensors))]
-    for n in sorted(set(header.tensors) & set(tensors)):
-        spec, got = header.tensors[n], tensors[n]
+    specs = header.by_name()
+    problems = [f"{where}: tensor {n} named in the header did not arrive" for n in sorted(set(specs) - set(tensors))]
+    problems += [f"{where}: tensor {n} arrived but is not in the header" for n in sorted(set(tensors) - set(specs))]
+    for n in sorted(set(specs) & set(tensors)):
+        spec, got = specs[n], tensors[n]
         want_dtype = "torch." + TORCH_DTYPES.get(spec.dtype, spec.dtype)
         if str(got.dtype) != want_dtype or tuple(got.shape) != spec.shape:
             problems.append(f"{where}: tensor {n} arrived as {got.dtype} {tuple(got.shape)}, the header says "
@@ -124,18 +130,12 @@ def _check_digest(where: str, entry: FileEntry, header: Header, tensors: Mapping
     tensors in offset order are the rest of the file) and compare with the pinned size and sha256."""
     import torch
 
-    order = sorted(header.tensors.items(), key=lambda item: (item[1].start, item[1].end))
-    position = 0
-    for tensor_name, spec in order:
-        if spec.start != position:
-            return [f"{where}: the data section has a gap or overlap at tensor {tensor_name} (offset {spec.start}, "
-                    f"expected {position}): not a valid safetensors file"]
-        position = spec.end
-    if len(header.raw) + position != entry.size:
-        return [f"{where}: header and tensors make {len(header.raw) + position} bytes, the pin says {entry.size}"]
+    # The parser proved the tensors tile the data section in this order, so they are the rest of the file.
+    if len(header.raw) + header.data_bytes != entry.size:
+        return [f"{where}: header and tensors make {len(header.raw) + header.data_bytes} bytes, the pin says {entry.size}"]
     digest = hashlib.sha256(header.raw)
-    for tensor_name, _ in order:
-        flat = tensors[tensor_name].detach().reshape(-1).contiguous()
+    for spec in header.tensors:
+        flat = tensors[spec.name].detach().reshape(-1).contiguous()
         if flat.numel():
             digest.update(flat.view(torch.uint8).numpy().data)
     got = digest.hexdigest()
