@@ -3,40 +3,26 @@ then validated with no store and no Hub (each problem at its exact file:line).""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
+from checkpoints import INDEX, u8, write_checkpoint
 from helpers import manifest_text, write_catalog
 
 from catalog.errors import Problem
 from catalog.loading import load_dir
 from catalog.tensor_tables import parse, render
-from resolver.examples import Tensor, safetensors_bytes
+from resolver.examples import Tensor
 from resolver.hub import HubOptions
 from resolver.lock import lock_manifest
 
 S1, S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
-INDEX = "model.safetensors.index.json"
-
-
-def u8(*values: int) -> Tensor:
-    return Tensor("U8", (len(values),), bytes(values))
-
-
-def checkpoint(folder: Path, shards: dict[str, dict[str, Tensor]], weight_map: dict[str, str]) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    for name, tensors in shards.items():
-        (folder / name).write_bytes(safetensors_bytes(tensors))
-    (folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
-    return folder
 
 
 def locked(tmp_path: Path, shards: dict[str, dict[str, Tensor]], weight_map: dict[str, str]) -> Path:
     """A catalog with one manifest, `tiny`, locked from a checkpoint folder; its manifests/ folder."""
-    source = checkpoint(tmp_path / "src", shards, weight_map)
+    source = write_checkpoint(tmp_path / "src", shards, weight_map)
     folder = write_catalog(tmp_path, {"tiny.yaml": manifest_text(files="")[: -len("files:\n")]})
     [doc] = load_dir(folder).docs
     assert doc.manifest is not None
