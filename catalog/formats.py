@@ -95,6 +95,9 @@ class FormatSpec:
     # Loader keys the engine (or the catalog) sets itself: a manifest that sets them too breaks the load
     # ("got multiple values for keyword argument") or bypasses the pin (a weights URI of its own). Dotted paths.
     engine_sets: tuple[str, ...] = ()
+    # the engine reads local safetensors through the loader that takes --safetensors-load-strategy (vLLM's default
+    # loader for auto/safetensors/mistral; not fastsafetensors, the streamers or sharded_state)
+    load_strategy: bool = False
 
     def weight_files(self, paths: list[str]) -> list[str]:
         return [p for p in paths if any(fnmatchcase(p, pattern) for pattern in self.weight_patterns)]
@@ -102,15 +105,15 @@ class FormatSpec:
 
 FORMATS: dict[LoadFormat, FormatSpec] = {
     LoadFormat.AUTO: FormatSpec(default_excludes=OTHER_WEIGHT_FORMATS, loader="safetensors",
-                                weight_patterns=("*.safetensors", "*.bin", "*.pt", "*.pth")),
+                                weight_patterns=("*.safetensors", "*.bin", "*.pt", "*.pth"), load_strategy=True),
     LoadFormat.SAFETENSORS: FormatSpec(needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS,
-                                       loader="safetensors"),
+                                       loader="safetensors", load_strategy=True),
     LoadFormat.FASTSAFETENSORS: FormatSpec(needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS,
                                            loader="safetensors"),
     LoadFormat.PT: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth")),
     LoadFormat.NPCACHE: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth", "*.npy")),
     LoadFormat.BITSANDBYTES: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors", "*.bin")),
-    LoadFormat.MISTRAL: FormatSpec(loader="safetensors"),
+    LoadFormat.MISTRAL: FormatSpec(loader="safetensors", load_strategy=True),
     LoadFormat.SHARDED_STATE: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors",)),
     LoadFormat.GGUF: FormatSpec(needs=(Needs("a *.gguf file", ("*.gguf",), nested=True),), weight_patterns=("*.gguf",),
                                 engine_target=EngineTarget.FILE),

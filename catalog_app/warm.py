@@ -27,7 +27,7 @@ from resolver.views import Marker
 from resolver.fsutil import atomic_write
 from resolver.resolution import Resolution
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3  # 3: answers carry the filesystem of the folder handed out (it decides engine arguments)
 LAYOUTS = ("dir", "hf-cache")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.formats import EngineTarget, LoadFormat
+from resolver import mounts
 from resolver.views import Layout
 
 
@@ -44,6 +45,7 @@ class Resolution:
     markers: tuple[Path, ...] = ()  # the verified-view markers this answer rests on
     sources: Mapping[str, str] = field(default_factory=dict)  # file -> where its bytes came from (cache, a store)
     weights_uri: str | None = None  # the store prefix the engine streams the weights from (None: they are local)
+    filesystem: str | None = None  # the type of the filesystem holding `path` (resolver/mounts.py), None: unknown
 
     @property
     def streams(self) -> bool:
@@ -56,6 +58,7 @@ class Resolution:
             "tokenizer": self.tokenizer, "files": list(self.files), "streamed": list(self.streamed),
             "bytes": self.bytes, "source": self.source, "sources": dict(self.sources), "layout": self.layout.value,
             "hub_cache": str(self.hub_cache) if self.hub_cache else None, "weights_uri": self.weights_uri,
+            "filesystem": self.filesystem,
             "engine_args": engine_args(self) if self.load_format.spec.engine else None, "env": engine_env(self),
         }
 
@@ -75,6 +78,7 @@ class Resolution:
             stream_env=dict(data["stream_env"]), tensor_parallel=data.get("tensor_parallel"), primary=bool(data.get("primary")),
             markers=tuple(Path(m) for m in data.get("markers", ())), sources=dict(data.get("sources", {})),
             weights_uri=data.get("weights_uri"),
+            filesystem=data.get("filesystem"),
         )
 
     def from_cache(self) -> Resolution:
@@ -118,7 +122,16 @@ def engine_args(r: Resolution) -> list[str]:
         args += ["--tensor-parallel-size", str(r.tensor_parallel)]
     if r.loader:
         args += ["--model-loader-extra-config", json.dumps(dict(r.loader), sort_keys=True, separators=(",", ":"))]
+    if prefetch(r):
+        args += ["--safetensors-load-strategy", "prefetch"]
     return args
+
+
+def prefetch(r: Resolution) -> bool:
+    """Local safetensors on a filesystem the engine would read slowly and not prefetch from by itself. Not with
+    vLLM's multi-thread loader, which refuses any strategy but the default."""
+    return (not r.streams and r.load_format.spec.load_strategy and mounts.needs_prefetch(r.filesystem)
+            and not r.loader.get("enable_multithread_load"))
 
 
 def engine_env(r: Resolution) -> dict[str, str]:

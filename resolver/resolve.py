@@ -30,7 +30,7 @@ from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
-from resolver import capacity, hashing, stream_check, tiers
+from resolver import capacity, hashing, mounts, stream_check, tiers
 from resolver.cache import Cache, write_hint
 from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
@@ -237,6 +237,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         tensor_parallel=formats.tensor_parallel_ranks(manifest.load_format.spec, [f.path for f in manifest.files]),
         primary=manifest.primary, sources=sources, weights_uri=weights_uri,
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
+        filesystem=mounts.filesystem_type(path),
     )
 
 
