@@ -30,6 +30,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,12 @@ class TensorTables:
     model: str
     headers: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)  # safetensors file -> its tensors
     weight_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # index -> tensor -> shard
-    lines: Mapping[tuple[str, ...], int] = field(default_factory=dict)  # (file,) or (file, tensor) -> line
+    text: str = field(default="", repr=False, compare=False)  # what was parsed: lines are found in it when asked
+
+    @cached_property
+    def lines(self) -> Mapping[tuple[str, ...], int]:
+        """(file,) or (file, tensor) -> line. Only a problem needs one: a clean validate never scans for them."""
+        return _lines(self.text)
 
     def line_of(self, path: str, tensor: str | None = None) -> int:
         key = (path,) if tensor is None else (path, tensor)
@@ -135,30 +141,30 @@ def parse(text: str) -> TensorTables:
         raise TableError(f"not JSON: {exc}", getattr(exc, "lineno", 0)) from None
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict) or not isinstance(data.get("model"), str):
         raise TableError('expected an object with "model" and "files"', 1)
-    lines = _lines(text)
     headers: dict[str, tuple[Row, ...]] = {}
     maps: dict[str, dict[str, str]] = {}
     for path, section in data["files"].items():
         if not isinstance(section, dict):
-            raise TableError(f"{path!r}: expected an object of tensors", lines.get((path,), 0))
+            raise TableError(f"{path!r}: expected an object of tensors", _lines(text).get((path,), 0))
         if is_safetensors_index(path):
-            maps[path] = {str(t): _shard(path, t, s, lines) for t, s in section.items()}
+            maps[path] = {str(t): _shard(path, t, s, text) for t, s in section.items()}
         else:
-            headers[path] = tuple(_row(path, t, v, lines) for t, v in section.items())
-    return TensorTables(data["model"], headers, maps, lines)
+            headers[path] = tuple(_row(path, t, v, text) for t, v in section.items())
+    return TensorTables(data["model"], headers, maps, text)
 
 
-def _shard(path: str, tensor: str, value: Any, lines: Mapping[tuple[str, ...], int]) -> str:
+def _shard(path: str, tensor: str, value: Any, text: str) -> str:
     if not isinstance(value, str):
-        raise TableError(f"{path!r}: tensor {tensor!r} maps to {value!r}, expected a file name", lines.get((path, tensor), 0))
+        raise TableError(f"{path!r}: tensor {tensor!r} maps to {value!r}, expected a file name",
+                         _lines(text).get((path, tensor), 0))
     return value
 
 
-def _row(path: str, tensor: str, value: Any, lines: Mapping[tuple[str, ...], int]) -> Row:
-    ok = (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], list)
-          and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value[1]))
+def _row(path: str, tensor: str, value: Any, text: str) -> Row:
+    ok = (type(value) is list and len(value) == 2 and type(value[0]) is str and type(value[1]) is list
+          and all(type(d) is int and d >= 0 for d in value[1]))
     if not ok:
-        raise TableError(f"{path!r}: tensor {tensor!r} is {value!r}, expected [dtype, shape]", lines.get((path, tensor), 0))
+        raise TableError(f"{path!r}: tensor {tensor!r} is {value!r}, expected [dtype, shape]", _lines(text).get((path, tensor), 0))
     return (tensor, value[0], tuple(value[1]))
 
 
@@ -180,6 +186,8 @@ def _lines(text: str) -> dict[tuple[str, ...], int]:
 
 
 def _string(literal: str) -> str | None:
+    if "\\" not in literal:
+        return literal[1:-1]  # nothing escaped: the text between the quotes (the common case, and fast)
     try:
         value = json.loads(literal)
     except ValueError:
