@@ -46,18 +46,17 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
     """Fill in `files` (path, size, sha256, safetensors headers) from the Hub at the pinned revision, or from a folder."""
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
-    if from_dir is not None and len(names) != 1:
-        raise UsageError("--from-dir pins one model at a time")
     if from_store and from_dir is not None:
         raise UsageError("--from-store and --from-dir are two sources; pass one")
+    if store is not None and not from_store:
+        raise UsageError("--store names the store --from-store reads headers from; pass --from-store too")
     current = settings(ctx, store=store)
     hub = HubOptions.from_settings(current)
     bucket = _store(ctx, current) if from_store else None
     drift = failed = False
     for manifest, path in lockable(catalog_dir(ctx), list(names) or None):
-        # --from-dir means what it means for sync: DIR/<name>/ when present, else DIR.
-        folder = from_dir / manifest.name if from_dir is not None and (from_dir / manifest.name).is_dir() else from_dir
         try:
+            folder = _model_dir(from_dir, manifest.name, single=len(names) == 1)
             result: LockResult = lock_manifest(manifest, path, from_dir=folder, hub=hub, write=not check,
                                                store=(bucket[0], manifest.s3_prefix[len(bucket[1]):]) if bucket else None)
         except UsageError as exc:
@@ -76,6 +75,16 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
         for line in diff_files(result.old, result.new):
             click.echo(f"  {line}")
     return 1 if failed or (check and drift) else 0
+
+
+def _model_dir(from_dir: Path | None, name: str, *, single: bool) -> Path | None:
+    """--from-dir means what it means for sync: DIR/<name>/ when present, else (one model) DIR itself."""
+    if from_dir is None or (from_dir / name).is_dir():
+        return from_dir / name if from_dir is not None else None
+    if single:
+        return from_dir
+    raise UsageError(f"{name}: no folder {from_dir / name} to lock it from",
+                     hint="with several models, --from-dir DIR reads each one's files from DIR/<name>/")
 
 
 def _store(ctx: click.Context, current: Settings) -> tuple[Store, str]:

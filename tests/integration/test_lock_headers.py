@@ -27,6 +27,7 @@ from resolver.lock import render_files_block
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
 
+ROOT = Path(__file__).resolve().parents[2]
 SHARDS = 100
 LONG = PROBE + 10_000  # shard 1's header needs a second read
 
@@ -208,3 +209,25 @@ def test_an_empty_safetensors_file_pins_an_empty_table(tmp_path: Path) -> None:
     assert cli(tmp_path, folder, "lock", "big", "--from-dir", str(src)).returncode == 0
     assert parse((folder / "big.tensors.json").read_text()).headers == {"model.safetensors": ()}
     assert cli(tmp_path, folder, "validate").returncode == 0
+
+
+def test_every_bundled_manifest_locks_from_one_folder_of_sources_and_validates(tmp_path: Path, sources: dict[str, Path]) -> None:
+    """How the bundled manifests get their headers: `lock --all --from-dir OUT`, OUT/<name>/ per model."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, folder in sources.items():
+        (out / name).symlink_to(folder)
+    folder = tmp_path / "manifests"
+    shutil.copytree(ROOT / "manifests", folder)
+    done = cli(tmp_path, folder, "lock", "--all", "--from-dir", str(out))
+    assert done.returncode == 0, done.stderr
+    cat = catalog.load(folder)
+    for m in cat:
+        safetensors = [f for f in m.files if f.path.endswith(".safetensors")]
+        assert all(f.header is not None for f in safetensors), m.name
+        assert (folder / f"{m.name}.tensors.json").exists() is bool(safetensors), m.name
+    assert cli(tmp_path, folder, "validate").returncode == 0
+    assert cli(tmp_path, folder, "lock", "--all", "--check", "--from-dir", str(out)).returncode == 0
+    (out / "tiny-sts").unlink()
+    missing = cli(tmp_path, folder, "lock", "--all", "--from-dir", str(out))
+    assert missing.returncode == 1 and f"error: tiny-sts: no folder {out / 'tiny-sts'} to lock it from" in missing.stderr
