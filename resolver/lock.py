@@ -31,7 +31,7 @@ from catalog.schema import FileEntry, HeaderPin, ModelManifest, WeightMapPin
 from resolver import hashing
 from resolver.completeness import index_shards, missing_shards
 from resolver.fsutil import atomic_write
-from resolver.headers import read_file_header, read_store_header
+from resolver.headers import read_file_header, read_range, read_store_header
 from resolver.hub import HubOptions, HubStore, RetryLater, list_repo_files
 from resolver.stores import ObjectNotFound, Store
 
@@ -281,8 +281,6 @@ def _from_store(manifest: ModelManifest, store: Store, prefix: str) -> tuple[lis
 
 
 def _read_whole(store: Store, key: str, model: str, path: str, size: int) -> bytes:
-    from resolver.headers import read_range
-
     return read_range(store, key, 0, size, model=model, path=path, size=size) if size else b""
 
 
@@ -331,7 +329,7 @@ class LockResult:
     def changed(self) -> bool:
         """The pins (path, size, sha256), an index's recorded shards, or a header / weight_map the manifest had
         recorded differ: drift, for `lock --check`."""
-        return _pins(self.old) != _pins(self.new) or _recorded_tensors(self.old, self.new) != _recorded_tensors(self.new, self.old)
+        return _pins(self.old) != _pins(self.new) or _tensor_drift(self.old, self.new)
 
     @property
     def records_changed(self) -> bool:
@@ -348,15 +346,15 @@ def _records(entries: Sequence[FileEntry]) -> list[tuple[str, str | None, str | 
     return sorted((e.path, e.blob_id, e.xet_hash, e.header is not None, e.weight_map is not None) for e in entries)
 
 
-def _recorded_tensors(entries: Sequence[FileEntry], other: Sequence[FileEntry]) -> list[tuple[str, object, object]]:
-    """Each file's header and weight_map pins, where `other` records them too (a first recording is no drift)."""
-    theirs = {e.path: e for e in other}
-    out: list[tuple[str, object, object]] = []
-    for e in sorted(entries, key=lambda e: e.path):
-        t = theirs.get(e.path)
-        if t is not None:
-            out.append((e.path, e.header if t.header is not None else None, e.weight_map if t.weight_map is not None else None))
-    return out
+def _tensor_drift(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> bool:
+    """A header or weight_map the manifest recorded that the source now gives otherwise (a first recording is no drift)."""
+    after = {e.path: e for e in new}
+    for a in old:
+        b = after.get(a.path)
+        if b is not None and ((a.header is not None and b.header is not None and a.header != b.header)
+                              or (a.weight_map is not None and b.weight_map is not None and a.weight_map != b.weight_map)):
+            return True
+    return False
 
 
 def _keep_known(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[FileEntry]:

@@ -36,7 +36,7 @@ def test_a_generated_model_parses_to_its_tensors_in_offset_order() -> None:
     assert 8 + header.length + header.data_bytes == len(data)
 
 
-def test_the_real_minilm_header_parses(tmp_path: Path) -> None:
+def test_the_real_minilm_header_parses() -> None:
     from resolver.examples import minilm_dir
 
     data = (minilm_dir() / "model.safetensors").read_bytes()
