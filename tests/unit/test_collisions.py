@@ -28,6 +28,8 @@ def test_pre_commit_call_on_a_copy_reusing_a_bundled_prefix_exits_1_with_file_an
     shutil.copytree(ROOT / "manifests", tmp_path / "manifests")
     qwen = (tmp_path / "manifests" / "tiny-qwen2.yaml").read_text()
     (tmp_path / "manifests" / f"{copy}.yaml").write_text(qwen.replace("name: tiny-qwen2", f"name: {copy}"))
+    tables = (tmp_path / "manifests" / "tiny-qwen2.tensors.json").read_text()  # its pinned tensor tables, copied too
+    (tmp_path / "manifests" / f"{copy}.tensors.json").write_text(tables.replace('"model": "tiny-qwen2"', f'"model": "{copy}"'))
     done = validate(tmp_path, f"manifests/{copy}.yaml")
     assert done.returncode == 1, done.stdout + done.stderr
     prefix = yaml.safe_load(qwen)["s3_prefix"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from catalog.safetensors_header import MAX_HEADER, HeaderError, header_length, parse
-from resolver.examples import Tensor, llama_tensors, safetensors_bytes
+from resolver.examples import Tensor, decoder_tensors, safetensors_bytes
 
 
 def file_of(header: dict[str, object], data: bytes = b"", *, raw: bytes | None = None) -> bytes:
@@ -24,7 +24,7 @@ def u8(start: int, end: int, shape: list[int] | None = None, dtype: str = "U8") 
 
 
 def test_a_generated_model_parses_to_its_tensors_in_offset_order() -> None:
-    tensors = llama_tensors(seed=1, dtype="BF16")
+    tensors = decoder_tensors(seed=1, dtype="BF16")
     data = safetensors_bytes(tensors, {"format": "pt"})
     header = parse(data, len(data))
     assert [t.name for t in header.tensors] == sorted(tensors)  # the writer lays them out by name
