@@ -17,6 +17,7 @@ from catalog.formats import LoadFormat
 from catalog.safetensors_header import DTYPE_BITS, PREFIX
 from catalog.schema import DATASET_GPU_CLASS, CatalogSettings, FileEntry, ModelManifest
 from catalog.tensor_tables import TensorTables, is_safetensors_index, table_sha256, weight_map_sha256
+from catalog.signing import Finding
 from catalog.yamlsource import LineMap, Loc, format_loc
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ def check_settings(settings: CatalogSettings, display: str, lines: LineMap) -> l
         report("s3-prefix", ("store",), message)
     if settings.default_gpu not in settings.gpu_classes:
         report("gpu-class", ("default_gpu",), f"{settings.default_gpu!r} is not one of gpu_classes")
+    if settings.signatures == "required" and not (settings.trusted_keys or settings.trusted_roots):
+        report("signature", ("signatures",), "signatures are required but no trusted_keys or trusted_roots are listed: "
+               "nothing could verify them")
     return report.problems
 
 
@@ -458,3 +462,16 @@ def _checkpoint_problems(m: ModelManifest, tables: TensorTables, good: set[str],
                 else:
                     first[tensor] = shard
     return out
+
+
+def signature_problem(doc: ManifestDoc, finding: Finding) -> Problem:
+    """The `signature` rule's problem for one manifest: at the differing pin's line (a file signed but no longer
+    pinned: the `files` key), else at the name. The verification itself is resolver/signatures.py's."""
+    report = _Reporter(doc.display, doc.lines)
+    difference = finding.difference
+    if difference is not None:
+        loc: Loc = ("files", difference.index, "path") if difference.index is not None else ("files",)
+    else:
+        loc = ("name",)
+    report("signature", loc, finding.message)
+    return report.problems[0]

@@ -165,6 +165,14 @@ class CatalogSettings(_Strict):
                                      "weights x this must fit the class's memory x count (KV cache, activations, CUDA context).")
     mirrors: tuple[StrictStr, ...] = Field(default=(), description="Store URLs (s3://, file://, http(s)://) tried in order "
                                            "before `store`, per file; every byte is verified (CATALOG_MIRRORS / --mirror override).")
+    signatures: Literal["required", "optional"] = Field(
+        "optional", description="required: every model needs a <name>.sig (OpenSSF model-signing) that a trusted key or "
+                                "root vouches for, checked by validate and before resolve fetches a byte; optional: "
+                                "validate checks the signatures present.")
+    trusted_keys: tuple[StrictStr, ...] = Field((), description="PEM public keys (EC P-256/P-384) whose signatures are "
+                                                "trusted, by path relative to this folder (--trusted-key replaces them).")
+    trusted_roots: tuple[StrictStr, ...] = Field((), description="PEM CA certificates: a signature whose certificate chains "
+                                                 "to one is trusted, by path relative to this folder (--trusted-root replaces them).")
 
 
 def json_schema() -> dict[str, Any]:

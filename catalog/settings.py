@@ -70,6 +70,12 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class (pytest plugin; default: detected)"),
     EnvVar("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
     EnvVar("CATALOG_DEBUG", "1: tracebacks for internal errors"),
+    EnvVar("CATALOG_REQUIRE_SIGNATURE", "1: resolve refuses, before any download, a model without a signature that a "
+                                        "trusted key or root vouches for (--require-signature; catalog.yaml signatures:)"),
+    EnvVar("CATALOG_TRUSTED_KEYS", "PEM public keys whose signatures are trusted, ':'-separated (--trusted-key, "
+                                   "repeatable); given, they and CATALOG_TRUSTED_ROOTS replace catalog.yaml's"),
+    EnvVar("CATALOG_TRUSTED_ROOTS", "PEM CA certificates a signing certificate must chain to, ':'-separated "
+                                    "(--trusted-root, repeatable)"),
 )
 ENV_NAMES = frozenset(v.name for v in ENV)
 
@@ -121,6 +127,9 @@ class Settings:
     shared_caches: tuple[Path, ...] = ()  # read-only cache tiers, in order
     mirrors: tuple[str, ...] = ()  # store URLs tried before the primary; empty: catalog.yaml's mirrors
     cache_max_size: int | None = None  # resolve evicts to stay under it
+    require_signature: bool = False  # on top of catalog.yaml's `signatures:`
+    trusted_keys: tuple[Path, ...] = ()  # given: they and trusted_roots replace catalog.yaml's anchors
+    trusted_roots: tuple[Path, ...] = ()
     debug: bool = False
     ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
 
@@ -152,6 +161,8 @@ class Settings:
         tiers = flags.get("shared_caches") or [p for p in (env.get("CATALOG_SHARED_CACHE") or "").split(":") if p.strip()]
         mirrors = flags.get("mirrors") or [u for u in (env.get("CATALOG_MIRRORS") or "").split(",") if u.strip()]
         max_size = env.get("CATALOG_CACHE_MAX_SIZE") or None
+        keys = flags.get("trusted_keys") or [p for p in (env.get("CATALOG_TRUSTED_KEYS") or "").split(":") if p.strip()]
+        roots = flags.get("trusted_roots") or [p for p in (env.get("CATALOG_TRUSTED_ROOTS") or "").split(":") if p.strip()]
         return cls(
             catalog_dir=Path(catalog).expanduser() if catalog else None,
             store=pick("store", "CATALOG_STORE"),
@@ -173,6 +184,9 @@ class Settings:
             mirrors=tuple(str(u).strip() for u in mirrors),
             cache_max_size=parse_size(max_size, "CATALOG_CACHE_MAX_SIZE") if max_size is not None else None,
             debug=env.get("CATALOG_DEBUG", "") in ("1", "true", "yes"),
+            require_signature=bool(flags.get("require_signature")) or _switch(env, "CATALOG_REQUIRE_SIGNATURE"),
+            trusted_keys=tuple(Path(str(k).strip()).expanduser() for k in keys),
+            trusted_roots=tuple(Path(str(r).strip()).expanduser() for r in roots),
             ignored=ignored,
         )
 
@@ -186,9 +200,12 @@ class Settings:
         given = {k: v for k, v in flags.items() if v is not None}
         if "cache_dir" in given:
             given["cache_dir"] = Path(given["cache_dir"]).expanduser()
-        for name in ("shared_caches", "mirrors"):  # a repeatable flag not given is an empty tuple
+        for name in ("shared_caches", "mirrors", "trusted_keys", "trusted_roots"):  # a repeatable flag not given: ()
             if name in given and not given[name]:
                 del given[name]
+        for name in ("trusted_keys", "trusted_roots"):
+            if name in given:
+                given[name] = tuple(Path(p).expanduser() for p in given[name])
         if "shared_caches" in given:
             given["shared_caches"] = tuple(Path(t).expanduser() for t in given["shared_caches"])
         if "mirrors" in given:
@@ -205,6 +222,8 @@ class Settings:
         data["cache_dir"] = str(self.cache_dir.resolve())
         data["catalog_dir"] = str(self.catalog_dir.resolve()) if self.catalog_dir else None
         data["shared_caches"] = [str(t.resolve()) for t in self.shared_caches]
+        data["trusted_keys"] = [str(k.resolve()) for k in self.trusted_keys]
+        data["trusted_roots"] = [str(r.resolve()) for r in self.trusted_roots]
         data["hub_token"] = hashlib.sha256(self.hub_token.encode()).hexdigest() if self.hub_token else None
         data["s3_keys"] = hashlib.sha256("\0".join(self.s3_keys).encode()).hexdigest() if self.s3_keys else None
         data.pop("debug")
@@ -235,6 +254,14 @@ def _s3_options(env: Mapping[str, str]) -> tuple[S3Options, tuple[str, ...]]:
         max_attempts=_whole(env.get("AWS_MAX_ATTEMPTS") or "5", "AWS_MAX_ATTEMPTS", minimum=1),
         read_timeout=_whole(env.get("CATALOG_S3_READ_TIMEOUT") or "60", "CATALOG_S3_READ_TIMEOUT", minimum=1),
     ), tuple(ignored)
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    """A yes/no variable; anything else is a usage error (a typo must not switch a security check off)."""
+    value = (env.get(name) or "").strip().lower()
+    if value not in ("", "0", "1", "false", "true", "no", "yes"):
+        raise UsageError(f"{name}={env[name]!r} is not one of 1, 0, true, false, yes, no")
+    return value in ("1", "true", "yes")
 
 
 def _whole(value: Any, name: str, minimum: int = 0) -> int:
