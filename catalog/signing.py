@@ -77,16 +77,6 @@ def signature_path(manifest_path: Path) -> Path:
     return manifest_path.with_suffix(SUFFIX)
 
 
-def manifest_of(path: Path) -> Path:
-    """The manifest a path stands for: itself, or the `<name>.yaml` beside a `<name>.sig`."""
-    if path.suffix != SUFFIX:
-        return path
-    for suffix in (".yaml", ".yml"):
-        if (candidate := path.with_suffix(suffix)).exists():
-            return candidate
-    return path.with_suffix(".yaml")
-
-
 @dataclass(frozen=True)
 class Resource:
     name: str

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.lookup import Catalog
-from resolver import hashing
+from catalog.signing import Statement, first_difference, signature_path
+from resolver import hashing, signatures
 from resolver.cache import Cache
 from resolver.views import Layout, Marker, ViewSpec, ViewState
 from resolver.fsutil import pid_alive, staging_owner
@@ -40,9 +41,12 @@ def _spec_from_marker(marker: Marker | None, cat: Catalog) -> ViewSpec | None:
     return spec if spec.view_id == marker.view else None
 
 
-def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: bool) -> VerifyReport:
-    """Every view whose marker matches the current manifests: stats (and with `deep`, hashes) still true."""
+def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: bool,
+           anchors: signatures.Anchors | None = None) -> VerifyReport:
+    """Every view whose marker matches the current manifests: stats (and with `deep`, hashes) still true; with
+    `anchors`, also what each view holds against its model's signature (`verify --signatures`)."""
     report = VerifyReport()
+    signed: dict[str, Statement | None] = {}
     wanted = set(names) if names else None
     for name in wanted or ():
         cat.get(name)
@@ -60,6 +64,13 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
         if state is not ViewState.FRESH and not extras:
             report.problems.append(f"{spec.name}: view {cache.view_dir(spec)} changed since it was verified "
                                    f"({state.value}); resolve again to repair")
+        if anchors is not None and marker is not None:
+            if spec.name not in signed:
+                signed[spec.name] = _signed_statement(cat, spec.name, anchors, report)
+            statement = signed[spec.name]
+            if statement is not None and state is ViewState.FRESH:
+                report.problems.extend(_against_signature(spec.name, cache.view_dir(spec), statement,
+                                                          {p: s.sha256 for p, s in marker.files.items()}))
         if deep:
             root = cache.view_dir(spec)
             bad = False
@@ -77,6 +88,29 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
             if bad:
                 cache.remove_view(spec)
     return report
+
+
+def _signed_statement(cat: Catalog, name: str, anchors: signatures.Anchors, report: VerifyReport) -> Statement | None:
+    """The model's verified statement when it names exactly the pins; else None, with the problem reported."""
+    statement, finding, _ = signatures.read_statement(signature_path(cat.sources[name]), anchors)
+    if statement is None:
+        assert finding is not None
+        report.problems.append(f"{name}: {finding.message}")
+        return None
+    difference = first_difference(statement, cat.get(name).files)
+    if difference is not None:
+        report.problems.append(f"{name}: {signature_path(cat.sources[name])} does not match the pins: {difference.describe()}")
+        return None
+    return statement
+
+
+def _against_signature(name: str, view: Path, statement: Statement, held: dict[str, str]) -> list[str]:
+    """Each file a view holds (its digest as verified into the view) against the signed digest. Signed files the
+    view lacks are the streamed weights: proven against the same pins when resolve hands out their URI."""
+    signed = {r.name: r.digest for r in statement.resources}
+    return [f"{name}/{path}: view {view} holds sha256 {digest} but the signature says "
+            f"{signed.get(path) or 'nothing (not signed)'}; resolve again to repair"
+            for path, digest in sorted(held.items()) if signed.get(path) != digest]
 
 
 @dataclass
@@ -160,6 +194,8 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
         remove(lock)
     for entry in _stale_warm_entries(cache, now):
         remove(entry)
+    for record in signatures.stale_records(cache.root, now):  # verifications that held (resolver/signatures.py)
+        remove(record)
     for state in _stale_sync_states(cache, cat):
         remove(state)
     tier_checks = cache.root / "tier-checks"  # resolver/tiers.py: identities of tier files that hashed right

@@ -30,7 +30,7 @@ from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
-from resolver import capacity, hashing, mounts, stream_check, tiers
+from resolver import capacity, hashing, mounts, signatures, stream_check, tiers
 from resolver.cache import Cache, write_hint
 from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
@@ -149,6 +149,7 @@ def resolve(
         check_snapshot_owner(cat, manifest)
     names = [manifest.name] + ([manifest.tokenizer] if manifest.tokenizer and manifest.tokenizer in cat else [])
     blobs = [f.sha256 for n in names for f in cat.get(n).files]
+    signatures.require(cat, names, cache_root=cache.root, settings=options.settings)  # before any byte is fetched
     try:
         with capacity.active(cache, names, blobs):  # what a concurrent eviction must leave alone
             return _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)

@@ -10,12 +10,13 @@ from typing import Any
 import click
 import yaml
 
-from catalog.errors import UsageError
+from catalog.errors import Problem, UsageError
 from catalog.formats import LoadFormat
-from catalog.loading import display_path, load_dir
+from catalog.loading import LoadResult, display_path, load_dir
 from catalog.lookup import Catalog
 from catalog.schema import ModelManifest, json_schema
 from catalog.settings import Settings, find_catalog_dir
+from catalog.signing import SUFFIX as SIGNATURE_SUFFIX
 from catalog.tensor_tables import SUFFIX, Inventory, inventory
 from catalog_app import report
 from catalog_app.context import load_catalog, settings
@@ -30,13 +31,15 @@ from catalog_app.progress import human_bytes
 @click.pass_context
 def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | None) -> int:
     """Check every manifest (or just PATHS) and report every problem at once."""
-    root, selected = _validate_target(settings(ctx), paths)
+    current = settings(ctx)
+    root, selected = _validate_target(current, paths)
     result = load_dir(root, selected, tables=True)
     problems = list(result.problems)
     if base is not None:
         from catalog.history import manifests_at, pin_changes
 
         problems.extend(pin_changes(manifests_at(base, root), result.docs))
+    problems.extend(_signature_problems(result, selected, current))
     checked = len(selected) if selected else len(result.docs)
     output = report.render(problems, fmt, checked=checked)
     if output:
@@ -44,6 +47,24 @@ def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | No
     if fmt != "json":
         click.echo(report.summary(problems, checked=checked), err=True)
     return 1 if problems else 0
+
+
+def _signature_problems(result: LoadResult, selected: Sequence[Path] | None, current: Settings) -> list[Problem]:
+    """The `signature` rule (resolver/signatures.py): loads the signature code only when there is a signature to check."""
+    from catalog.signing import policy_of, signature_path
+
+    if result.settings is None:
+        return []
+    policy = policy_of(result.settings, result.root, current)
+    chosen = {p.resolve() for p in selected} if selected else None
+    docs = [d for d in result.docs if chosen is None or d.path.resolve() in chosen]
+    if not policy.required and not any(signature_path(d.path).exists() for d in docs):
+        return []
+    if not policy.anchors and result.settings.signatures == "required":
+        return []  # the settings rule already says so, at catalog.yaml's `signatures:` line
+    from resolver.signatures import problems
+
+    return problems(docs, result.root / "catalog.yaml", policy)
 
 
 def _validate_target(settings: Settings, paths: Sequence[Path]) -> tuple[Path, list[Path] | None]:
@@ -69,12 +90,14 @@ def _validate_target(settings: Settings, paths: Sequence[Path]) -> tuple[Path, l
 
 
 def manifest_of(path: Path) -> Path:
-    """A manifest's tensor tables (pre-commit passes a changed `<name>.tensors.json`) stand for the manifest."""
-    if not path.name.endswith(SUFFIX):
-        return path
-    base = path.name[: -len(SUFFIX)]
-    yml = path.with_name(base + ".yml")
-    return yml if yml.exists() else path.with_name(base + ".yaml")
+    """A manifest's sidecar stands for the manifest (pre-commit passes a changed `<name>.tensors.json`, the tensor
+    tables, or `<name>.sig`, the signature)."""
+    for suffix in (SUFFIX, SIGNATURE_SUFFIX):
+        if path.name.endswith(suffix):
+            base = path.name[: -len(suffix)]
+            yml = path.with_name(base + ".yml")
+            return yml if yml.exists() else path.with_name(base + ".yaml")
+    return path
 
 
 @click.command("list")

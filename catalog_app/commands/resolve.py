@@ -12,10 +12,12 @@ from catalog.errors import UsageError
 from catalog_app import outputs, warm
 from catalog_app.context import cache_option, catalog_dir, load_catalog, settings, store_options
 from catalog_app.progress import for_terminal, human_bytes
+from catalog_app.trust import trust_options
 from resolver.cache import Cache
 from resolver.views import Layout
 from resolver.resolution import Resolution
 from resolver.resolve import ResolveOptions, Source, open_catalog_store, resolve, snapshot_owners
+from resolver.signatures import require as require_signatures
 
 log = logging.getLogger("catalog.resolve")
 
@@ -39,11 +41,16 @@ log = logging.getLogger("catalog.resolve")
 @click.option("--mirror", "mirrors", multiple=True, metavar="URL",
               help="A store tried before the primary, per file, in order (repeatable; env CATALOG_MIRRORS, ','-separated; "
                    "default catalog.yaml's mirrors): s3://bucket/[?endpoint=...&addressing=path], file://, http(s)://prefix/.")
+@click.option("--require-signature", is_flag=True,
+              help="Refuse, before any download, a model without a signature that a trusted key or root vouches for "
+                   "and that names exactly its pins (env CATALOG_REQUIRE_SIGNATURE=1; catalog.yaml signatures: required).")
+@trust_options
 @store_options
 @click.pass_context
 def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
     offline: bool, source: str | None, verify_stream: str, shared_caches: tuple[str, ...], mirrors: tuple[str, ...],
+    require_signature: bool, trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...],
     store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
 ) -> int:
     """Materialize verified models and print where they are."""
@@ -52,7 +59,9 @@ def resolve_command(
     if fmt in ("path", "vllm-args") and len(names) > 1:
         raise UsageError(f"--format {fmt} prints one model; use --format json for several")
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
-                       source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None)
+                       source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
+                       require_signature=require_signature or None, trusted_keys=trusted_keys or None,
+                       trusted_roots=trusted_roots or None)
     # The hf-cache layout decides which manifest answers for a repo id from every manifest pinning it.
     cat = load_catalog(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names)
     cache = Cache(current.cache_dir)
@@ -71,6 +80,7 @@ def resolve_command(
         if others:
             log.warning("not in the hf-cache layout (their repo ids load another manifest's files; resolve them by "
                         "name with --layout dir): %s", ", ".join(others))
+    signed = require_signatures(cat, selected, cache_root=current.cache_dir, settings=current)  # ... and unsigned ones
     progress = for_terminal(sum(m.total_bytes for m in (cat.get(n) for n in selected)))
     results: list[Resolution] = []
     try:
@@ -88,7 +98,7 @@ def resolve_command(
     click.echo(text, nl=False)
     if not all_models:
         request = warm.ResolveRequest(names=tuple(names), layout=layout, materialize_weights=materialize_weights, fmt=fmt)
-        inputs = [cat.root / "catalog.yaml", *cat.sources.values()]
+        inputs = [cat.root / "catalog.yaml", *cat.sources.values(), *signed]  # the warm answer re-hashes them all
         warm.record(request, current, catalog_dir(ctx), inputs, results)
     return 0
 
@@ -96,24 +106,39 @@ def resolve_command(
 @click.command("verify")
 @click.argument("names", nargs=-1)
 @click.option("--deep", is_flag=True, help="Re-hash every file instead of trusting unchanged stats.")
+@click.option("--signatures", "check_signatures", is_flag=True,
+              help="Also check each view against its model's signature: signed by a trusted key or root, naming "
+                   "exactly the pins, and the view's files are the signed ones.")
+@trust_options
 @cache_option
 @click.pass_context
-def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, cache_dir: str | None) -> int:
-    """Check the cache's views against the manifests (stat check; --deep re-hashes)."""
+def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, check_signatures: bool,
+                   trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...], cache_dir: str | None) -> int:
+    """Check the cache's views against the manifests (stat check; --deep re-hashes; --signatures against the
+    models' signatures)."""
+    from catalog.signing import policy_of
     from resolver.maintenance import verify
-
     from resolver.resolve import cache_error
+    from resolver.signatures import TrustConfigError, load_anchors
 
-    current = settings(ctx, cache_dir=cache_dir)
+    current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None)
     cat = load_catalog(ctx)
     cache = Cache(current.cache_dir)
+    anchors = None
+    if check_signatures:
+        policy = policy_of(cat.settings, cat.root, current)
+        if not policy.anchors:
+            raise TrustConfigError(f"--signatures: {policy.describe_anchors()}",
+                                   hint="list trusted_keys (or trusted_roots) in catalog.yaml, or pass --trusted-key PUB_PEM")
+        anchors = load_anchors(policy)
     try:
-        report = verify(cat, cache, list(names) or None, deep=deep)
+        report = verify(cat, cache, list(names) or None, deep=deep, anchors=anchors)
     except OSError as exc:
         raise cache_error(cache, exc) from None
     for line in report.problems:
         click.echo(line)
-    click.echo(f"{report.checked} view(s), {report.files} file(s) checked{' (deep)' if deep else ''}: "
+    click.echo(f"{report.checked} view(s), {report.files} file(s) checked{' (deep)' if deep else ''}"
+               f"{' against signatures' if check_signatures else ''}: "
                f"{len(report.problems)} problem(s)", err=True)
     return 1 if report.problems else 0
 

@@ -1,0 +1,64 @@
+"""`catalog sign`: a model-signing v1.0 signature over each model's pins, written as `<name>.sig` beside its
+manifest. Reads no weight byte; the work is resolver/signatures.py's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from catalog.errors import UsageError
+from catalog.signing import policy_of
+from catalog_app.context import load_catalog, settings
+
+
+@click.command("sign")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
+@click.option("--private-key", required=True, type=click.Path(path_type=Path), metavar="PEM",
+              help="The EC private key (P-256 or P-384; PEM) to sign with.")
+@click.option("--certificate", type=click.Path(path_type=Path), metavar="CHAIN",
+              help="The key's certificate chain (PEM: the signing certificate first, then intermediates), for keys "
+                   "an organisation's CA issued; verifiers then trust its root instead of the key.")
+@click.pass_context
+def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, private_key: Path,
+                 certificate: Path | None) -> int:
+    """Sign the pins of NAMES (or --all): writes <name>.sig beside each <name>.yaml (OpenSSF model-signing
+    format, verifiable with `model_signing verify` against a resolved view)."""
+    from resolver.signatures import load_anchors, sign, verify_bundle, write
+
+    if bool(names) == all_models:
+        raise UsageError("name one or more models, or pass --all")
+    current = settings(ctx)
+    cat = load_catalog(ctx, only=None if all_models else names)
+    selected = [m.name for m in cat.filter()] if all_models else list(dict.fromkeys(names))
+    for name in selected:
+        cat.get(name)  # unknown names fail before anything is written
+    password = _password(private_key)
+    policy = policy_of(cat.settings, cat.root, current)
+    anchors = load_anchors(policy) if policy.anchors else None
+    for name in selected:
+        bundle = sign(cat.get(name), private_key, certificate, password)
+        path = write(bundle, cat.sources[name])
+        click.echo(f"signed {name}: {path} ({len(cat.get(name).files)} files)")
+        if anchors is not None:
+            try:
+                verify_bundle(bundle, anchors)
+            except ValueError as exc:  # Untrusted: the catalog's verifiers will refuse it
+                click.echo(f"warning: {name}: {exc}", err=True)
+    return 0
+
+
+def _password(private_key: Path) -> bytes | None:
+    """The key's password, asked on a terminal when the PEM is encrypted (never from an argument)."""
+    try:
+        encrypted = b"ENCRYPTED" in private_key.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--private-key {private_key}: {exc.strerror or exc}") from None
+    if not encrypted or not sys.stdin.isatty():
+        return None
+    return str(click.prompt(f"password for {private_key}", hide_input=True)).encode()
+
+
+COMMANDS = (sign_command,)

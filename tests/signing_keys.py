@@ -1,0 +1,105 @@
+"""Keys and certificate chains for signature tests, made with `cryptography` in a temp folder (never committed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CURVES = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1()}
+MODEL_SIGNING = str(Path(sys.executable).with_name("model_signing"))  # the CLI of model-signing 1.1.1 (dev extra)
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    private: Path  # PEM, PKCS#8, unencrypted
+    public: Path  # PEM SubjectPublicKeyInfo
+
+
+def key_pair(folder: Path, name: str = "signer", curve: str = "P-256") -> KeyPair:
+    folder.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(CURVES[curve])
+    private, public = folder / f"{name}.key", folder / f"{name}.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return KeyPair(private, public)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An organisation's PKI: a root CA, an intermediate CA, and a signing certificate with its key."""
+
+    root: Path  # the root certificate (what a verifier trusts)
+    intermediate: Path
+    leaf: Path  # the signing certificate alone
+    chain: Path  # the signing certificate, then the intermediate (what `catalog sign --certificate` takes)
+    key: Path  # the signing certificate's private key
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, issuer_key: ec.EllipticCurvePrivateKey,
+                 *, ca: bool, code_signing: bool = True) -> x509.Certificate:
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (
+        x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer)).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(minutes=10))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=not ca and code_signing, content_commitment=False,
+                                     key_encipherment=not code_signing, data_encipherment=False, key_agreement=False,
+                                     key_cert_sign=ca, crl_sign=ca, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
+    )
+    if code_signing:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _pem(certificate: x509.Certificate) -> bytes:
+    return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+def pki(folder: Path, name: str = "org", *, code_signing: bool = True, leaf_issuer: str = "intermediate") -> Chain:
+    """A root (P-384), an intermediate and a signing certificate (P-256). `leaf_issuer="leaf"` makes the signing
+    certificate's issuer a non-CA certificate (what a verifier must refuse)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    root_key, mid_key, leaf_key = ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP256R1()), \
+        ec.generate_private_key(ec.SECP256R1())
+    root = _certificate(f"{name} root", root_key, f"{name} root", root_key, ca=True)
+    if leaf_issuer == "leaf":  # the "intermediate" is an end-entity certificate: it may not issue anything
+        intermediate = _certificate(f"{name} intermediate", mid_key, f"{name} root", root_key, ca=False)
+    else:
+        intermediate = _certificate(f"{name} intermediate", mid_key, f"{name} root", root_key, ca=True)
+    leaf = _certificate(f"{name} signer", leaf_key, f"{name} intermediate", mid_key, ca=False, code_signing=code_signing)
+    paths = Chain(folder / f"{name}-root.pem", folder / f"{name}-intermediate.pem", folder / f"{name}-leaf.pem",
+                  folder / f"{name}-chain.pem", folder / f"{name}-leaf.key")
+    paths.root.write_bytes(_pem(root))
+    paths.intermediate.write_bytes(_pem(intermediate))
+    paths.leaf.write_bytes(_pem(leaf))
+    paths.chain.write_bytes(_pem(leaf) + _pem(intermediate))
+    paths.key.write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    return paths
+
+
+def pinned_folder(view: Path, target: Path) -> Path:
+    """A folder holding exactly a view's files (copies, writable), for model_signing to sign or verify."""
+    shutil.copytree(view, target, symlinks=False, copy_function=shutil.copyfile)
+    for path in target.rglob("*"):
+        if path.is_file():
+            os.chmod(path, 0o644)
+    return target
