@@ -4,8 +4,9 @@ CI calls `catalog resolve NAME` in every job; once a model is in the cache, the 
 an input changes. After a successful resolve the full CLI records an index entry under a key made of
 the parsed request (names, layout, weights) and the built Settings (`Settings.fingerprint`: every
 declared variable and flag, paths made absolute, the catalog folder resolved through symlinks). The
-entry holds the sha256 of every manifest file the answer rests on, the markers of the views it used,
-and the Resolutions themselves. Here, before click, pydantic or any store is imported, the same key is
+entry holds the sha256 of every manifest file the answer rests on (and, when signatures were required,
+of each signature and trust anchor the full CLI verified: an answer never outlives a change to one), the
+markers of the views it used, and the Resolutions themselves. Here, before click, pydantic or any store is imported, the same key is
 computed, the manifests re-hashed (a few KiB) and every view file stat'ed against its marker, and the
 answer is rendered by the same `outputs` the full CLI uses, as the full CLI would render it now (source
 "cache"). Anything else (another command, an unknown flag, a changed input) goes to the full CLI.
@@ -48,9 +49,12 @@ class ResolveRequest:
 # The `resolve` flags the warm path understands; anything else goes to the full CLI.
 _VALUE_FLAGS = {"--format": "fmt", "--layout": "layout", "--source": "source", "--store": "store", "--cache": "cache_dir",
                 "--part-size": "part_size", "--concurrency": "concurrency"}
-_BOOL_FLAGS = {"--materialize-weights": "materialize_weights", "--offline": "offline"}
-_MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors"}  # repeatable: collected in order
-_SETTINGS_FLAGS = {"source", "store", "cache_dir", "part_size", "concurrency", "offline", "catalog_dir", "shared_caches", "mirrors"}
+_BOOL_FLAGS = {"--materialize-weights": "materialize_weights", "--offline": "offline",
+               "--require-signature": "require_signature"}
+_MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors",  # repeatable: collected in order
+                "--trusted-key": "trusted_keys", "--trusted-root": "trusted_roots"}
+_SETTINGS_FLAGS = {"source", "store", "cache_dir", "part_size", "concurrency", "offline", "catalog_dir", "shared_caches", "mirrors",
+                   "require_signature", "trusted_keys", "trusted_roots"}
 
 
 def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
