@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CURVES = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1()}
-MODEL_SIGNING = str(Path(sys.executable).with_name("model_signing"))  # the CLI of model-signing 1.1.1 (dev extra)
+
 
 
 @dataclass(frozen=True)
@@ -103,3 +103,32 @@ def pinned_folder(view: Path, target: Path) -> Path:
         if path.is_file():
             os.chmod(path, 0o644)
     return target
+
+
+# Runs model-signing 1.1.1's CLI (its console script's entry point, `model_signing._cli.main`) once per argument list
+# in one process: importing it takes a second or two, each verification of a tiny model milliseconds.
+_BATCH = """
+import contextlib, io, json, sys
+from model_signing._cli import main
+results = []
+for argv in json.load(sys.stdin):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            main.main(args=argv, prog_name="model_signing")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    results.append([code, out.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def model_signing(*calls: list[str], env: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    """[(exit code, output)] of `model_signing ARGS...` for each argument list, in order."""
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _BATCH], input=json.dumps([[str(a) for a in c] for c in calls]),
+                          capture_output=True, text=True, env=env, check=True)
+    return [(code, output) for code, output in json.loads(done.stdout)]
