@@ -17,11 +17,11 @@ from catalog.formats import LoadFormat
 from catalog.safetensors_header import DTYPE_BITS, PREFIX
 from catalog.schema import DATASET_GPU_CLASS, CatalogSettings, FileEntry, ModelManifest
 from catalog.tensor_tables import TensorTables, is_safetensors_index, table_sha256, weight_map_sha256
-from catalog.signing import Finding
 from catalog.yamlsource import LineMap, Loc, format_loc
 
 if TYPE_CHECKING:
     from catalog.loading import ManifestDoc, TablesDoc
+    from catalog.signing import Finding
 
 GIB = 1024**3
 _BLOB_ID = re.compile(r"[0-9a-f]{40}")

@@ -145,7 +145,7 @@ def _certificate_key(bundle: Bundle, anchors: Anchors) -> tuple[ecdsa.PublicKey,
     verifier = (verification.PolicyBuilder().store(store).time(leaf.not_valid_before_utc)
                 .extension_policies(ca_policy=ca_policy, ee_policy=verification.ExtensionPolicy.permit_all())
                 .build_client_verifier())
-    signer = f"certificate {leaf.subject.rfc4514_string() or leaf.serial_number} issued by {leaf.issuer.rfc4514_string()}"
+    signer = f"certificate {_identity(leaf)} issued by {leaf.issuer.rfc4514_string()}"
     try:
         verifier.verify(leaf, intermediates)
     except verification.VerificationError as exc:
@@ -158,6 +158,20 @@ def _certificate_key(bundle: Bundle, anchors: Anchors) -> tuple[ecdsa.PublicKey,
         return ecdsa.load_public_key(pem), signer
     except ecdsa.KeyFormatError as exc:
         raise Untrusted(f"its {signer} holds {exc}") from None
+
+
+def _identity(certificate: object) -> str:
+    """Who a certificate names: its subject, else (Sigstore's keyless certificates) its alternative names."""
+    from cryptography import x509
+
+    assert isinstance(certificate, x509.Certificate)
+    if subject := certificate.subject.rfc4514_string():
+        return subject
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return "for " + ", ".join(str(n.value) for n in names)
+    except x509.ExtensionNotFound:
+        return f"serial {certificate.serial_number}"
 
 
 def _may_sign_code(certificate: object) -> bool:

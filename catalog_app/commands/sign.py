@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from catalog.errors import UsageError
-from catalog.signing import policy_of
 from catalog_app.context import load_catalog, settings
 
 
@@ -26,6 +25,7 @@ def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, p
                  certificate: Path | None) -> int:
     """Sign the pins of NAMES (or --all): writes <name>.sig beside each <name>.yaml (OpenSSF model-signing
     format, verifiable with `model_signing verify` against a resolved view)."""
+    from catalog.signing import policy_of
     from resolver.signatures import load_anchors, sign, verify_bundle, write
 
     if bool(names) == all_models:

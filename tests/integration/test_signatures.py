@@ -295,3 +295,54 @@ def test_a_verification_is_recorded_by_content_and_gc_bounds_the_records(setup: 
     os.utime(records[0], (week_old, week_old))
     code, out, _ = catalog(capsys, "gc")
     assert code == 0 and str(records[0]) in out and not records[0].exists() and records[1].exists()
+
+
+def test_a_keyless_style_bundle_is_trusted_through_a_configured_intermediate(setup: Setup,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Sigstore's keyless bundles carry the signing certificate alone (and log entries, not checked here): the
+    intermediate that issued it must be among the trusted roots."""
+    import base64
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    import catalog as catalog_api
+    from catalog.signing import PAYLOAD_TYPE, pae, statement_of
+
+    org = pki(setup.tmp / "pki", "org")
+    payload = statement_of("tiny-llama", catalog_api.load(setup.catalog).get("tiny-llama").files).payload()
+    key = serialization.load_pem_private_key(org.key.read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    leaf = x509.load_pem_x509_certificate(org.leaf.read_bytes()).public_bytes(serialization.Encoding.DER)
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    bundle = {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+              "verificationMaterial": {"certificate": {"rawBytes": b64(leaf)},
+                                       "tlogEntries": [{"logIndex": "1", "kindVersion": {"kind": "dsse", "version": "0.0.1"}}]},
+              "dsseEnvelope": {"payload": b64(payload), "payloadType": PAYLOAD_TYPE,
+                               "signatures": [{"sig": b64(key.sign(pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256())))}]}}
+    setup.sig("tiny-llama").write_text(json.dumps(bundle))
+    setup.policy("signatures: required\ntrusted_roots: [../pki/org-root.pem]\n")
+    code, out, _ = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
+    assert code == 1 and "does not chain to a trusted root" in out
+    setup.policy("signatures: required\ntrusted_roots: [../pki/org-root.pem, ../pki/org-intermediate.pem]\n")
+    code, out, err = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
+    assert code == 0, out + err
+    assert catalog(capsys, "resolve", "tiny-llama")[0] == 0
+
+
+def test_validating_key_signed_models_loads_no_crypto_library(setup: Setup) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, catalog_app.main\n"
+            "assert catalog_app.main.run(['validate']) == 0\n"
+            "print(','.join(m for m in ('cryptography', 'OpenSSL', 'sigstore', 'model_signing', 'boto3') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+    # a changed signature file alone (what pre-commit passes when only it changed) checks its model
+    setup.sig("tiny-llama").write_text("{}")
+    done = subprocess.run([sys.executable, "-m", "catalog", "validate", str(setup.sig("tiny-llama"))], capture_output=True,
+                          text=True, env=dict(os.environ))
+    assert done.returncode == 1 and "tiny-llama.yaml:" in done.stdout and "not a model-signing" in done.stdout
