@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from catalog.lookup import Catalog
-from catalog.signing import Statement, first_difference, signature_path
+from catalog.signing import Statement
 from resolver import hashing, signatures
 from resolver.cache import Cache
 from resolver.views import Layout, Marker, ViewSpec, ViewState
@@ -66,7 +66,9 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
                                    f"({state.value}); resolve again to repair")
         if anchors is not None and marker is not None:
             if spec.name not in signed:
-                signed[spec.name] = _signed_statement(cat, spec.name, anchors, report)
+                signed[spec.name], finding = signatures.vouched(cat.get(spec.name), cat.sources[spec.name], anchors)
+                if finding is not None:
+                    report.problems.append(f"{spec.name}: {finding.message}")
             statement = signed[spec.name]
             if statement is not None and state is ViewState.FRESH:
                 report.problems.extend(_against_signature(spec.name, cache.view_dir(spec), statement,
@@ -88,20 +90,6 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
             if bad:
                 cache.remove_view(spec)
     return report
-
-
-def _signed_statement(cat: Catalog, name: str, anchors: signatures.Anchors, report: VerifyReport) -> Statement | None:
-    """The model's verified statement when it names exactly the pins; else None, with the problem reported."""
-    statement, finding, _ = signatures.read_statement(signature_path(cat.sources[name]), anchors)
-    if statement is None:
-        assert finding is not None
-        report.problems.append(f"{name}: {finding.message}")
-        return None
-    difference = first_difference(statement, cat.get(name).files)
-    if difference is not None:
-        report.problems.append(f"{name}: {signature_path(cat.sources[name])} does not match the pins: {difference.describe()}")
-        return None
-    return statement
 
 
 def _against_signature(name: str, view: Path, statement: Statement, held: dict[str, str]) -> list[str]:

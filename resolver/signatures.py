@@ -6,9 +6,9 @@ the cryptography, and the record of past verifications. Key-based signatures ver
 library (resolver/ecdsa.py); signing and certificate chains import `cryptography` inside the functions
 that need them (the `signing` extra), so a resolve that checks a key-signed model loads nothing heavy.
 
-A verification that held is recorded in the cache (`signature-checks/<aa>/<key>`) under a key made of the
-bytes it rested on: the manifest, the signature file and every trust anchor. Any change to one of them is
-another key, so a record never vouches for anything but what was verified; `gc` drops records older than a
+A verification that held is recorded in the cache (`signature-checks/<aa>/<key>`) under a key made of what it
+compared: the pins (every path and sha256), the signature file's bytes and every trust anchor's bytes. Any
+change to one of them is another key, so a record never vouches for anything but what was verified; `gc` drops records older than a
 week (the next resolve verifies again, a few milliseconds) and any beyond the newest 10,000.
 """
 
@@ -67,7 +67,10 @@ class Anchors:
 
 
 def load_anchors(policy: Policy) -> Anchors:
-    """Read the policy's keys and roots; TrustConfigError names the file that cannot be used."""
+    """Read the policy's keys and roots; TrustConfigError when there are none or one cannot be used (named)."""
+    if not policy.anchors:
+        raise TrustConfigError(f"signatures cannot be checked: {policy.describe_anchors()}",
+                               hint="list trusted_keys (or trusted_roots) in catalog.yaml, or pass --trusted-key PUB_PEM")
     keys: list[tuple[Path, ecdsa.PublicKey]] = []
     roots: list[tuple[Path, bytes]] = []
     digest = hashlib.sha256()
@@ -190,45 +193,45 @@ def _may_sign_code(certificate: object) -> bool:
         return False
 
 
-def read_statement(signature: Path, anchors: Anchors) -> tuple[Statement | None, Finding | None, bytes]:
-    """A signature file's verified statement, or why it has none (a Finding); and the file's bytes."""
+def vouched(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
+            data: bytes | None = None) -> tuple[Statement | None, Finding | None]:
+    """The model's signed statement when a trusted anchor vouches for it and it names exactly the pins; else
+    (None, why not). `data`: the signature file's bytes when the caller has read them already."""
+    signature = signature_path(manifest_path)
     shown = display_path(signature)
     try:
-        data = signature.read_bytes()
+        data = signature.read_bytes() if data is None else data
     except FileNotFoundError:
-        return None, Finding(Flaw.MISSING, f"no signature: {shown} does not exist"), b""
+        return None, Finding(Flaw.MISSING, f"no signature: {shown} does not exist")
     except OSError as exc:
-        return None, Finding(Flaw.UNPARSEABLE, f"{shown} cannot be read: {exc.strerror or exc}"), b""
+        return None, Finding(Flaw.UNPARSEABLE, f"{shown} cannot be read: {exc.strerror or exc}")
     try:
         statement, _ = verify_bundle(parse_bundle(data), anchors)
     except SignatureFormatError as exc:
-        return None, Finding(Flaw.UNPARSEABLE, f"{shown} is not a model-signing v1.0 signature: {exc.message}"), data
+        return None, Finding(Flaw.UNPARSEABLE, f"{shown} is not a model-signing v1.0 signature: {exc.message}")
     except Untrusted as exc:
-        return None, Finding(Flaw.UNTRUSTED, f"{shown} is not trusted: {exc}"), data
-    return statement, None, data
+        return None, Finding(Flaw.UNTRUSTED, f"{shown} is not trusted: {exc}")
+    difference = first_difference(statement, manifest.files)
+    if difference is not None:
+        return None, Finding(Flaw.DIFFERS, f"{shown} does not match the pins: {difference.describe()}", difference)
+    return statement, None
 
 
 def check(manifest: ModelManifest, manifest_path: Path, anchors: Anchors) -> Finding | None:
     """Why the model's signature does not vouch for its pins; None when it does."""
-    statement, finding, _ = read_statement(signature_path(manifest_path), anchors)
-    if statement is None:
-        return finding
-    difference = first_difference(statement, manifest.files)
-    if difference is None:
-        return None
-    return Finding(Flaw.DIFFERS, f"{display_path(signature_path(manifest_path))} does not match the pins: "
-                                 f"{difference.describe()}", difference)
+    return vouched(manifest, manifest_path, anchors)[1]
 
 
 class Records:
-    """Verifications that held, by the bytes they rested on."""
+    """Verifications that held, by what they compared: the pins, the signature's bytes, the anchors' bytes."""
 
     def __init__(self, cache_root: Path) -> None:
         self.root = cache_root / CHECKS_DIR
 
     @staticmethod
-    def key(manifest: bytes, signature: bytes, anchors: Anchors) -> str:
-        parts = [str(RECORD_VERSION), hashlib.sha256(manifest).hexdigest(), hashlib.sha256(signature).hexdigest(),
+    def key(manifest: ModelManifest, signature: bytes, anchors: Anchors) -> str:
+        pins = statement_of(manifest.name, manifest.files).payload()  # every pinned path and sha256
+        parts = [str(RECORD_VERSION), hashlib.sha256(pins).hexdigest(), hashlib.sha256(signature).hexdigest(),
                  anchors.digest]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
@@ -252,9 +255,6 @@ def require(cat: Catalog, names: Iterable[str], *, cache_root: Path | None, sett
     policy = policy_of(cat.settings, cat.root, settings)
     if not policy.required:
         return ()
-    if not policy.anchors:
-        raise TrustConfigError(f"signatures are required but {policy.describe_anchors()}",
-                               hint="list trusted_keys (or trusted_roots) in catalog.yaml, or pass --trusted-key PUB_PEM")
     anchors = load_anchors(policy)
     records = Records(cache_root) if cache_root is not None else None
     relied: list[Path] = list(policy.anchors)
@@ -263,12 +263,13 @@ def require(cat: Catalog, names: Iterable[str], *, cache_root: Path | None, sett
         sig = signature_path(manifest_path)
         relied.append(sig)
         try:
-            key = Records.key(manifest_path.read_bytes(), sig.read_bytes(), anchors)
+            data: bytes | None = sig.read_bytes()
         except OSError:
-            key = None  # missing or unreadable: `check` says which
+            data = None  # missing or unreadable: `vouched` says which
+        key = Records.key(manifest, data, anchors) if data is not None else None
         if key is not None and records is not None and records.holds(key):
             continue
-        finding = check(manifest, manifest_path, anchors)
+        _, finding = vouched(manifest, manifest_path, anchors, data)  # the very bytes the record is keyed by
         if finding is not None:
             problem = signature_problem(_doc(manifest_path), finding)
             raise SignatureError(name, str(sig), finding.flaw, f"{name}: {problem}; refused before any download",

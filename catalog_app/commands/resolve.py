@@ -119,18 +119,12 @@ def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, check
     from catalog.signing import policy_of
     from resolver.maintenance import verify
     from resolver.resolve import cache_error
-    from resolver.signatures import TrustConfigError, load_anchors
+    from resolver.signatures import load_anchors
 
     current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None)
     cat = load_catalog(ctx)
     cache = Cache(current.cache_dir)
-    anchors = None
-    if check_signatures:
-        policy = policy_of(cat.settings, cat.root, current)
-        if not policy.anchors:
-            raise TrustConfigError(f"--signatures: {policy.describe_anchors()}",
-                                   hint="list trusted_keys (or trusted_roots) in catalog.yaml, or pass --trusted-key PUB_PEM")
-        anchors = load_anchors(policy)
+    anchors = load_anchors(policy_of(cat.settings, cat.root, current)) if check_signatures else None
     try:
         report = verify(cat, cache, list(names) or None, deep=deep, anchors=anchors)
     except OSError as exc:

@@ -346,3 +346,14 @@ def test_validating_key_signed_models_loads_no_crypto_library(setup: Setup) -> N
     done = subprocess.run([sys.executable, "-m", "catalog", "validate", str(setup.sig("tiny-llama"))], capture_output=True,
                           text=True, env=dict(os.environ))
     assert done.returncode == 1 and "tiny-llama.yaml:" in done.stdout and "not a model-signing" in done.stdout
+
+
+def test_an_encrypted_key_without_a_terminal_is_a_usage_error(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(setup.key.private.read_bytes(), None)
+    locked = setup.tmp / "locked.key"
+    locked.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.BestAvailableEncryption(b"secret")))
+    code, _, err = catalog(capsys, "sign", "tiny-llama", "--private-key", str(locked))
+    assert code == 2 and "is encrypted" in err and "secret" not in err
