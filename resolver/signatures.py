@@ -390,8 +390,9 @@ def stale_records(cache_root: Path, now: float) -> list[Path]:
     dated: list[tuple[float, Path]] = []
     stale: list[Path] = []
     for path in root.glob("*/*"):
-        if staging_owner(path.name) is not None and pid_alive(staging_owner(path.name) or 0):
-            continue
+        owner = staging_owner(path.name)
+        if owner is not None and pid_alive(owner):
+            continue  # a record being written
         try:
             mtime = path.stat().st_mtime
         except OSError:

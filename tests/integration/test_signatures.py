@@ -357,3 +357,27 @@ def test_an_encrypted_key_without_a_terminal_is_a_usage_error(setup: Setup, caps
                                          serialization.BestAvailableEncryption(b"secret")))
     code, _, err = catalog(capsys, "sign", "tiny-llama", "--private-key", str(locked))
     assert code == 2 and "is encrypted" in err and "secret" not in err
+
+
+def test_a_model_serving_as_anothers_tokenizer_must_be_signed_too(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers import files_yaml, manifest_text, write_catalog
+
+    import catalog as catalog_api
+    from catalog.signing import SignatureError
+    from resolver import signatures
+
+    files = files_yaml(("config.json", 10, "ab" * 32), ("model.safetensors", 1000, "cd" * 32), ("tokenizer.json", 5, "ef" * 32))
+    folder = write_catalog(tmp_path, {"main.yaml": manifest_text("main", extra="tokenizer: tok\n"),
+                                      "tok.yaml": manifest_text("tok", files=files)})
+    key = key_pair(tmp_path / "keys")
+    with open(folder / "catalog.yaml", "a") as f:
+        f.write("signatures: required\ntrusted_keys: [../keys/signer.pub]\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert run(["--catalog", str(folder), "sign", "--all", "--private-key", str(key.private)]) == 0
+    cat = catalog_api.load(folder)
+    relied = signatures.require(cat, ["main"], cache_root=None, settings=None)
+    assert {p.name for p in relied} == {"main.sig", "tok.sig", "signer.pub"}
+    (folder / "tok.sig").unlink()
+    with pytest.raises(SignatureError, match="tok: .*no signature"):
+        signatures.require(cat, ["main"], cache_root=None, settings=None)
