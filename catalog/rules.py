@@ -470,7 +470,7 @@ def signature_problem(doc: ManifestDoc, finding: Finding) -> Problem:
     report = _Reporter(doc.display, doc.lines)
     difference = finding.difference
     if difference is not None:
-        loc: Loc = ("files", difference.index, "path") if difference.index is not None else ("files",)
+        loc: Loc = ("files", difference.file_index, "path") if difference.file_index is not None else ("files",)
     else:
         loc = ("name",)
     report("signature", loc, finding.message)

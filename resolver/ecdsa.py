@@ -15,14 +15,13 @@ import binascii
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _Point = tuple[int, int, int]  # Jacobian coordinates (X, Y, Z): x = X / Z^2, y = Y / Z^3; Z = 0 is the identity
 _INFINITY: _Point = (0, 1, 0)
 
 
-@dataclass(frozen=True)
-class Curve:
+class Curve(NamedTuple):
     name: str
     oid: bytes  # DER value of the named curve's object identifier
     p: int
@@ -77,8 +76,7 @@ class KeyFormatError(ValueError):
     """Not a PEM EC public key on a supported curve; the message says what it is instead."""
 
 
-@dataclass(frozen=True)
-class PublicKey:
+class PublicKey(NamedTuple):
     curve: Curve
     x: int
     y: int

@@ -19,9 +19,8 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from catalog import signing
 from catalog.errors import CatalogError, Problem, UsageError
@@ -53,8 +52,7 @@ class Untrusted(ValueError):
     """A well-formed signature that no trusted key or root vouches for."""
 
 
-@dataclass(frozen=True)
-class Anchors:
+class Anchors(NamedTuple):
     """The trust anchors of one policy, read once: public keys (by their model-signing hint) and CA roots."""
 
     policy: Policy

@@ -87,13 +87,13 @@ def test_first_difference_names_the_first_file_in_path_order() -> None:
     assert first_difference(signed, pinned) is None
     changed = [pinned[0], FileEntry(path="b", size=1, sha256="f" * 64), FileEntry(path="c", size=1, sha256="e" * 64)]
     diff = first_difference(signed, changed)
-    assert diff is not None and (diff.path, diff.index, diff.pinned) == ("b", 1, "f" * 64)
+    assert diff is not None and (diff.path, diff.file_index, diff.pinned) == ("b", 1, "f" * 64)
     assert "pinned as sha256 fff" in diff.describe()
     added = first_difference(signed, [*pinned, *entries(["a/w"])])  # pinned after signing, sorts first
-    assert added is not None and (added.path, added.index, added.signed) == ("a/w", 3, None)
+    assert added is not None and (added.path, added.file_index, added.signed) == ("a/w", 3, None)
     assert "pinned but not signed" in added.describe()
     removed = first_difference(signed, pinned[1:])
-    assert removed is not None and (removed.path, removed.index, removed.pinned) == ("a/x", None, None)
+    assert removed is not None and (removed.path, removed.file_index, removed.pinned) == ("a/x", None, None)
     assert "signed but not pinned" in removed.describe()
 
 
