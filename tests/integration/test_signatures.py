@@ -381,3 +381,17 @@ def test_a_model_serving_as_anothers_tokenizer_must_be_signed_too(tmp_path: Path
     (folder / "tok.sig").unlink()
     with pytest.raises(SignatureError, match="tok: .*no signature"):
         signatures.require(cat, ["main"], cache_root=None, settings=None)
+
+
+def test_the_library_resolve_the_pytest_plugin_uses_is_gated_too(setup: Setup) -> None:
+    import catalog as catalog_api
+    from catalog.signing import SignatureError
+    from resolver.cache import Cache
+    from resolver.resolve import ResolveOptions, resolve
+
+    setup.sig("tiny-llama").unlink()
+    cat = catalog_api.load(setup.catalog)
+    with pytest.raises(SignatureError, match="no signature"):
+        resolve(cat, "tiny-llama", cache=Cache(setup.cache), store=open_store(str(setup.store)), options=ResolveOptions())
+    assert nothing_fetched(setup.cache)
+    assert resolve(cat, "tiny-qwen2", cache=Cache(setup.cache), store=open_store(str(setup.store))).name == "tiny-qwen2"
