@@ -5,6 +5,8 @@ folder it hands out, in a warm answer too."""
 from __future__ import annotations
 
 import json
+import math
+import re
 import os
 import shutil
 import subprocess
@@ -92,18 +94,32 @@ def test_validate_fails_a_broken_checkpoint_at_file_line_with_no_request_to_any_
 def test_show_prints_the_tensor_inventory(tmp_path: Path, sources: dict[str, Path]) -> None:
     folder = tmp_path / "manifests"
     shutil.copytree(ROOT / "manifests", folder)
+    # As a manifest locked before headers were pinned: no header or weight_map blocks, no tensor tables.
+    manifest = folder / "tiny-qwen2.yaml"
+    manifest.write_text(re.sub(r"    (header|weight_map):\n(      .*\n)+", "", manifest.read_text()))
+    (folder / "tiny-qwen2.tensors.json").unlink()
     env = isolated(tmp_path, CATALOG_DIR=str(folder))
     before = run(env, "show", "tiny-qwen2")
     assert before.stdout.rstrip().endswith("# 2 safetensors file(s) without a pinned header: run `catalog lock tiny-qwen2`")
     assert run(env, "lock", "tiny-qwen2", "--from-dir", str(sources["tiny-qwen2"])).returncode == 0
     shown = run(env, "show", "tiny-qwen2")
     comments = [line for line in shown.stdout.splitlines() if line.startswith("#")]
-    assert comments == ["# tensors: 21 in 2 safetensors file(s), 22,688 parameters, 44.3 KiB",
-                        "#   BF16: 45,376 bytes (44.3 KiB)"]
+    # What the safetensors library itself reads from the two shards (all bf16: two bytes a parameter).
+    from safetensors import safe_open
+
+    count = parameters = 0
+    for shard in sorted(sources["tiny-qwen2"].glob("*.safetensors")):
+        with safe_open(str(shard), "np") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is no dict
+                count += 1
+                parameters += math.prod(f.get_slice(key).get_shape())
+    size = parameters * 2
+    assert comments == [f"# tensors: {count} in 2 safetensors file(s), {parameters:,} parameters, {size / 1024:.1f} KiB",
+                        f"#   BF16: {size:,} bytes ({size / 1024:.1f} KiB)"]
     assert yaml.safe_load(shown.stdout)["name"] == "tiny-qwen2"  # the inventory is comments: still the manifest
     data = json.loads(run(env, "show", "tiny-qwen2", "--format", "json").stdout)
-    assert data["tensors"] == {"files": 2, "count": 21, "parameters": 22_688, "bytes_by_dtype": {"BF16": 45_376},
-                               "bytes": 45_376, "unpinned": []}
+    assert data["tensors"] == {"files": 2, "count": count, "parameters": parameters, "bytes_by_dtype": {"BF16": size},
+                               "bytes": size, "unpinned": []}
 
 
 def test_a_warm_answer_carries_the_filesystem_the_full_cli_found(bundled: Catalog, sources: dict[str, Path],
