@@ -62,7 +62,8 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("CATALOG_HUB_MAX_WAIT", "longest wait for the Hub's rate limit to reset, in seconds (default 60); "
                                    "a later reset fails at once, naming when to retry"),
     EnvVar("CATALOG_SHARED_CACHE", "read-only shared cache tiers, ':'-separated folders with the cache's blobs/<aa>/<sha256> "
-                                   "layout, consulted by sha256 before any download (--shared-cache DIR, repeatable)"),
+                                   "layout, consulted by sha256 before any download (--shared-cache DIR, repeatable); "
+                                   "hf:DIR is a Hugging Face cache (HF_HUB_CACHE) read the same way"),
     EnvVar("CATALOG_MIRRORS", "stores tried in order before the primary store, per file, ','-separated URLs "
                               "(s3://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)"),
     EnvVar("CATALOG_CACHE_MAX_SIZE", "resolve evicts least recently resolved views before it fetches, to keep the cache "
@@ -158,7 +159,7 @@ class Settings:
         if part_size is not None and part_size < MiB:
             raise UsageError("--part-size / CATALOG_PART_SIZE must be at least 1MiB")
         s3, ignored = _s3_options(env)
-        tiers = flags.get("shared_caches") or [p for p in (env.get("CATALOG_SHARED_CACHE") or "").split(":") if p.strip()]
+        tiers = flags.get("shared_caches") or split_tiers(env.get("CATALOG_SHARED_CACHE") or "")
         mirrors = flags.get("mirrors") or [u for u in (env.get("CATALOG_MIRRORS") or "").split(",") if u.strip()]
         max_size = env.get("CATALOG_CACHE_MAX_SIZE") or None
         keys = flags.get("trusted_keys") or [p for p in (env.get("CATALOG_TRUSTED_KEYS") or "").split(":") if p.strip()]
@@ -180,7 +181,7 @@ class Settings:
             hub_max_wait=_whole(env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT"),
             gpu_class=(env.get("CATALOG_GPU_CLASS") or "").strip().lower() or None,
             gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1),
-            shared_caches=tuple(Path(str(t).strip()).expanduser() for t in tiers),
+            shared_caches=tuple(tier_path(str(t)) for t in tiers),
             mirrors=tuple(str(u).strip() for u in mirrors),
             cache_max_size=parse_size(max_size, "CATALOG_CACHE_MAX_SIZE") if max_size is not None else None,
             debug=env.get("CATALOG_DEBUG", "") in ("1", "true", "yes"),
@@ -207,7 +208,7 @@ class Settings:
             if name in given:
                 given[name] = tuple(Path(p).expanduser() for p in given[name])
         if "shared_caches" in given:
-            given["shared_caches"] = tuple(Path(t).expanduser() for t in given["shared_caches"])
+            given["shared_caches"] = tuple(tier_path(str(t)) for t in given["shared_caches"])
         if "mirrors" in given:
             given["mirrors"] = tuple(given["mirrors"])
         return replace(self, **given)
@@ -221,7 +222,7 @@ class Settings:
         data = asdict(self)
         data["cache_dir"] = str(self.cache_dir.resolve())
         data["catalog_dir"] = str(self.catalog_dir.resolve()) if self.catalog_dir else None
-        data["shared_caches"] = [str(t.resolve()) for t in self.shared_caches]
+        data["shared_caches"] = [_tier_key(t) for t in self.shared_caches]
         data["trusted_keys"] = [str(k.resolve()) for k in self.trusted_keys]
         data["trusted_roots"] = [str(r.resolve()) for r in self.trusted_roots]
         data["hub_token"] = hashlib.sha256(self.hub_token.encode()).hexdigest() if self.hub_token else None
@@ -262,6 +263,37 @@ def _switch(env: Mapping[str, str], name: str) -> bool:
     if value not in ("", "0", "1", "false", "true", "no", "yes"):
         raise UsageError(f"{name}={env[name]!r} is not one of 1, 0, true, false, yes, no")
     return value in ("1", "true", "yes")
+
+
+HF_TIER = "hf:"  # a shared cache entry that is a Hugging Face cache folder (HF_HUB_CACHE), not a catalog tier
+
+
+def split_tiers(text: str) -> list[str]:
+    """CATALOG_SHARED_CACHE's ':'-separated entries; `hf:DIR` is one entry, not two."""
+    parts = text.split(":")
+    out: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part.strip() == HF_TIER[:-1] and parts:
+            part = HF_TIER + parts.pop(0)
+        if part.strip() and part.strip() != HF_TIER:
+            out.append(part)
+    return out
+
+
+def tier_path(text: str) -> Path:
+    """A tier entry as a Path, `~` expanded; an hf: entry keeps its prefix."""
+    text = text.strip()
+    if text.startswith(HF_TIER):
+        return Path(HF_TIER + str(Path(text[len(HF_TIER):].strip()).expanduser()))
+    return Path(text).expanduser()
+
+
+def _tier_key(tier: Path) -> str:
+    text = str(tier)
+    if text.startswith(HF_TIER):
+        return HF_TIER + str(Path(text[len(HF_TIER):]).resolve())
+    return str(tier.resolve())
 
 
 def _whole(value: Any, name: str, minimum: int = 0) -> int:

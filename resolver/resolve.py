@@ -291,7 +291,8 @@ def _fetch_missing(
     order, the store (or the Hub with --source hf, the store then the Hub with fallback)."""
     if not missing:
         return Fetched("cache", False, {})
-    sources: dict[str, str] = dict(tiers.take_from_tiers(tiers.tiers_of(options.tiers), cache, manifest.name, missing))
+    sources: dict[str, str] = dict(tiers.take_from_tiers(tiers.tiers_of(options.tiers), cache, manifest.name, missing,
+                                                         manifest.source))
     still = [e for e in missing if not cache.has_blob(e)]
     if still:
         needed = sum(e.size for e in {e.sha256: e for e in still}.values())

@@ -12,6 +12,9 @@ same machine only stats it. The blob is then hard-linked into the local cache (n
 where the filesystem refuses a link (another filesystem, another owner under protected_hardlinks), copied
 and the copy hashed (a copy is a new file: no earlier check vouches for it). A blob that fails its check is
 skipped (logged) and that file comes from the stores instead; the tier is left untouched.
+
+`hf:DIR` names a Hugging Face cache (an HF_HUB_CACHE folder CI already fills) as a tier of its own kind
+(`resolver/hf_tier.py`): it only says where a pinned file may lie there; the checks above are the same.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from catalog import naming
-from catalog.schema import FileEntry
+from catalog.schema import FileEntry, Source
+from catalog.settings import HF_TIER
 from resolver.cache import Cache
 from resolver.fsutil import atomic_write
 from resolver.hashing import hash_file
+from resolver.hf_tier import HfTier
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +55,27 @@ class Tier:
             raise ValueError(message)
         return self.root / "blobs" / sha256[:2] / sha256
 
+    def candidates(self, entry: FileEntry, source: Source | None) -> list[Path]:
+        return [self.blob_path(entry.sha256)]
 
-def tiers_of(paths: Sequence[Path]) -> tuple[Tier, ...]:
-    return tuple(Tier(Path(p).expanduser().absolute()) for p in paths)
+
+class SharedTier(Protocol):
+    """A read-only folder that may hold a pinned file: a catalog tier, or a Hugging Face cache (`hf:DIR`)."""
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def url(self) -> str: ...
+
+    def candidates(self, entry: FileEntry, source: Source | None) -> list[Path]:
+        """Where the tier may hold `entry` (of the repo at the revision `source` names), best first."""
+
+
+def tiers_of(paths: Sequence[Path]) -> tuple[SharedTier, ...]:
+    """The tier kind by prefix: `hf:DIR` is a Hugging Face cache, anything else a catalog tier."""
+    return tuple(HfTier(Path(str(p)[len(HF_TIER):]).expanduser().absolute()) if str(p).startswith(HF_TIER)
+                 else Tier(Path(p).expanduser().absolute()) for p in paths)
 
 
 def _identity(st: os.stat_result) -> list[int]:
@@ -85,9 +109,11 @@ class CheckRecord:
             log.debug("could not record the tier check of %s", sha256, exc_info=True)
 
 
-def take_from_tiers(tiers: Sequence[Tier], cache: Cache, model: str, entries: Sequence[FileEntry]) -> dict[str, str]:
+def take_from_tiers(tiers: Sequence[SharedTier], cache: Cache, model: str, entries: Sequence[FileEntry],
+                    where: Source | None = None) -> dict[str, str]:
     """Bring every entry some tier holds (verified) into the cache; returns path -> the tier that served it.
-    Entries no tier holds, or holds with other bytes, are left for the stores."""
+    Entries no tier holds, or holds with other bytes, are left for the stores. `where` (the manifest's
+    source) lets an HF cache tier find a file by revision and path."""
     served: dict[str, str] = {}
     if not tiers:
         return served
@@ -96,14 +122,13 @@ def take_from_tiers(tiers: Sequence[Tier], cache: Cache, model: str, entries: Se
         if cache.has_blob(entry):
             continue
         for tier in tiers:
-            if _take_one(tier, cache, record, model, entry):
+            if any(_take_one(tier, path, cache, record, model, entry) for path in tier.candidates(entry, where)):
                 served[entry.path] = tier.url
                 break
     return served
 
 
-def _take_one(tier: Tier, cache: Cache, record: CheckRecord, model: str, entry: FileEntry) -> bool:
-    source = tier.blob_path(entry.sha256)
+def _take_one(tier: SharedTier, source: Path, cache: Cache, record: CheckRecord, model: str, entry: FileEntry) -> bool:
     try:
         st = os.stat(source)
     except OSError:

@@ -1,0 +1,53 @@
+"""A Hugging Face cache (an `HF_HUB_CACHE` folder) read as a shared tier: `--shared-cache hf:DIR`.
+
+Engine CI already keeps such caches per runner pool (a network mount, a RAID disk, /dev/shm), filled by
+huggingface_hub: `{models,datasets}--org--name/{blobs,snapshots,refs}`. A pinned file is found there by
+the manifest's revision and path (`snapshots/<revision>/<path>`, a symlink to its blob, followed here), or
+by its sha256, which is the name huggingface_hub gives an LFS file's blob (`blobs/<sha256>`). This module
+only says where to look; `resolver/tiers.py` checks what it finds exactly as for any tier (size, then
+sha256 once per file identity) and links or copies it. Nothing here writes, locks or chmods in the cache.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from catalog import naming
+from catalog.schema import FileEntry, Source
+from resolver.cache import hf_repo_folder
+
+
+@dataclass(frozen=True)
+class HfTier:
+    root: Path
+
+    @property
+    def url(self) -> str:
+        """What `sources` and messages name."""
+        return f"hf-cache:{self.root}"
+
+    def repo_dir(self, source: Source) -> Path:
+        return self.root / hf_repo_folder(source.hf_repo, source.repo_type)
+
+    def candidates(self, entry: FileEntry, source: Source | None) -> list[Path]:
+        """The snapshot file of the pinned revision (its symlink resolved to the blob), then the LFS blob named
+        by the pin's sha256; none without the manifest's source or for a path or hash that is not well formed."""
+        if source is None or naming.check_relative_path(entry.path) is not None or naming.check_sha256(entry.sha256) \
+                is not None or naming.check_revision(source.revision) is not None:
+            return []
+        repo = self.repo_dir(source)
+        found: list[Path] = []
+        try:
+            found.append((repo / "snapshots" / source.revision / entry.path).resolve(strict=True))
+        except (OSError, RuntimeError):  # missing, a dangling link, a link loop
+            pass
+        blob = repo / "blobs" / entry.sha256
+        try:
+            blob = blob.resolve()
+        except (OSError, RuntimeError):
+            pass
+        if blob not in found:
+            found.append(blob)
+        return found
