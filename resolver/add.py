@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from catalog import naming
-from catalog.errors import Problem, UsageError
+from catalog.errors import CatalogError, InvalidCatalogError, Problem, UsageError
 from catalog.formats import LoadFormat
 from catalog.loading import ManifestDoc, discover, load_manifest
 from catalog.schema import CatalogSettings
+from catalog.tensor_tables import sidecar_path
 from resolver.hub import HubOptions, RemoteFile, commit_of, list_repo_files
 
 
@@ -69,19 +70,55 @@ def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, 
     revision = ref if naming.check_revision(ref) is None else commit_of(repo, ref, hub)
     files = list_repo_files(repo, revision, hub)
     fmt, exclude = choose_load_format(files, load_format)
-    prefix = f"{settings.store}{repo}/{revision}/"
+    prefix = derive_prefix(settings, repo, revision)
     refuse_collisions(repo, revision, fmt, prefix, _existing(catalog_dir))
-    lines = [
-        f"# Added with `catalog add {repo}` ({ref} was {revision[:12]} then); pins never move: a new revision is a new pin.",
-        f"name: {name}",
-        "source:",
-        f"  hf_repo: {repo}",
-        f"  revision: {revision}",
-    ]
+    comment = f"# Added with `catalog add {repo}` ({ref} was {revision[:12]} then); pins never move: a new revision is a new pin."
+    text = manifest_head(comment, name, repo, revision, exclude, prefix, fmt, gpu or settings.default_gpu)
+    return Scaffold(name, path, text, revision)
+
+
+def add_model(repo: str, ref: str, *, name: str | None, load_format: str | None, gpu: str | None,
+              settings: CatalogSettings, catalog_dir: Path, hub: HubOptions) -> Scaffold:
+    """`catalog add`: scaffold, write, then lock from the Hub; no half-made manifest is left when a step fails."""
+    from resolver.lock import atomic_text_write, lock_manifest
+
+    new = scaffold(repo, ref, name=name, load_format=load_format, gpu=gpu, settings=settings, catalog_dir=catalog_dir, hub=hub)
+    atomic_text_write(new.path, new.text)
+    try:
+        problems: list[Problem] = []
+        doc = load_manifest(new.path, problems)
+        if doc.manifest is None:
+            raise InvalidCatalogError(problems)
+        lock_manifest(doc.manifest, new.path, from_dir=None, hub=hub, write=True)
+    except (CatalogError, ValueError):
+        new.path.unlink(missing_ok=True)  # no half-made manifest left behind, nor its tensor tables
+        sidecar_path(new.path).unlink(missing_ok=True)
+        raise
+    return new
+
+
+def derive_prefix(settings: CatalogSettings, repo: str, revision: str, repo_type: str = "model") -> str:
+    """The store prefix of a new pin: the repo id and the full commit (a dataset's under datasets/)."""
+    return f"{settings.store}{'datasets/' if repo_type == 'dataset' else ''}{repo}/{revision}/"
+
+
+def manifest_head(comment: str, name: str, repo: str, revision: str, exclude: tuple[str, ...], prefix: str, fmt: LoadFormat,
+                  gpu: str | None, *, repo_type: str = "model", primary: bool = False) -> str:
+    """A new manifest's text up to its files block (pure): what `add` and `import` write. `gpu` None: no gpu key
+    (a dataset's default)."""
+    lines = [comment, f"name: {name}", "source:", f"  hf_repo: {repo}"]
+    if repo_type != "model":
+        lines.append(f"  repo_type: {repo_type}")
+    lines.append(f"  revision: {revision}")
     if exclude:
         lines.append(f"  exclude: [{', '.join(repr_pattern(p) for p in exclude)}]")
-    lines += [f"s3_prefix: {prefix}", f"load_format: {fmt.value}", f"gpu: {{class: {gpu or settings.default_gpu}}}", "tags: []"]
-    return Scaffold(name, path, "\n".join(lines) + "\n", revision)
+    lines += [f"s3_prefix: {prefix}", f"load_format: {fmt.value}"]
+    if primary:
+        lines.append("primary: true")
+    if gpu is not None:
+        lines.append(f"gpu: {{class: {gpu}}}")
+    lines.append("tags: []")
+    return "\n".join(lines) + "\n"
 
 
 def repr_pattern(pattern: str) -> str:

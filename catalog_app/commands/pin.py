@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from catalog.errors import CatalogError, InvalidCatalogError, UnknownModelError, UsageError
+from catalog.errors import InvalidCatalogError, UnknownModelError, UsageError
 from catalog_app.context import cache_option, catalog_dir, load_catalog, settings
 from catalog.loading import load_dir
 from catalog.schema import ModelManifest
@@ -106,24 +106,15 @@ def _store(ctx: click.Context, current: Settings) -> tuple[Store, str]:
 @click.pass_context
 def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, load_format: str | None, gpu_class: str | None) -> int:
     """Scaffold and lock a manifest for a Hub repo: one command, one file for the PR."""
-    from resolver.add import scaffold
-    from resolver.lock import atomic_text_write
+    from resolver.add import add_model
 
     hub = HubOptions.from_settings(settings(ctx))
     root = catalog_dir(ctx)
     catalog_settings = load_dir(root).settings
     if catalog_settings is None:
         raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
-    new = scaffold(repo, revision, name=name, load_format=load_format, gpu=gpu_class, settings=catalog_settings,
-                   catalog_dir=root, hub=hub)
-    atomic_text_write(new.path, new.text)
-    try:
-        [(manifest, path)] = lockable(root, [new.name])
-        lock_manifest(manifest, path, from_dir=None, hub=hub, write=True)
-    except (CatalogError, ValueError):
-        new.path.unlink(missing_ok=True)  # no half-made manifest left behind, nor its tensor tables
-        sidecar_path(new.path).unlink(missing_ok=True)
-        raise
+    new = add_model(repo, revision, name=name, load_format=load_format, gpu=gpu_class, settings=catalog_settings,
+                    catalog_dir=root, hub=hub)
     problems = load_dir(root, [new.path]).problems
     for problem in problems:
         click.echo(f"{problem}  [{problem.rule}]")
