@@ -8,7 +8,7 @@ import sys
 import click
 
 from catalog_app.commands import catalog as catalog_commands
-from catalog_app.commands import check_load, pin, publish, resolve, sign, sync
+from catalog_app.commands import adopt, check_load, pin, publish, resolve, sign, sync
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -28,6 +28,6 @@ def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
     root["verbose"] = verbose
 
 
-for module in (catalog_commands, resolve, pin, sync, check_load, publish, sign):
+for module in (catalog_commands, resolve, pin, sync, check_load, publish, sign, adopt):
     for command in module.COMMANDS:
         cli.add_command(command)

@@ -15,6 +15,7 @@ from resolver.cache import Cache
 from resolver.hub import HubOptions
 from resolver.resolve import open_catalog_store
 from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
+from resolver.sync_sources import HfCacheBytes
 from resolver.transfer import TransferConfig
 
 DEFAULT_MAX_DELETE = 10
@@ -35,12 +36,14 @@ DEFAULT_MAX_DELETE = 10
               help="Upload from this folder (DIR/<name>/ when present) instead of the Hub.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
               help="markdown: the plan as a table for CI summaries (buildkite-agent annotate, $GITHUB_STEP_SUMMARY).")
+@click.option("--from-hf-cache", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Upload from this Hugging Face cache (HF_HUB_CACHE) first: no Hub request for what it holds.")
 @store_options
 @click.pass_context
 def sync_command(
     ctx: click.Context, names: tuple[str, ...], dry_run: bool, out_path: Path | None, apply_path: Path | None, prune: bool,
-    delete_orphans: bool, max_delete: int, check: bool, deep: bool, from_dir: Path | None, fmt: str, store: str | None,
-    cache_dir: str | None, part_size: str | None, concurrency: int | None,
+    delete_orphans: bool, max_delete: int, check: bool, deep: bool, from_dir: Path | None, fmt: str, from_hf_cache: Path | None,
+    store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
 ) -> int:
     """Make the bucket hold exactly what the manifests pin, with a plan you can read first."""
     if delete_orphans and not prune:
@@ -80,7 +83,8 @@ def sync_command(
         elif fmt == "markdown":
             click.echo(render_markdown(plan))
         return 1 if check and plan.drift else 0
-    source = SourceOfBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config)
+    source = (SourceOfBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config) if from_hf_cache is None
+              else HfCacheBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config, from_hf_cache))
     report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config)
     _print_report(report, fmt, plan, dict(the_store.requests))
     return 1 if report.errors else 0

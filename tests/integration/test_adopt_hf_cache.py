@@ -1,5 +1,6 @@
 """What CI already has, adopted: a Hugging Face cache filled by huggingface_hub's own `snapshot_download` from the
-Hub double is a read-only tier (`hf:DIR`), with zero Hub requests. Hashes are read from the bundled manifests."""
+Hub double is a read-only tier (`hf:DIR`), the source of `catalog import --from-hf-cache` and of
+`catalog sync --from-hf-cache`, with zero Hub requests. Hashes are read from the bundled manifests."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from hubdouble import HubDouble
 from servers import SeaweedServer, new_bucket
 
+import catalog
 from catalog.lookup import Catalog
 from resolver.cache import Cache, hf_repo_folder
 from resolver.resolve import ResolveOptions, resolve
@@ -145,3 +148,141 @@ def test_the_cli_takes_hf_tiers_from_the_flag_and_the_environment(hub: HubDouble
         answer = json.loads(done.stdout)
         assert set(answer["sources"]) == {e.path for e in bundled.get("tiny-llama").files}
         assert set(answer["sources"].values()) == {f"hf-cache:{hf_cache}"}
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def empty_catalog(tmp_path: Path) -> Path:
+    folder = tmp_path / "manifests"
+    folder.mkdir(parents=True)
+    shutil.copy(ROOT / "manifests" / "catalog.yaml", folder / "catalog.yaml")
+    return folder
+
+
+def test_import_then_validate_then_sync_round_trips_the_bundled_models_with_no_hub_request(
+        hub: HubDouble, hf_cache: Path, bundled: Catalog, s3_server: SeaweedServer, tmp_path: Path) -> None:
+    folder = empty_catalog(tmp_path)
+    bucket = new_bucket(s3_server.url)
+    env = hf_env(hub, tmp_path / "unused-hf-cache", tmp_path) | {"CATALOG_DIR": str(folder), "CATALOG_CACHE": str(tmp_path / "cache"),
+                                                                  "CATALOG_STORE": f"s3://{bucket}/"}
+    asked = hub.hub_requests()
+    imported = run_cli(env, "import", "--from-hf-cache", str(hf_cache), "--format", "json")
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    results = json.loads(imported.stdout)["results"]
+    assert {r["outcome"] for r in results} == {"written"} and len(results) == len(pins_of(bundled))
+
+    mine = catalog.load(folder)
+    for m in bundled:  # every bundled pin is in the imported manifest of its repo@revision, byte for byte
+        [twin] = [i for i in mine if (i.source.hf_repo, i.source.revision, i.source.repo_type)
+                  == (m.source.hf_repo, m.source.revision, m.source.repo_type)]
+        for entry in m.files:
+            got = twin.file(entry.path)
+            assert got is not None and (got.size, got.sha256) == (entry.size, entry.sha256), (m.name, entry.path)
+    assert mine.get("tiny-sts").load_format.value == "dataset" and mine.get("tiny-llama").load_format.value == "safetensors"
+    assert run_cli(env, "validate").returncode == 0
+
+    synced = run_cli(env, "sync", "--from-hf-cache", str(hf_cache), "--format", "json")
+    assert synced.returncode == 0, synced.stderr
+    report = json.loads(synced.stdout)
+    assert len(report["uploaded"]) == sum(len(m.files) for m in mine) and report["errors"] == []
+    assert run_cli(env, "sync", "--check").returncode == 0
+    assert hub.hub_requests() == asked  # import, validate and sync: not one Hub request
+
+
+def remove_snapshot_file(hf: Path, cat: Catalog, name: str, path: str, *, blob_too: bool) -> Path:
+    m = cat.get(name)
+    link = hf / hf_repo_folder(m.source.hf_repo, m.source.repo_type) / "snapshots" / m.source.revision / path
+    blob = link.resolve()
+    if blob_too:
+        blob.unlink()
+    else:
+        link.unlink()
+    return blob
+
+
+def test_import_refuses_an_incomplete_snapshot_naming_what_is_missing_and_writes_nothing_for_it(
+        hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    qwen = bundled.get("tiny-qwen2")
+    shards = sorted(p for e in qwen.files for p in (e.shards or ()))
+    remove_snapshot_file(copy, bundled, "tiny-qwen2", shards[-1], blob_too=False)  # the index names a shard not there
+    remove_snapshot_file(copy, bundled, "tiny-llama", "config.json", blob_too=True)  # a dangling link
+    blob = remove_snapshot_file(copy, bundled, "all-minilm-l6-v2", "model.safetensors", blob_too=True)
+    blob.with_name(blob.name + ".incomplete").write_bytes(b"half")  # a download cut short
+    folder = empty_catalog(tmp_path)
+    env = hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}
+    asked = hub.hub_requests()
+    done = run_cli(env, "import", "--from-hf-cache", str(copy))
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3, done.stderr
+    assert any("tiny-qwen2" in e and f"names {shards[-1]}, which the cached snapshot does not hold" in e for e in errors)
+    assert any("tiny-llama" in e and "config.json: its blob" in e and "is missing" in e for e in errors)
+    assert any("all-MiniLM-L6-v2" in e and "model.safetensors: its download is in flight or was interrupted" in e for e in errors)
+    assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml", "tiny-sts.yaml"]  # only the complete snapshot
+    assert hub.hub_requests() == asked
+
+
+def test_import_pins_blob_names_and_deep_rehashes_them(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    weights = bundled.get("tiny-llama").file("model.safetensors")
+    assert weights is not None
+    blob = blob_of(copy, bundled, "tiny-llama", weights.path)
+    data = bytearray(blob.read_bytes())
+    data[100] ^= 0xFF
+    blob.write_bytes(bytes(data))  # same size: only a hash can tell
+    env = hf_env(hub, tmp_path / "unused", tmp_path)
+    fast = empty_catalog(tmp_path / "fast")
+    done = run_cli(env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
+    assert done.returncode == 0, done.stderr
+    pinned = {f["path"]: f["sha256"] for f in yaml.safe_load((fast / "tiny-llama.yaml").read_text())["files"]}
+    assert pinned[weights.path] == weights.sha256  # the blob's name is the pin; the bytes are verified on use
+    deep = empty_catalog(tmp_path / "deep")
+    done = run_cli(env | {"CATALOG_DIR": str(deep)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama", "--deep")
+    assert done.returncode == 1
+    assert f"model.safetensors: expected sha256 {weights.sha256} (its blob's name) but got" in done.stderr
+    assert not (deep / "tiny-llama.yaml").exists()
+    config = blob_of(copy, bundled, "tiny-llama", "config.json")
+    config.write_bytes(config.read_bytes().replace(b"{", b"[", 1))  # a small file: hashed always, checked by its git id
+    again = run_cli(env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
+    assert again.returncode == 0 and "skipped model-catalog/tiny-llama@50a88e7e0f77: already pinned as 'tiny-llama'" in again.stdout
+    (fast / "tiny-llama.yaml").unlink()
+    broken = run_cli(env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
+    assert broken.returncode == 1 and "config.json: expected git blob id" in broken.stderr and "the cached blob is corrupt" in broken.stderr
+
+
+def test_a_repo_cached_at_two_revisions_gets_two_manifests_one_primary(sources: dict[str, Path], bundled: Catalog,
+                                                                         tmp_path: Path) -> None:
+    old = bundled.get("tiny-llama").source.revision
+    new = "f" * 40
+    double = HubDouble()
+    try:
+        double.add_repo("model-catalog/tiny-llama", old, sources["tiny-llama"], refs=())
+        changed = {p.name: p.read_bytes() for p in sources["tiny-llama"].iterdir() if p.is_file()}
+        changed["generation_config.json"] = b'{"max_new_tokens": 4}\n'
+        double.add_files("model-catalog/tiny-llama", new, changed, refs=("main",))
+        cache = tmp_path / "hub"
+        snapshot_download(double, cache, tmp_path, [("model-catalog/tiny-llama", old, "model"),
+                                                     ("model-catalog/tiny-llama", "main", "model")])  # main: refs/main written
+        folder = empty_catalog(tmp_path)
+        env = hf_env(double, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}
+        asked = double.hub_requests()
+        done = run_cli(env, "import", "--from-hf-cache", str(cache))
+        assert done.returncode == 0, done.stderr
+        main = yaml.safe_load((folder / "tiny-llama.yaml").read_text())
+        other = yaml.safe_load((folder / f"tiny-llama-{old[:12]}.yaml").read_text())
+        assert main["source"]["revision"] == new and main["primary"] is True
+        assert other["source"]["revision"] == old and "primary" not in other and main["s3_prefix"] != other["s3_prefix"]
+        assert run_cli(env, "validate").returncode == 0
+        again = run_cli(env, "import", "--from-hf-cache", str(cache), "model-catalog/tiny-llama@main")
+        assert again.returncode == 0 and again.stdout.count("skipped") == 1 and "already pinned as 'tiny-llama'" in again.stdout
+        missing = run_cli(env, "import", "--from-hf-cache", str(cache), "model-catalog/tiny-llama@v2", "org/absent")
+        assert missing.returncode == 1
+        assert "holds model-catalog/tiny-llama but not at 'v2'" in missing.stderr and "org/absent: the HF cache at" in missing.stderr
+        assert double.hub_requests() == asked
+    finally:
+        double.close()

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from catalog.errors import UsageError
 from catalog.schema import FileEntry, Source
 from catalog.settings import Settings, split_tiers
 from resolver.hf_tier import HfTier
+from resolver.repo_list import parse_repo_list
 from resolver.tiers import Tier, tiers_of
 
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -50,3 +52,16 @@ def test_an_hf_tier_looks_in_the_pinned_snapshot_then_by_sha256(tmp_path: Path) 
     assert tier.candidates(entry, None) == []  # without the manifest's revision it cannot look
     assert tier.candidates(FileEntry(path="../x", size=1, sha256="a" * 64), SOURCE) == []
     assert tier.candidates(entry, Source(hf_repo="org/model", revision="main")) == []
+
+
+def test_a_repo_list_reads_revisions_and_classes_and_names_bad_lines() -> None:
+    text = "# models\norg/a\norg/b@v1 --gpu l4   # tagged\norg/c@" + REV + " h200\norg/d --gpu=cpu\n"
+    listed = parse_repo_list(text, "models.txt", ["cpu", "l4", "h200"])
+    assert [(x.repo, x.ref, x.gpu, x.where) for x in listed] == [
+        ("org/a", "main", None, "models.txt:2"), ("org/b", "v1", "l4", "models.txt:3"), ("org/c", REV, "h200", "models.txt:4"),
+        ("org/d", "main", "cpu", "models.txt:5")]
+    with pytest.raises(UsageError) as caught:
+        parse_repo_list("org/a\nnoslash\norg/b x y\norg/a@main\norg/c --gpu tpu\n", "m.txt", ["cpu"])
+    message = caught.value.message
+    assert "4 bad line(s)" in message and "m.txt:2:" in message and "m.txt:3: expected" in message
+    assert "m.txt:4: org/a@main is listed again (first at m.txt:1)" in message and "m.txt:5: unknown GPU class 'tpu'" in message
