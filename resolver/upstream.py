@@ -1,0 +1,186 @@
+"""`catalog audit-upstream`: is each pin still where it came from?
+
+One metadata request per pin (`GET /api/{models,datasets}/<repo>/revision/<commit>`, redirects not
+followed), classed by `classify` (pure) from the status, the Hub's `X-Error-Code` and the body:
+
+    ok             the commit resolves and its files can be fetched
+    deleted        404 RepoNotFound (to a caller with a token, a repo made private to others looks the same)
+    private        401/403 RepoNotFound or access denied (to an anonymous caller, a deleted repo looks the same)
+    gated          401/403 GatedRepo, or the metadata says `gated` and no token was given
+    revision-gone  404 RevisionNotFound: the repo is there, the pinned commit no longer is
+    moved          a redirect: the repo id was renamed (the new id is named)
+    unreachable    the Hub failing (5xx, a connection error, rate limits past the wait, an answer that is not
+                   the Hub's): never taken for a deletion
+
+deleted, private, gated and revision-gone mean the bucket may hold the last copy (`GONE`): what sync must
+not delete without being told (`resolver/last_copy.py` records the result and guards deletions). Rate
+limits are honoured as `catalog lock` honours them (`resolver/hub.py`): a reset within CATALOG_HUB_MAX_WAIT
+is waited out; a later one stops the audit, and the pins not yet asked are reported unreachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+from urllib.parse import quote, urlparse
+
+from catalog.schema import Source
+from resolver.hub import HubOptions, RateLimitedError, _hub_headers, retry_delay
+
+log = logging.getLogger(__name__)
+
+
+class Upstream(str, Enum):
+    OK = "ok"
+    DELETED = "deleted"
+    GATED = "gated"
+    PRIVATE = "private"
+    REVISION_GONE = "revision-gone"
+    MOVED = "moved"
+    UNREACHABLE = "unreachable"
+
+
+GONE = frozenset({Upstream.DELETED, Upstream.GATED, Upstream.PRIVATE, Upstream.REVISION_GONE})
+_REDIRECTS = (301, 302, 303, 307, 308)
+_INVALID_TOKEN = "Invalid credentials in Authorization header"  # huggingface_hub's own test for a refused token
+
+
+@dataclass(frozen=True)
+class Finding:
+    upstream: Upstream
+    detail: str
+
+
+@dataclass(frozen=True)
+class PinAudit:
+    """One model's pin and what the Hub said about it."""
+
+    name: str
+    source: Source
+    prefix: str  # the model's prefix key in the store: what the last-copy guard protects
+    finding: Finding
+
+    @property
+    def ok(self) -> bool:
+        return self.finding.upstream is Upstream.OK
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    return next((str(v) for k, v in headers.items() if k.lower() == name.lower()), "")
+
+
+def _moved_to(location: str, repo_type: str) -> str | None:
+    """The repo id a redirect of `/api/<type>s/<org>/<name>/revision/...` (or a download path) points at."""
+    parts = [p for p in urlparse(location).path.split("/") if p]
+    if parts[:2] == ["api", f"{repo_type}s"]:
+        parts = parts[2:]
+    elif parts[:1] == [f"{repo_type}s"]:
+        parts = parts[1:]
+    return "/".join(parts[:2]) if len(parts) >= 2 else None
+
+
+def classify(status: int, headers: Mapping[str, str], body: Any, source: Source, *, authenticated: bool) -> Finding:
+    """Pure: what one answer to the pin's metadata request says about its upstream."""
+    code = _header(headers, "X-Error-Code")
+    message = _header(headers, "X-Error-Message")
+    if status == 200:
+        sha = body.get("sha") if isinstance(body, dict) else None
+        if sha is not None and sha != source.revision:
+            return Finding(Upstream.UNREACHABLE, f"the Hub answered for commit {sha}, not {source.revision}; not its answer about this pin")
+        gated = body.get("gated") if isinstance(body, dict) else None
+        if gated and not authenticated:
+            return Finding(Upstream.GATED, f"gated ({gated}): its files need a token granted access, and none was given")
+        if gated:
+            return Finding(Upstream.OK, f"gated ({gated}); whether this token was granted access was not checked")
+        return Finding(Upstream.OK, "the pinned commit resolves")
+    if status in _REDIRECTS:
+        new = _moved_to(_header(headers, "Location"), source.repo_type)
+        return Finding(Upstream.MOVED, f"renamed to {new}" if new else f"redirected ({status}) to {_header(headers, 'Location')}")
+    if status in (401, 403):
+        if message == _INVALID_TOKEN:
+            return Finding(Upstream.UNREACHABLE, f"the Hub refused the token ({status}): check HF_TOKEN; nothing was learned about the repo")
+        if code == "GatedRepo":
+            return Finding(Upstream.GATED, f"gated ({status} GatedRepo): a token granted access is needed")
+        if code == "RepoNotFound" and not authenticated:
+            return Finding(Upstream.PRIVATE, f"private, or deleted ({status} RepoNotFound): the Hub answers anonymous callers alike; "
+                                             "set HF_TOKEN to tell them apart")
+        return Finding(Upstream.PRIVATE, f"access denied ({status}{' ' + code if code else ''})")
+    if status == 404 and code == "RevisionNotFound":
+        return Finding(Upstream.REVISION_GONE, f"the repo is there, commit {source.revision[:12]} no longer resolves (404 RevisionNotFound)")
+    if status == 404 and code in ("RepoNotFound", ""):
+        if code == "":
+            # A 404 without the Hub's error code is a proxy's or a wrong endpoint's answer, not the Hub's word.
+            return Finding(Upstream.UNREACHABLE, "404 without the Hub's X-Error-Code: not the Hub's answer about this repo; check HF_ENDPOINT")
+        return Finding(Upstream.DELETED, "deleted (404 RepoNotFound)" + (", or private to others" if authenticated else ""))
+    if status == 404:
+        return Finding(Upstream.DELETED, f"gone (404 {code})")
+    return Finding(Upstream.UNREACHABLE, f"the Hub answered {status}")
+
+
+def metadata_url(source: Source, options: HubOptions) -> str:
+    return f"{options.endpoint}/api/{source.repo_type}s/{source.hf_repo}/revision/{quote(source.revision, safe='')}"
+
+
+def _ask(source: Source, options: HubOptions, sleep: Callable[[float], None]) -> Finding:
+    """The pin's one metadata request (again only after a 429/5xx or a dropped connection, as lock retries)."""
+    from huggingface_hub import get_session
+
+    session = get_session()
+    what = f"auditing {source.hf_repo}@{source.revision[:12]}"
+    error = ""
+    for attempt in range(1, options.attempts + 1):
+        try:
+            response = session.get(metadata_url(source, options), params=[("expand", "sha"), ("expand", "gated"), ("expand", "private")],
+                                   headers=_hub_headers(options, {}), follow_redirects=False)
+        except OSError as exc:
+            error = type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - httpx's transport errors are not OSErrors
+            if not type(exc).__module__.startswith(("httpx", "httpcore")):
+                raise
+            error = type(exc).__name__
+        else:
+            status = response.status_code
+            if status == 429 or status >= 500:
+                delay = retry_delay(what, status, response.headers, options.max_wait)  # RateLimitedError past the wait
+                error = f"the Hub answered {status}"
+                if attempt < options.attempts:
+                    wait = delay if delay is not None else 0.5 * 2 ** (attempt - 1)
+                    log.warning("%s: %s; retrying in %.1fs", what, error, wait)
+                    sleep(wait)
+                continue
+            try:
+                body = response.json() if status == 200 else None
+            except ValueError:
+                return Finding(Upstream.UNREACHABLE, "the Hub's answer was not JSON")
+            return classify(status, response.headers, body, source, authenticated=options.token is not None)
+        if attempt < options.attempts:
+            sleep(0.5 * 2 ** (attempt - 1))
+    return Finding(Upstream.UNREACHABLE, f"{error} after {options.attempts} attempts at {options.endpoint}")
+
+
+def audit(pins: Sequence[tuple[str, Source, str]], options: HubOptions, sleep: Callable[[float], None] = time.sleep,
+          on_done: Callable[[PinAudit], None] | None = None) -> list[PinAudit]:
+    """Ask the Hub about each (name, source, prefix) once per distinct repo+revision; in the given order."""
+    asked: dict[tuple[str, str, str], Finding] = {}
+    stopped: Finding | None = None
+    out = []
+    for name, source, prefix in pins:
+        key = (source.repo_type, source.hf_repo.casefold(), source.revision)
+        if key not in asked:
+            if stopped is None:
+                try:
+                    asked[key] = _ask(source, options, sleep)
+                except RateLimitedError as exc:
+                    stopped = Finding(Upstream.UNREACHABLE, f"not asked: {exc.message}")
+                    asked[key] = stopped
+            else:
+                asked[key] = stopped
+        result = PinAudit(name, source, prefix, asked[key])
+        if on_done is not None:
+            on_done(result)
+        out.append(result)
+    return out
