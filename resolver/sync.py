@@ -29,6 +29,7 @@ from catalog.schema import FileEntry, ModelManifest
 from resolver import hashing
 from resolver.cache import Cache
 from resolver.hub import HubOptions, HubStore
+from resolver.last_copy import refuse_last_copy_deletion
 from resolver.resolve import store_key
 from resolver.stream_check import STATE_PREFIX, cached_state, parse_state, read_small, remember_state, write_state
 from resolver.stores import LocalStore, ObjectInfo, Store
@@ -408,8 +409,9 @@ class SourceOfBytes:
 
 
 def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *, max_delete: int,
-          check_fresh: bool, config: TransferConfig) -> ApplyReport:
-    """Execute exactly `plan_`. Deletions beyond `max_delete` abort before anything is deleted."""
+          check_fresh: bool, config: TransferConfig, allow_last_copy: Sequence[str] = ()) -> ApplyReport:
+    """Execute exactly `plan_`. Deletions beyond `max_delete`, or of a pin whose upstream is gone and that
+    `allow_last_copy` does not name (resolver/last_copy.py), abort before anything is done."""
     deletions = plan_.deletions
     if deletions and len(deletions) > max_delete:
         raise UsageError(f"the plan deletes {len(deletions)} objects, more than --max-delete {max_delete}; nothing was deleted",
@@ -426,6 +428,7 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
             raise UsageError("the bucket changed since the plan was made; nothing was done",
                              hint="make a new plan (catalog sync --out plan.json) and review it")
     check_items(plan_, cat)
+    refuse_last_copy_deletion(store, [i.key for i in deletions], allow_last_copy)
     report = ApplyReport()
     recorded: dict[str, dict[str, dict[str, Any]]] = {}
     work = [i for i in plan_.items if i.action in (Action.UPLOAD, Action.REPLACE, Action.VERIFY)]

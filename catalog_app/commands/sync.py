@@ -13,9 +13,11 @@ from catalog_app.markdown import table
 from catalog_app.progress import human_bytes
 from resolver.cache import Cache
 from resolver.hub import HubOptions
+from catalog.lookup import Catalog
 from resolver.resolve import open_catalog_store
+from resolver.stores import Store, open_store
 from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
-from resolver.sync_sources import HfCacheBytes
+from resolver.sync_sources import HfCacheBytes, replicate
 from resolver.transfer import TransferConfig
 
 DEFAULT_MAX_DELETE = 10
@@ -38,12 +40,18 @@ DEFAULT_MAX_DELETE = 10
               help="markdown: the plan as a table for CI summaries (buildkite-agent annotate, $GITHUB_STEP_SUMMARY).")
 @click.option("--from-hf-cache", type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Upload from this Hugging Face cache (HF_HUB_CACHE) first: no Hub request for what it holds.")
+@click.option("--allow-last-copy-deletion", "allow_last_copy", multiple=True, metavar="NAME",
+              help="Let --prune / --delete-orphans / --apply delete objects of NAME although its upstream is gone "
+                   "(catalog audit-upstream); repeat for each model.")
+@click.option("--replicate-to", metavar="URL", help="Copy the selected pins (all by default) from the store to this second "
+                                                    "store, verified; nothing is deleted.")
 @store_options
 @click.pass_context
 def sync_command(
     ctx: click.Context, names: tuple[str, ...], dry_run: bool, out_path: Path | None, apply_path: Path | None, prune: bool,
     delete_orphans: bool, max_delete: int, check: bool, deep: bool, from_dir: Path | None, fmt: str, from_hf_cache: Path | None,
-    store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
+    allow_last_copy: tuple[str, ...], replicate_to: str | None, store: str | None, cache_dir: str | None, part_size: str | None,
+    concurrency: int | None,
 ) -> int:
     """Make the bucket hold exactly what the manifests pin, with a plan you can read first."""
     if delete_orphans and not prune:
@@ -54,6 +62,12 @@ def sync_command(
     cat = load_catalog(ctx)
     config = TransferConfig.from_settings(current)
     the_store = open_catalog_store(cat, current)
+    if replicate_to is not None:
+        if prune or apply_path or from_dir or from_hf_cache or deep or allow_last_copy:
+            raise UsageError("--replicate-to copies pins from the store as they are; give it with NAMEs, --dry-run, --check, "
+                             "--out or --format only")
+        return _replicate(cat, names, the_store, open_store(replicate_to, current), Cache(current.cache_dir), config, fmt,
+                          dry_run or check or out_path is not None, check, out_path)
     if apply_path is not None:
         try:
             plan = SyncPlan.from_json(json.loads(apply_path.read_text()))
@@ -85,8 +99,29 @@ def sync_command(
         return 1 if check and plan.drift else 0
     source = (SourceOfBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config) if from_hf_cache is None
               else HfCacheBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config, from_hf_cache))
-    report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config)
+    report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config,
+                   allow_last_copy=allow_last_copy)
     _print_report(report, fmt, plan, dict(the_store.requests))
+    return 1 if report.errors else 0
+
+
+def _replicate(cat: Catalog, names: tuple[str, ...], origin: Store, target: Store, cache: Cache, config: TransferConfig, fmt: str,
+               plan_only: bool, check: bool, out_path: Path | None) -> int:
+    """`sync --replicate-to URL`: the plan against the second store, applied with bytes from the first."""
+    for name in names:
+        cat.get(name)
+    if plan_only:
+        plan = make_plan(cat, names, target, prune=False, delete_orphans=False, deep=False, config=config, cache=cache)
+        if out_path is not None:
+            out_path.write_text(json.dumps(plan.to_json(), indent=2))
+        click.echo(json.dumps({"plan": plan.to_json()}, indent=2) if fmt == "json" else
+                   render_markdown(plan) if fmt == "markdown" else render_text(plan))
+        return 1 if check and plan.drift else 0
+    plan, report = replicate(cat, names, origin, target, cache, config)
+    if fmt == "text":
+        click.echo(render_text(plan))
+    _print_report(report, fmt, plan, {f"{origin.url} {k}": n for k, n in origin.requests.items()}
+                  | {f"{target.url} {k}": n for k, n in target.requests.items()})
     return 1 if report.errors else 0
 
 

@@ -12,7 +12,7 @@ from catalog.errors import UsageError
 from catalog.schema import FileEntry, Source
 from catalog.settings import Settings, split_tiers
 from resolver.hf_tier import HfTier
-from resolver.last_copy import PinRecord, from_bytes, merge, to_bytes
+from resolver.last_copy import LastCopyError, PinRecord, from_bytes, last_copies, merge, to_bytes
 from resolver.repo_list import parse_repo_list
 from resolver.tiers import Tier, tiers_of
 from resolver.upstream import Upstream, classify
@@ -122,3 +122,13 @@ def test_the_record_round_trips_and_an_unreadable_one_refuses() -> None:
                 b'"upstream": "deleted", "detail": "", "checked_at": "t"}}}'):
         with pytest.raises(UsageError, match="unreadable"):
             from_bytes(bad)
+
+
+def test_last_copies_are_the_keys_under_a_gone_prefix_not_allowed() -> None:
+    records = {"a": rec("a", "deleted"), "b": rec("b", "ok"), "c": rec("c", "revision-gone"), "d": rec("d", "unreachable")}
+    keys = ["org/a/x", "org/a/y", "org/b/x", "org/c/x", "org/d/x", "org/other/x", "org/ab/x"]
+    assert last_copies(keys, records, []) == {"a": ["org/a/x", "org/a/y"], "c": ["org/c/x"]}
+    assert last_copies(keys, records, ["a"]) == {"c": ["org/c/x"]}
+    error = LastCopyError(last_copies(keys, records, []), records)
+    assert "2 object(s) of a (org/model@0123456789ab: deleted upstream since t1, e.g. org/a/x)" in error.message
+    assert error.hint is not None and "--allow-last-copy-deletion a --allow-last-copy-deletion c" in error.hint
