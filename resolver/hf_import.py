@@ -41,7 +41,7 @@ from catalog.schema import CatalogSettings, FileEntry
 from resolver.add import choose_load_format, derive_name, derive_prefix, manifest_head, refuse_collisions
 from resolver.cache import hf_repo_folder, lfs_pointer_blob_id
 from resolver.completeness import index_shards
-from resolver.hashing import CHUNK
+from resolver.hashing import CHUNK, hash_file
 from resolver.hub import RemoteFile
 from resolver.lock import atomic_text_write, complete_selection, render_files_block
 
@@ -310,7 +310,7 @@ def pin_file(snapshot: Snapshot, path: str, deep: bool) -> FileEntry:
             raise Refused(f"{where}: its blob is named {name} but the cache's tree listing says sha256 {listed['lfs_sha256']}; "
                           "nothing was written")
         if deep:
-            got, digest, _ = _hash_both(f.blob, size)
+            got, digest = hash_file(f.blob)
             if (got, digest) != (size, name):
                 raise Refused(f"{where}: expected sha256 {name} (its blob's name) but got {digest}; the cached blob is corrupt; "
                               "nothing was written", hint="delete the blob and download it again")
