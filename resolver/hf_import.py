@@ -39,7 +39,7 @@ from catalog.formats import LoadFormat
 from catalog.loading import ManifestDoc, discover, load_manifest
 from catalog.schema import CatalogSettings, FileEntry
 from resolver.add import choose_load_format, derive_name, derive_prefix, manifest_head, refuse_collisions
-from resolver.cache import hf_repo_folder, lfs_pointer_blob_id
+from resolver.cache import hf_revisions, lfs_pointer_blob_id
 from resolver.completeness import index_shards
 from resolver.hashing import CHUNK, hash_file
 from resolver.hub import RemoteFile
@@ -76,8 +76,7 @@ class CachedRepo:
         return out
 
     def revisions(self) -> list[str]:
-        snapshots = self.folder / "snapshots"
-        return sorted(d.name for d in snapshots.iterdir() if _COMMIT.fullmatch(d.name) and d.is_dir()) if snapshots.is_dir() else []
+        return hf_revisions(self.folder)
 
 
 def cached_repos(root: Path) -> list[CachedRepo]:
@@ -139,7 +138,7 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
             try:
                 blob = path.resolve(strict=True)
             except (OSError, RuntimeError):
-                gaps.append(f"{rel}: its blob {name or ''} is missing from blobs/".replace("  ", " "))
+                gaps.append(f"{rel}: its blob {name} is missing from blobs/" if name else f"{rel}: vanished while it was read")
                 continue
             files[rel] = SnapshotFile(rel, blob, name)
     tree = read_tree(repo, revision)
