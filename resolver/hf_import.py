@@ -219,14 +219,17 @@ class Refused(CatalogError, ValueError):
     """One snapshot cannot be imported; nothing is written for it."""
 
 
+def finish_download(snapshot: Snapshot) -> str:
+    kind = " --repo-type dataset" if snapshot.repo.repo_type == "dataset" else ""
+    return f"finish the download (hf download {snapshot.repo.repo} --revision {snapshot.revision}{kind}), then import again"
+
+
 def draft(snapshot: Snapshot, settings: CatalogSettings, load_format: str | None) -> Draft:
     """Pure over what was read: the format, excludes and files of the manifest a snapshot becomes; Refused when
     the snapshot is incomplete or holds nothing the catalog can pin."""
     label = snapshot.label
     if snapshot.gaps:
-        raise Refused(f"{label} is incomplete: {'; '.join(snapshot.gaps)}; nothing was written",
-                      hint=f"finish the download (hf download {snapshot.repo.repo} --revision {snapshot.revision}"
-                           f"{' --repo-type dataset' if snapshot.repo.repo_type == 'dataset' else ''}), then import again")
+        raise Refused(f"{label} is incomplete: {'; '.join(snapshot.gaps)}; nothing was written", hint=finish_download(snapshot))
     paths = sorted(snapshot.files)
     exclude: tuple[str, ...] = ()
     if snapshot.repo.repo_type == "dataset":
@@ -254,8 +257,7 @@ def check_shards(d: Draft, read: Mapping[str, bytes]) -> None:
             if shard not in d.snapshot.files:
                 missing.append(f"{index} names {shard}, which the cached snapshot does not hold")
     if missing:
-        raise Refused(f"{d.snapshot.label} is incomplete: {'; '.join(missing)}; nothing was written",
-                      hint=f"finish the download (hf download {d.snapshot.repo.repo} --revision {d.snapshot.revision}), then import again")
+        raise Refused(f"{d.snapshot.label} is incomplete: {'; '.join(missing)}; nothing was written", hint=finish_download(d.snapshot))
 
 
 def give_names(drafts: Sequence[Draft], existing: Sequence[ManifestDoc], taken: set[str]) -> None:
@@ -370,11 +372,11 @@ def said(exc: CatalogError) -> str:
     return exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
 
 
-def pinned_as(existing: Sequence[ManifestDoc], repo: str, revision: str, fmt: LoadFormat | None) -> str | None:
-    """The name of a manifest already pinning repo@revision (with this load format, unless None)."""
+def pinned_as(existing: Sequence[ManifestDoc], repo: str, revision: str | None, fmt: LoadFormat | None) -> str | None:
+    """The name of a manifest already pinning repo (at `revision`, with load format `fmt`, unless None)."""
     for doc in existing:
         m = doc.manifest
-        if m is not None and m.source.hf_repo.casefold() == repo.casefold() and m.source.revision == revision \
+        if m is not None and m.source.hf_repo.casefold() == repo.casefold() and revision in (None, m.source.revision) \
                 and fmt in (None, m.load_format):
             return m.name
     return None

@@ -46,6 +46,10 @@ class PinRecord:
     gone_since: str | None = None  # when an audit first found it gone (kept while it stays gone)
 
     @property
+    def pin(self) -> tuple[str, str, str]:
+        return self.hf_repo, self.repo_type, self.revision
+
+    @property
     def gone(self) -> bool:
         return self.upstream in {u.value for u in GONE}
 
@@ -58,15 +62,19 @@ def record_of(result: PinAudit, at: str) -> PinRecord:
 
 def merge(old: Mapping[str, PinRecord], new: Iterable[PinRecord]) -> dict[str, PinRecord]:
     """Pure: the record after an audit. Unreachable keeps what was known; gone keeps its first date; a new pin
-    under an old name (re-pinned) starts afresh."""
+    under an old name (re-pinned) starts afresh, and the old pin, if it was gone, stays as `name@<commit[:12]>`:
+    its objects (orphans now, under the old prefix) are still the last copy."""
     out = dict(old)
     for rec in new:
         before = out.get(rec.name)
-        same_pin = before is not None and (before.hf_repo, before.repo_type, before.revision) == (rec.hf_repo, rec.repo_type, rec.revision)
+        same_pin = before is not None and before.pin == rec.pin
         if rec.upstream == Upstream.UNREACHABLE.value and before is not None and same_pin:
             continue
         if rec.gone and before is not None and same_pin and before.gone and before.gone_since:
             rec = replace(rec, gone_since=before.gone_since)
+        if before is not None and not same_pin and before.gone:
+            superseded = f"{before.name}@{before.revision[:12]}"
+            out[superseded] = replace(before, name=superseded)
         out[rec.name] = rec
     return out
 

@@ -77,10 +77,11 @@ def import_list(listed: Sequence[Listed], settings: CatalogSettings, catalog_dir
         label = f"{item.repo}@{item.ref}"
         existing, taken = existing_docs(catalog_dir)
         is_commit = naming.check_revision(item.ref) is None
-        same = pinned_as(existing, item.repo, item.ref, None) if is_commit else next(
-            (d.manifest.name for d in existing if d.manifest is not None and d.manifest.source.hf_repo.casefold() == item.repo.casefold()), None)
+        # A branch is turned into a commit once: a repo pinned at any commit is not looked up again.
+        same = pinned_as(existing, item.repo, item.ref if is_commit else None, None)
         if same is not None:
-            why = "" if is_commit else f" (the list's {item.ref!r} is not followed: `catalog add {item.repo} --revision {item.ref}` pins its commit now)"
+            why = "" if is_commit else (f" (the list's {item.ref!r} is not followed: "
+                                        f"`catalog add {item.repo} --revision {item.ref}` pins its commit now)")
             done.append(Imported(label, Outcome.SKIPPED, f"already pinned as {same!r}{why}", name=same))
             continue
         org, _, base = item.repo.partition("/")

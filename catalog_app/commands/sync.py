@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 
 from catalog.errors import UsageError
+from catalog.lookup import Catalog
 from catalog_app.context import load_catalog, settings, store_options
 from catalog_app.markdown import table
 from catalog_app.progress import human_bytes
 from resolver.cache import Cache
 from resolver.hub import HubOptions
-from catalog.lookup import Catalog
 from resolver.resolve import open_catalog_store
 from resolver.stores import Store, open_store
 from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
@@ -84,11 +84,7 @@ def sync_command(
         fresh = False
     planning_requests = dict(the_store.requests)
     if out_path is not None:
-        try:
-            out_path.write_text(json.dumps(plan.to_json(), indent=2))
-        except OSError as exc:
-            raise UsageError(f"cannot write the plan to {out_path}: {exc.strerror or exc}",
-                             hint="give --out a file in a folder that exists and is writable") from None
+        _save(plan, out_path)
     if fmt == "text":
         click.echo(render_text(plan))
     if dry_run or check or out_path is not None:
@@ -97,8 +93,9 @@ def sync_command(
         elif fmt == "markdown":
             click.echo(render_markdown(plan))
         return 1 if check and plan.drift else 0
-    source = (SourceOfBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config) if from_hf_cache is None
-              else HfCacheBytes(cat, Cache(current.cache_dir), HubOptions.from_settings(current), from_dir, config, from_hf_cache))
+    hub = HubOptions.from_settings(current)
+    source = (SourceOfBytes(cat, Cache(current.cache_dir), hub, from_dir, config) if from_hf_cache is None
+              else HfCacheBytes(cat, Cache(current.cache_dir), hub, from_dir, config, from_hf_cache))
     report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config,
                    allow_last_copy=allow_last_copy)
     _print_report(report, fmt, plan, dict(the_store.requests))
@@ -113,7 +110,7 @@ def _replicate(cat: Catalog, names: tuple[str, ...], origin: Store, target: Stor
     if plan_only:
         plan = make_plan(cat, names, target, prune=False, delete_orphans=False, deep=False, config=config, cache=cache)
         if out_path is not None:
-            out_path.write_text(json.dumps(plan.to_json(), indent=2))
+            _save(plan, out_path)
         click.echo(json.dumps({"plan": plan.to_json()}, indent=2) if fmt == "json" else
                    render_markdown(plan) if fmt == "markdown" else render_text(plan))
         return 1 if check and plan.drift else 0
@@ -123,6 +120,14 @@ def _replicate(cat: Catalog, names: tuple[str, ...], origin: Store, target: Stor
     _print_report(report, fmt, plan, {f"{origin.url} {k}": n for k, n in origin.requests.items()}
                   | {f"{target.url} {k}": n for k, n in target.requests.items()})
     return 1 if report.errors else 0
+
+
+def _save(plan: SyncPlan, out_path: Path) -> None:
+    try:
+        out_path.write_text(json.dumps(plan.to_json(), indent=2))
+    except OSError as exc:
+        raise UsageError(f"cannot write the plan to {out_path}: {exc.strerror or exc}",
+                         hint="give --out a file in a folder that exists and is writable") from None
 
 
 def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[str, int]) -> None:

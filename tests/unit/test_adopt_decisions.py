@@ -4,6 +4,7 @@ audit's record merges and guards deletions, how tier entries and repo lists are 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,8 +110,10 @@ def test_merge_keeps_what_an_unreachable_hub_cannot_tell_and_the_first_date_of_a
     assert new["gone-from-catalog"] == old["gone-from-catalog"]  # never dropped: its orphans stay protected
     again = merge(new, [rec("b", "deleted", "t3")])
     assert again["b"].gone_since == "t2" and again["b"].checked_at == "t3"
-    repinned = merge(again, [rec("b", "deleted", "t4", revision="f" * 40)])
-    assert repinned["b"].gone_since == "t4"  # another commit under the same name starts afresh
+    repinned = merge(again, [rec("b", "ok", "t4", revision="f" * 40, prefix="org/b-new/")])
+    assert repinned["b"].upstream == "ok" and repinned["b"].gone_since is None  # another commit under the name starts afresh
+    assert repinned[f"b@{REV[:12]}"] == replace(again["b"], name=f"b@{REV[:12]}")  # the old, gone pin stays protected
+    assert last_copies(["org/b/x", "org/b-new/x"], repinned, []) == {f"b@{REV[:12]}": ["org/b/x"]}
     assert merge(again, [rec("b", "ok", "t5")])["b"].gone_since is None
 
 
