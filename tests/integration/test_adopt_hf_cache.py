@@ -249,7 +249,8 @@ def test_import_pins_blob_names_and_deep_rehashes_them(hub: HubDouble, hf_cache:
     config = blob_of(copy, bundled, "tiny-llama", "config.json")
     config.write_bytes(config.read_bytes().replace(b"{", b"[", 1))  # a small file: hashed always, checked by its git id
     again = run_cli(env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
-    assert again.returncode == 0 and "skipped model-catalog/tiny-llama@50a88e7e0f77: already pinned as 'tiny-llama'" in again.stdout
+    revision = bundled.get("tiny-llama").source.revision[:12]
+    assert again.returncode == 0 and f"skipped model-catalog/tiny-llama@{revision}: already pinned as 'tiny-llama'" in again.stdout
     (fast / "tiny-llama.yaml").unlink()
     broken = run_cli(env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
     assert broken.returncode == 1 and "config.json: expected git blob id" in broken.stderr and "the cached blob is corrupt" in broken.stderr

@@ -84,4 +84,4 @@ def test_a_failing_line_is_reported_and_the_others_go_on(hub: HubDouble, tmp_pat
     done = run(hub, folder, "import", "--repos", str(listing))
     assert done.returncode == 1
     assert f"error: org/no-such-model@main: {listing}:1:" in done.stderr
-    assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml", "tiny-llama.yaml"]
+    assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml", "tiny-llama.tensors.json", "tiny-llama.yaml"]
