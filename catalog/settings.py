@@ -77,6 +77,11 @@ ENV: tuple[EnvVar, ...] = (
                                    "repeatable); given, they and CATALOG_TRUSTED_ROOTS replace catalog.yaml's"),
     EnvVar("CATALOG_TRUSTED_ROOTS", "PEM CA certificates a signing certificate must chain to, ':'-separated "
                                     "(--trusted-root, repeatable)"),
+    EnvVar("CATALOG_OCI_USERNAME", "user for an oci:// registry (sent only to CATALOG_OCI_REGISTRY, else the --store URL's registry)"),
+    EnvVar("CATALOG_OCI_PASSWORD", "password or access token for CATALOG_OCI_USERNAME", secret=True),
+    EnvVar("CATALOG_OCI_REGISTRY", "host[:port] that CATALOG_OCI_USERNAME/PASSWORD belong to (default: the --store URL's)"),
+    EnvVar("CATALOG_OCI_PLAIN_HTTP", "','-separated registry host[:port]s reached over plain http:// (loopback always is)"),
+    EnvVar("DOCKER_CONFIG", "the folder of docker's config.json, read for oci:// registry credentials (default ~/.docker)"),
 )
 ENV_NAMES = frozenset(v.name for v in ENV)
 
@@ -103,6 +108,18 @@ class S3Options:
 
     def describe(self) -> str:
         return self.endpoint_url or "the default AWS endpoint"
+
+
+@dataclass(frozen=True)
+class OciOptions:
+    """How to reach OCI registries (oci:// stores). Credentials here go only to `registry` (None: the registry of
+    the --store URL); docker's config.json is read by the store itself, per host."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    registry: str | None = None
+    plain_http: tuple[str, ...] = ()  # host[:port]s asked to be reached over http:// (loopback always is)
+    docker_config: Path = field(default_factory=lambda: Path.home() / ".docker")
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,7 @@ class Settings:
     trusted_roots: tuple[Path, ...] = ()
     debug: bool = False
     ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
+    oci: OciOptions = field(default_factory=OciOptions)
 
     @classmethod
     def build(cls, env: Mapping[str, str], **flags: Any) -> Settings:
@@ -189,6 +207,7 @@ class Settings:
             trusted_keys=tuple(Path(str(k).strip()).expanduser() for k in keys),
             trusted_roots=tuple(Path(str(r).strip()).expanduser() for r in roots),
             ignored=ignored,
+            oci=_oci_options(env),
         )
 
     @classmethod
@@ -227,6 +246,7 @@ class Settings:
         data["trusted_roots"] = [str(r.resolve()) for r in self.trusted_roots]
         data["hub_token"] = hashlib.sha256(self.hub_token.encode()).hexdigest() if self.hub_token else None
         data["s3_keys"] = hashlib.sha256("\0".join(self.s3_keys).encode()).hexdigest() if self.s3_keys else None
+        data["oci"]["password"] = hashlib.sha256(self.oci.password.encode()).hexdigest() if self.oci.password else None
         data.pop("debug")
         data.pop("ignored")
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
@@ -294,6 +314,14 @@ def _tier_key(tier: Path) -> str:
     if text.startswith(HF_TIER):
         return HF_TIER + str(Path(text[len(HF_TIER):]).resolve())
     return str(tier.resolve())
+
+
+def _oci_options(env: Mapping[str, str]) -> OciOptions:
+    plain = tuple(h.strip().lower() for h in (env.get("CATALOG_OCI_PLAIN_HTTP") or "").split(",") if h.strip())
+    docker = env.get("DOCKER_CONFIG")
+    return OciOptions(username=env.get("CATALOG_OCI_USERNAME") or None, password=env.get("CATALOG_OCI_PASSWORD") or None,
+                      registry=(env.get("CATALOG_OCI_REGISTRY") or "").strip().lower() or None, plain_http=plain,
+                      **({"docker_config": Path(docker).expanduser()} if docker else {}))
 
 
 def _whole(value: Any, name: str, minimum: int = 0) -> int:
