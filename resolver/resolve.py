@@ -90,7 +90,7 @@ _MIRRORS_LOCK = threading.Lock()
 def mirror_stores(cat: Catalog, options: ResolveOptions) -> tuple[Store, ...]:
     """--mirror / CATALOG_MIRRORS when given, else catalog.yaml's `mirrors` (opened once per process)."""
     if options.mirrors:
-        return options.mirrors
+        return tuple(bind_models(m, cat) for m in options.mirrors)
     urls = cat.settings.mirrors
     if not urls:
         return ()
@@ -100,7 +100,7 @@ def mirror_stores(cat: Catalog, options: ResolveOptions) -> tuple[Store, ...]:
         for url in urls:
             if (url, key) not in _MIRRORS:
                 _MIRRORS[(url, key)] = open_store(url, settings)
-        return tuple(_MIRRORS[(url, key)] for url in urls)
+        return tuple(bind_models(_MIRRORS[(url, key)], cat) for url in urls)
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,16 @@ def store_key(cat: Catalog, manifest: ModelManifest, path: str = "") -> str:
 
 def open_catalog_store(cat: Catalog, settings: Settings) -> Store:
     """The store: --store/CATALOG_STORE if given, else catalog.yaml's. Creating it does no I/O."""
-    return open_store(settings.store or cat.settings.store, settings)
+    return bind_models(open_store(settings.store or cat.settings.store, settings), cat)
+
+
+def bind_models(store: Store, cat: Catalog) -> Store:
+    """A store that addresses objects by model, not by key (an OCI registry: one repository per model), learns
+    where each model's keys are; any other store is returned as it is."""
+    bind = getattr(store, "bind_models", None)
+    if callable(bind):
+        bind({store_key(cat, m): m for m in cat})
+    return store
 
 
 def resolve(
@@ -205,8 +214,9 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
     # The Hub cannot be streamed from: a model fetched from it is fully local. Offline, nothing can prove a
     # streamed object is still the verified one (and the engine could not reach it): the weights must be local.
     # An hf-cache snapshot is loaded by repo id, which finds only local files: it holds the weights too.
+    # A store engines cannot stream from (an OCI registry) gives local weights.
     plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline
-                      or options.layout is Layout.HF_CACHE)
+                      or options.layout is Layout.HF_CACHE or not getattr(store, "engine_streamable", True))
     spec = ViewSpec.of(manifest, options.layout, plan.local)
     fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
     source, from_hub, sources = fetched.source, fetched.from_hub, dict(fetched.sources)

@@ -317,9 +317,12 @@ def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, 
     listing = list_scope(store, scope)
     states = read_states(store, scope, listing, cache)
     deep_hashes = None
+    listed = getattr(store, "listed_sha256", None)  # a content-addressed store (oci://): its listing names each sha256
+    if callable(listed):
+        deep_hashes = dict(listed(listing))
     if deep:
         objects = {o.key: o for o in listing}
-        deep_hashes = {}
+        deep_hashes = deep_hashes or {}
         for m in scope.manifests:
             for e in m.files:
                 key = scope.key_of[m.name] + e.path
@@ -453,8 +456,13 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
             report.errors.append((item, failed[item.key]))
         else:
             report.deleted.append(item)
+    publish = getattr(store, "publish_model", None)  # oci://: the model's manifest, pushed after its blobs, is the record
+    broken = {i.model for i, _ in report.errors}
     for name, files in recorded.items():
-        write_state(store, name, files, source.cache)
+        if not callable(publish):
+            write_state(store, name, files, source.cache)
+        elif name not in broken:  # a model with a failed file is not published: its artifact would be incomplete
+            publish(name)
     return report
 
 

@@ -10,6 +10,7 @@ kind of store it holds. A new store is one module here plus one `register()` lin
                                       S3Store on an endpoint of its own (a mirror on another S3 server;
                                       the query overrides the settings' endpoint/addressing/unsigned)
     http(s)://host[:port]/base/       HttpStore   (read-only: unsigned ranged GETs; a mirror, e.g. nginx)
+    oci://host[:port]/namespace/      OciStore    (an OCI registry: each model a ModelPack artifact, see oci.py)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 
 from catalog.errors import UsageError
 from catalog.settings import S3Options, Settings
-from resolver.stores import http, local, s3
+from resolver.stores import http, local, oci, s3
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 from resolver.stores.http import HttpStore
 from resolver.stores.local import LocalStore
@@ -53,6 +54,7 @@ register("file", lambda url, settings: local.from_url(url))
 register("s3", s3.from_url)
 register("http", http.from_settings)
 register("https", http.from_settings)
+register("oci", oci.from_url)
 
 __all__ = ["HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
            "check_key", "make_s3_client", "open_store", "register", "schemes"]

@@ -1,0 +1,522 @@
+"""An OCI registry as a store: `oci://host[:port]/namespace/`, each model a ModelPack artifact.
+
+    model <name> at revision R  ->  repository <namespace>/<name>, tags R and `latest`
+    each pinned file            ->  one raw layer, digest sha256:<pin>, path in `org.cncf.model.filepath`
+    hf_repo, revision, source   ->  the artifact's config (ModelPack model.config.v1) and annotations
+
+A registry addresses artifacts by model, not by key, so the store learns the catalog's models first
+(`bind_models`, done by `open_catalog_store` and `mirror_stores`): a key `<model prefix><path>` is the layer
+of that path in the model's artifact at its revision tag. Reading: one manifest GET per model (its digest
+checked against what the registry names it), then ranged blob GETs by digest; a layer whose digest is not the
+pin is refused before a byte is fetched, and every byte fetched is hashed against the pin by the transfer as
+from any store, so a registry serving other bytes under a digest is refused too. Writing (`catalog sync`):
+each blob is skipped when the repository has it, mounted from another model's repository that does, else
+uploaded (one PUT, or PATCH chunks of the part size); then `publish_model` pushes the manifest, which is the
+sync record: the listing is the manifest's layers and each names its sha256 (`listed_sha256`), so no state
+object is kept. Engines cannot stream from a registry (`engine_streamable`): resolve makes streamed formats'
+weights local.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from catalog.errors import CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError, UsageError
+from catalog.schema import ModelManifest
+from catalog.settings import Settings
+from resolver import hashing
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
+from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_TAG, Layer, NotAModelManifest, Parsed,
+                                       build_config, build_manifest, canonical, digest_of, layer_path, layer_problem,
+                                       parse_manifest, repository_name)
+from resolver.stores.oci_auth import Credentials, Helper, credentials_for, host_key, read_docker_config, scope
+from resolver.stores.oci_client import Body, RegistryClient, Reply, is_loopback
+
+log = logging.getLogger(__name__)
+
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")  # the distribution spec's path component
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+)")
+MANIFEST_LIMIT = 4 * 1024 * 1024  # what registries accept as a manifest
+
+
+class ManifestDigestError(CatalogError, ValueError):
+    """The manifest's bytes hash to another digest than the one the registry names them by."""
+
+
+class LayerMismatchError(IntegrityError):
+    """The artifact names other bytes (another digest) for a pinned path: refused before any byte is fetched."""
+
+    def __init__(self, model: str, path: str, reference: str, problem: str) -> None:
+        super().__init__(model, path, "layer", "the pin", problem, "")
+        self.message = (f"{model}/{path}: the registry's artifact {reference} does not hold the pinned file ({problem}); "
+                        "nothing was downloaded")
+        self.args = (self.message,)
+        self.hint = f"run `catalog sync {model} --store ...` to publish the pinned files, or fix the manifest"
+
+
+def _component_problem(name: str) -> str | None:
+    return None if all(_COMPONENT.match(part) for part in name.split("/")) else \
+        "a registry repository name is lower-case letters and digits, separated by single '.', '_', '__' or '-'"
+
+
+class _BlobStream:
+    """A blob GET's body; the connection goes back to the client when read to its end."""
+
+    def __init__(self, client: RegistryClient, conn: object, response: object, total: int) -> None:
+        import http.client
+
+        assert isinstance(conn, http.client.HTTPConnection) and isinstance(response, http.client.HTTPResponse)
+        self._client = client
+        self._conn: http.client.HTTPConnection | None = conn
+        self._response: http.client.HTTPResponse | None = response
+        self.total = total
+
+    def readinto(self, buffer: memoryview) -> int:
+        response = self._response
+        if response is None:
+            return 0
+        count = response.readinto(buffer)
+        if response.length == 0 and self._conn is not None:
+            self._response = None
+            self._client.give_back(self._conn)
+            self._conn = None
+        elif count == 0:
+            self.close()
+        return count
+
+    def close(self) -> None:
+        if self._response is not None and self._conn is not None:
+            self._conn.close()  # not read to its end: the connection cannot be reused
+        self._response = None
+        self._conn = None
+
+
+class OciStore:
+    """`oci://host[:port]/namespace/`: one repository per model, one raw layer per pinned file."""
+
+    engine_streamable = False  # engines read files, not registries: resolve brings streamed weights local
+
+    def __init__(self, client: RegistryClient, namespace: str, url: str, *, part_size: int = 64 * 1024 * 1024,
+                 concurrency: int = 8) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.url = url
+        self.requests = client.requests
+        self.part_size = part_size
+        self.concurrency = concurrency
+        self._lock = threading.Lock()
+        self._prefixes: dict[str, ModelManifest] = {}  # key prefix -> the model stored there
+        self._names: dict[str, tuple[str, ModelManifest]] = {}  # model name -> (key prefix, manifest)
+        self._manifests: dict[tuple[str, str], Parsed | None] = {}  # (repository, tag) -> layers as last read
+        self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be in the registry
+        self._holders: dict[str, str] = {}  # digest -> a repository known to hold it (to mount from)
+        self._pending: dict[tuple[str, str], Layer] = {}  # (repository, path) -> the blob put for it, not yet published
+
+    # -- the catalog -------------------------------------------------------------------------------
+    def bind_models(self, models: Mapping[str, ModelManifest]) -> None:
+        """Learn where each model's keys are (key prefix -> manifest). Idempotent; a re-bind replaces."""
+        with self._lock:
+            self._prefixes = dict(models)
+            self._names = {m.name: (prefix, m) for prefix, m in models.items()}
+
+    def _locate(self, key: str) -> tuple[ModelManifest, str] | None:
+        """The model whose prefix `key` lies under, and the path inside it."""
+        if not self._prefixes:
+            raise UsageError(f"{self.url} addresses artifacts by model, and no catalog was bound to it",
+                             hint="open it with resolver.resolve.open_catalog_store(cat, settings) (the CLI does)")
+        best = max((p for p in self._prefixes if key.startswith(p)), key=len, default=None)
+        if best is None or best == key:
+            return None
+        return self._prefixes[best], key[len(best):]
+
+    def repository(self, model: ModelManifest) -> str:
+        name = repository_name(self.namespace, model.name)
+        if (problem := _component_problem(name)) is not None:
+            raise UsageError(f"model {model.name!r} cannot be stored at {self.url}: {problem}")
+        return name
+
+    def reference(self, model: ModelManifest) -> str:
+        return f"{self.client.netloc}/{self.repository(model)}:{model.source.revision}"
+
+    # -- manifests ---------------------------------------------------------------------------------
+    def artifact(self, model: ModelManifest, fresh: bool = False) -> Parsed | None:
+        """The model's artifact at its revision tag (None: no such tag), read once unless `fresh`."""
+        repo, tag = self.repository(model), model.source.revision
+        with self._lock:
+            if not fresh and (repo, tag) in self._manifests:
+                return self._manifests[(repo, tag)]
+        reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull")], repo=repo,
+                                 headers={"Accept": MANIFEST_ACCEPT}, limit=MANIFEST_LIMIT)
+        parsed: Parsed | None = None
+        if reply.status == 200:
+            named = reply.header("Docker-Content-Digest")
+            got = digest_of(reply.body)
+            if named is not None and named.strip() != got:
+                raise ManifestDigestError(f"{self.reference(model)}: the manifest's bytes hash to {got}, the registry names them "
+                                          f"{named.strip()}; refused it", hint="the registry's storage is corrupt; re-push the artifact")
+            try:
+                parsed = parse_manifest(reply.body)
+            except NotAModelManifest as exc:
+                raise StoreUnavailableError(f"{self.reference(model)} is not a model artifact: {exc}",
+                                            hint="push the model with `catalog sync` (or oras, one layer per file)",
+                                            transient=False) from None
+            for why in parsed.ignored:
+                log.debug("%s: ignored %s", self.reference(model), why)
+        elif reply.status != 404:
+            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} for {tag}", transient=False)
+        with self._lock:
+            self._manifests[(repo, tag)] = parsed
+        return parsed
+
+    def where(self, repo: str) -> str:
+        return f"{self.client.where}/{repo}"
+
+    # -- the Store interface -----------------------------------------------------------------------
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The layers of every bound model whose keys can start with `prefix`, each artifact read afresh
+        (several at a time): a layer is listed with its size and, as ETag, its digest."""
+        models = sorted(((p, m) for p, m in self._prefixes.items() if p.startswith(prefix) or prefix.startswith(p)),
+                        key=lambda pm: pm[0])
+        if not models and not self._prefixes:
+            self._locate(prefix)  # says that no catalog was bound
+        with ThreadPoolExecutor(max(1, min(self.concurrency, len(models) or 1)), thread_name_prefix="catalog-oci-list") as pool:
+            artifacts = list(pool.map(lambda pm: self.artifact(pm[1], fresh=True), models))
+        found: list[ObjectInfo] = []
+        for (model_prefix, _), parsed in zip(models, artifacts):
+            if parsed is None:
+                continue
+            for path, layer in parsed.layers.items():
+                key = model_prefix + path
+                if key.startswith(prefix):
+                    found.append(ObjectInfo(key, layer.size, etag=layer.digest))
+        yield from sorted(found, key=lambda o: o.key)
+
+    def listed_sha256(self, listing: Sequence[ObjectInfo]) -> dict[str, str]:
+        """A listed layer's sha256 is its digest: what sync's plan compares with the pin (no state object)."""
+        return {o.key: o.etag.split(":", 1)[1] for o in listing if o.etag and o.etag.startswith("sha256:")}
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """The blob `key` stands for, when its repository holds it: the one put for it since the last publish,
+        else the published artifact's layer."""
+        located = self._locate(check_key(key))
+        if located is None:
+            return None
+        model, path = located
+        repo = self.repository(model)
+        with self._lock:
+            layer = self._pending.get((repo, path))
+        if layer is None:
+            parsed = self.artifact(model)
+            layer = parsed.layers.get(path) if parsed is not None else None
+        if layer is None:
+            return None
+        size = self._blob_size(repo, layer.digest)
+        if size is None:
+            return None
+        sha = layer.sha256
+        return ObjectInfo(key, size, etag=layer.digest, metadata={"sha256": sha} if sha else {})
+
+    def _blob_size(self, repo: str, digest: str) -> int | None:
+        """The blob's size when `repo` holds it, else None (one HEAD)."""
+        reply = self.client.call("HeadBlob", "HEAD", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo)
+        if reply.status != 200:
+            return None
+        length = reply.header("Content-Length")
+        with self._lock:
+            self._present.add((repo, digest))
+            self._holders.setdefault(digest, repo)
+        return int(length) if length and length.isdigit() else 0
+
+    def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
+        located = self._locate(check_key(key))
+        if located is None:
+            raise ObjectNotFound(key)
+        model, path = located
+        parsed = self.artifact(model)
+        layer = parsed.layers.get(path) if parsed is not None else None
+        if layer is None:
+            raise ObjectNotFound(key)
+        entry = model.file(path)
+        if entry is not None and (problem := layer_problem(layer, entry)) is not None:
+            raise LayerMismatchError(model.name, path, self.reference(model), problem)
+        repo = self.repository(model)
+        headers = {"Accept-Encoding": "identity"}
+        if start or end is not None:
+            headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        conn, response = self.client.send("GetBlob", "GET", f"/v2/{repo}/blobs/{layer.digest}", scopes=[scope(repo, "pull")],
+                                          repo=repo, headers=headers, follow=True)
+        status = response.status
+        if status not in (200, 206):
+            retry = response.getheader("Retry-After")
+            response.read()
+            self.client.give_back(conn)
+            if status in (404, 416):
+                if status == 416:  # asked past the end: shorter than the pin
+                    return _EmptyStream(self._blob_size(repo, layer.digest) or 0)
+                raise ObjectNotFound(key)
+            self.client.check_status(status, retry, repo, "GetBlob")
+            raise StoreUnavailableError(f"{self.where(repo)} answered {status} for {layer.digest}", transient=False)
+        named = response.getheader("Docker-Content-Digest")
+        if named is not None and named.strip() != layer.digest:
+            conn.close()
+            raise IntegrityError(model.name, path, "blob digest", layer.digest, named.strip(),
+                                 "the registry answered a GET of one digest with another blob")
+        if status == 206:
+            match = _CONTENT_RANGE.match(response.getheader("Content-Range") or "")
+            if match is None or int(match.group(1)) != start:
+                conn.close()
+                raise StoreUnavailableError(f"{self.where(repo)}: a 206 answer for {layer.digest} with a Content-Range other than asked")
+            return _BlobStream(self.client, conn, response, int(match.group(3)))
+        length = response.getheader("Content-Length")
+        if start or length is None or not length.isdigit():  # a registry that ignored the Range: not worth skipping over
+            conn.close()
+            raise StoreUnavailableError(f"{self.where(repo)} ignored a ranged GET of {layer.digest} (or sent no length)")
+        return _BlobStream(self.client, conn, response, int(length))
+
+    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+        """Make the model's repository hold `source` as a blob (skipped when it does, mounted when another model's
+        repository does, else uploaded); the manifest naming it is pushed by `publish_model`."""
+        located = self._locate(check_key(key))
+        if located is None:
+            raise UsageError(f"{self.url} holds only the catalog's models' files: {key!r} is under no model's prefix",
+                             hint="sync writes no state objects to a registry: the artifact's manifest is the record")
+        model, path = located
+        size = source.stat().st_size
+        if sha256 is None:
+            size, sha256 = hashing.hash_file(source)
+        digest = f"sha256:{sha256}"
+        repo = self.repository(model)
+        parsed = self.artifact(model)
+        published = parsed.layers.get(path) if parsed is not None else None
+        present = self._blob_size(repo, digest)
+        if present == size and published is not None and published.digest == digest and published.size == size:
+            # Only a deep check that hashed other bytes asks to put what the registry already names so.
+            raise StoreUnavailableError(
+                f"{self.where(repo)} serves other bytes under {digest} ({model.name}/{path}); a registry keeps the first "
+                "bytes stored under a digest, so uploading them again cannot repair it",
+                hint="delete that blob on the registry (and garbage-collect it), then run sync again", transient=False)
+        if present != size:
+            self._upload(repo, model, digest, Body(path=source, length=size))
+        with self._lock:
+            self._pending[(repo, path)] = Layer(path, digest, size)
+        return ObjectInfo(key, size, etag=digest, metadata={"sha256": sha256})
+
+    def _upload(self, repo: str, model: ModelManifest, digest: str, body: Body) -> None:
+        """Mount the blob from a repository known to hold it, else upload it (one PUT, or PATCH chunks)."""
+        source = self._mount_source(repo, model, digest)
+        if source is not None:
+            reply = self.client.call("MountBlob", "POST", f"/v2/{repo}/blobs/uploads/?mount={digest}&from={source}",
+                                     scopes=[scope(repo, "pull,push"), scope(source, "pull")], repo=repo,
+                                     body=Body(data=b""))
+            if reply.status == 201:
+                self._remember(repo, digest)
+                log.debug("mounted %s into %s from %s", digest, repo, source)
+                return
+        else:
+            reply = self.client.call("StartUpload", "POST", f"/v2/{repo}/blobs/uploads/", scopes=[scope(repo, "pull,push")],
+                                     repo=repo, body=Body(data=b""))
+        location = self._location(reply, repo, 202)
+        if body.size > self.part_size:
+            for offset in range(0, body.size, self.part_size):
+                length = min(self.part_size, body.size - offset)
+                chunk = Body(data=body.data[offset:offset + length]) if body.data is not None else \
+                    Body(path=body.path, offset=offset, length=length)
+                reply = self.client.call("PatchBlob", "PATCH", location, scopes=[scope(repo, "pull,push")], repo=repo, body=chunk,
+                                         headers={"Content-Type": "application/octet-stream",
+                                                  "Content-Range": f"{offset}-{offset + length - 1}"})
+                location = self._location(reply, repo, 202)
+            body = Body(data=b"")
+        separator = "&" if "?" in location else "?"
+        reply = self.client.call("PutBlob", "PUT", f"{location}{separator}digest={urllib.parse.quote(digest)}",
+                                 scopes=[scope(repo, "pull,push")], repo=repo, body=body,
+                                 headers={"Content-Type": "application/octet-stream"})
+        if reply.status != 201:
+            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} to the upload of {digest}: "
+                                        f"{_registry_error(reply.body)}", transient=False)
+        named = reply.header("Docker-Content-Digest")
+        if named is not None and named.strip() != digest:
+            raise StoreUnavailableError(f"{self.where(repo)} stored the upload of {digest} as {named.strip()}", transient=False)
+        self._remember(repo, digest)
+
+    def _mount_source(self, repo: str, model: ModelManifest, digest: str) -> str | None:
+        """A repository that holds `digest` (seen this process), else another bound model's that pins it."""
+        with self._lock:
+            known = self._holders.get(digest)
+        if known is not None and known != repo:
+            return known
+        sha = digest.split(":", 1)[1]
+        for _, other in self._names.values():
+            if other.name != model.name and any(e.sha256 == sha for e in other.files):
+                try:
+                    return self.repository(other)
+                except UsageError:
+                    continue
+        return None
+
+    def _remember(self, repo: str, digest: str) -> None:
+        with self._lock:
+            self._present.add((repo, digest))
+            self._holders[digest] = repo
+
+    def _location(self, reply: Reply, repo: str, expected: int) -> str:
+        location = reply.header("Location")
+        if reply.status != expected or not location:
+            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} to an upload: {_registry_error(reply.body)}",
+                                        transient=False)
+        parsed = urllib.parse.urlsplit(location)
+        if parsed.netloc and parsed.netloc != self.client.netloc:
+            raise StoreUnavailableError(f"{self.where(repo)} sent an upload to another host ({parsed.netloc}); not supported",
+                                        transient=False)
+        return parsed.path + (f"?{parsed.query}" if parsed.query else "")
+
+    def publish_model(self, name: str) -> None:
+        """Push the model's manifest (revision tag, then `latest`) once every pinned blob is in its repository:
+        the artifact is whole or not published at all."""
+        _, model = self._names[name]
+        repo = self.repository(model)
+        for entry in model.files:
+            digest = f"sha256:{entry.sha256}"
+            with self._lock:
+                known = (repo, digest) in self._present
+            if not known and self._blob_size(repo, digest) is None:
+                raise MissingObjectError(name, entry.path, self.where(repo))
+        config = build_config(model)
+        config_digest = digest_of(config)
+        if self._blob_size(repo, config_digest) is None:
+            self._upload(repo, model, config_digest, Body(data=config))
+        body = build_manifest(model, config)
+        for tag in (model.source.revision, READABLE_TAG):
+            self._put_manifest(repo, tag, body)
+        with self._lock:
+            self._manifests[(repo, model.source.revision)] = parse_manifest(body)
+            for entry in model.files:
+                self._pending.pop((repo, entry.path), None)
+
+    def _put_manifest(self, repo: str, tag: str, body: bytes) -> None:
+        reply = self.client.call("PutManifest", "PUT", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull,push")], repo=repo,
+                                 body=Body(data=body), headers={"Content-Type": OCI_MANIFEST})
+        if reply.status != 201:
+            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} to the manifest {tag}: "
+                                        f"{_registry_error(reply.body)}", transient=False)
+        named = reply.header("Docker-Content-Digest")
+        if named is not None and named.strip() != digest_of(body):
+            raise ManifestDigestError(f"{self.where(repo)}:{tag} stored the manifest as {named.strip()}, not {digest_of(body)}")
+
+    def delete(self, key: str) -> None:
+        failed = self.delete_many([key])
+        if key in failed:
+            raise failed[key]
+
+    def delete_many(self, keys: Sequence[str]) -> dict[str, CatalogError]:
+        """Drop layers from their artifacts: one manifest push per model (the blobs stay until the registry's
+        garbage collection)."""
+        failed: dict[str, CatalogError] = {}
+        by_model: dict[str, tuple[ModelManifest, set[str]]] = {}
+        for key in keys:
+            try:
+                located = self._locate(check_key(key))
+            except CatalogError as exc:
+                failed[key] = exc
+                continue
+            if located is None:
+                failed[key] = UsageError(f"{key!r} is under no model's prefix in {self.url}")
+                continue
+            by_model.setdefault(located[0].name, (located[0], set()))[1].add(located[1])
+        for model, paths in by_model.values():
+            prefix = self._names[model.name][0]
+            try:
+                self._drop_layers(model, paths)
+            except CatalogError as exc:
+                failed |= {prefix + p: exc for p in paths}
+        return failed
+
+    def _drop_layers(self, model: ModelManifest, paths: set[str]) -> None:
+        repo, tag = self.repository(model), model.source.revision
+        reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull,push")], repo=repo,
+                                 headers={"Accept": MANIFEST_ACCEPT}, limit=MANIFEST_LIMIT)
+        if reply.status == 404:
+            return
+        data = json.loads(reply.body)
+        kept = [layer for layer in data.get("layers", []) if layer_path(layer) not in paths]
+        body = canonical({**data, "layers": kept})
+        self._put_manifest(repo, tag, body)
+        self._put_manifest(repo, READABLE_TAG, body)
+        with self._lock:
+            self._manifests[(repo, tag)] = parse_manifest(body)
+
+    def stream_uri(self, prefix: str) -> str:
+        raise UsageError(f"engines cannot stream weights from a registry ({self.url})",
+                         hint="resolve makes them local (or pass --materialize-weights)")
+
+    def stream_env(self) -> dict[str, str]:
+        return {}
+
+
+class _EmptyStream:
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def readinto(self, buffer: memoryview) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def _registry_error(body: bytes) -> str:
+    """The registry's own error code and message (its JSON `errors`), short; never a header."""
+    try:
+        errors = json.loads(body).get("errors") or []
+        return "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:2]) or "no detail"
+    except (ValueError, AttributeError):
+        return "no detail"
+
+
+def from_url(url: str, settings: Settings) -> OciStore:
+    """`oci://host[:port]/namespace/[?plain-http=1]`: https, except loopback hosts, hosts in CATALOG_OCI_PLAIN_HTTP,
+    and `plain-http=1` (`plain-http=0` asks https of a loopback host)."""
+    rest = url.split("://", 1)[1]
+    query = ""
+    if "?" in rest:
+        rest, query = rest.split("?", 1)
+    netloc, _, path = rest.partition("/")
+    if "@" in netloc:
+        raise UsageError("an oci:// URL carries no credentials", hint="use CATALOG_OCI_USERNAME/PASSWORD or docker's config.json")
+    given = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    if set(given) - {"plain-http"}:
+        raise UsageError(f"unknown oci:// URL option(s): {', '.join(sorted(set(given) - {'plain-http'}))}",
+                         hint="known: plain-http=1 (reach the registry over http://)")
+    parsed = urllib.parse.urlsplit(f"//{netloc}")
+    try:
+        host, _ = parsed.hostname, parsed.port
+    except ValueError:
+        host = None
+    if not host:
+        raise UsageError(f"bad oci:// URL {url.split('?', 1)[0]!r}", hint="use oci://host[:port]/namespace/")
+    namespace = path.strip("/")
+    if namespace and (problem := _component_problem(namespace)) is not None:
+        raise UsageError(f"bad namespace {namespace!r} in {url.split('?', 1)[0]}: {problem}")
+    netloc = netloc.lower()
+    plain = settings.oci.plain_http
+    wanted = given.get("plain-http", "").lower()
+    plain_http = wanted in ("1", "true", "yes") or (wanted not in ("0", "false", "no") and
+                                                    (is_loopback(host) or netloc in plain or host in plain))
+    owner = settings.oci.registry or (host_key(settings.store.split("://", 1)[1]) if settings.store and settings.store.startswith("oci://") else None)
+
+    def credentials() -> Credentials | Helper | None:
+        return credentials_for(netloc, username=settings.oci.username, password=settings.oci.password, for_host=owner,
+                               docker_config=read_docker_config(settings.oci.docker_config))
+
+    client = RegistryClient("http" if plain_http else "https", netloc, credentials,
+                            plain_http_ok=lambda where: where.lower() in plain,
+                            connect_timeout=settings.s3.connect_timeout, read_timeout=settings.s3.read_timeout)
+    shown = f"oci://{netloc}/{namespace + '/' if namespace else ''}"
+    return OciStore(client, namespace, shown, part_size=settings.part_size or 64 * 1024 * 1024,
+                    concurrency=settings.concurrency or 8)
