@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, servers.py
 
 from hubdouble import HubDouble  # noqa: E402
+from oci_registry import RegistryServer  # noqa: E402
 from servers import MotoServer, SeaweedServer, new_bucket, s3_env  # noqa: E402
 
 import catalog  # noqa: E402
@@ -106,3 +107,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "store")
     server: SeaweedServer = request.getfixturevalue("s3_server")
     return f"s3://{new_bucket(server.url)}/"
+
+
+@pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """The session's OCI registry: Debian's docker-registry on loopback, anonymous, its own storage folder and
+    config (tests/oci_registry.py); stopped at the end. Tests keep apart by namespace."""
+    server = RegistryServer(tmp_path_factory.mktemp("registry")).start()
+    yield server
+    server.stop()

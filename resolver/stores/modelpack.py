@@ -86,7 +86,7 @@ def build_config(manifest: ModelManifest) -> bytes:
 def build_manifest(manifest: ModelManifest, config: bytes) -> bytes:
     """The OCI image manifest of the artifact: one raw layer per pinned file, in the manifest's order."""
     layers = [{"mediaType": media_type(manifest, e), "digest": f"sha256:{e.sha256}", "size": e.size,
-               "annotations": {FILEPATH: e.path}} for e in manifest.files]
+               "annotations": {FILEPATH: e.path, TITLE: e.path}} for e in manifest.files]  # title: where oras pull writes it
     return canonical({
         "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": CONFIG_TYPE, "digest": digest_of(config), "size": len(config)},

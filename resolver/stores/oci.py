@@ -24,6 +24,7 @@ import logging
 import re
 import threading
 import urllib.parse
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -109,14 +110,17 @@ class OciStore:
         self.namespace = namespace
         self.url = url
         self.requests = client.requests
+        self.blobs: Counter[str] = Counter()  # what put did per blob: present (skipped), mounted, uploaded
         self.part_size = part_size
         self.concurrency = concurrency
         self._lock = threading.Lock()
         self._prefixes: dict[str, ModelManifest] = {}  # key prefix -> the model stored there
         self._names: dict[str, tuple[str, ModelManifest]] = {}  # model name -> (key prefix, manifest)
         self._manifests: dict[tuple[str, str], Parsed | None] = {}  # (repository, tag) -> layers as last read
+        self._manifest_locks: dict[tuple[str, str], threading.Lock] = {}
         self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be in the registry
         self._holders: dict[str, str] = {}  # digest -> a repository known to hold it (to mount from)
+        self._digest_locks: dict[str, threading.Lock] = {}  # one put per digest at a time: the second mounts the first's
         self._pending: dict[tuple[str, str], Layer] = {}  # (repository, path) -> the blob put for it, not yet published
 
     # -- the catalog -------------------------------------------------------------------------------
@@ -152,6 +156,14 @@ class OciStore:
         with self._lock:
             if not fresh and (repo, tag) in self._manifests:
                 return self._manifests[(repo, tag)]
+            single = self._manifest_locks.setdefault((repo, tag), threading.Lock())
+        with single:  # the transfer's threads open a model's files at once: one GET of its manifest
+            with self._lock:
+                if not fresh and (repo, tag) in self._manifests:
+                    return self._manifests[(repo, tag)]
+            return self._read_artifact(model, repo, tag)
+
+    def _read_artifact(self, model: ModelManifest, repo: str, tag: str) -> Parsed | None:
         reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull")], repo=repo,
                                  headers={"Accept": MANIFEST_ACCEPT}, limit=MANIFEST_LIMIT)
         parsed: Parsed | None = None
@@ -295,6 +307,16 @@ class OciStore:
         repo = self.repository(model)
         parsed = self.artifact(model)
         published = parsed.layers.get(path) if parsed is not None else None
+        with self._lock:
+            digest_lock = self._digest_locks.setdefault(digest, threading.Lock())
+        with digest_lock:  # two models sharing a file in one sync: one upload, then a mount
+            self._put_blob(repo, model, path, digest, size, source, published)
+        with self._lock:
+            self._pending[(repo, path)] = Layer(path, digest, size)
+        return ObjectInfo(key, size, etag=digest, metadata={"sha256": sha256})
+
+    def _put_blob(self, repo: str, model: ModelManifest, path: str, digest: str, size: int, source: Path,
+                  published: Layer | None) -> None:
         present = self._blob_size(repo, digest)
         if present == size and published is not None and published.digest == digest and published.size == size:
             # Only a deep check that hashed other bytes asks to put what the registry already names so.
@@ -304,12 +326,12 @@ class OciStore:
                 hint="delete that blob on the registry (and garbage-collect it), then run sync again", transient=False)
         if present != size:
             self._upload(repo, model, digest, Body(path=source, length=size))
-        with self._lock:
-            self._pending[(repo, path)] = Layer(path, digest, size)
-        return ObjectInfo(key, size, etag=digest, metadata={"sha256": sha256})
+        else:
+            self._count("present")
 
-    def _upload(self, repo: str, model: ModelManifest, digest: str, body: Body) -> None:
-        """Mount the blob from a repository known to hold it, else upload it (one PUT, or PATCH chunks)."""
+    def _upload(self, repo: str, model: ModelManifest, digest: str, body: Body, counted: bool = True) -> None:
+        """Mount the blob from a repository known to hold it, else upload it (one PUT, or PATCH chunks);
+        `counted`: a pinned file's blob (in `blobs`), not the artifact's config."""
         source = self._mount_source(repo, model, digest)
         if source is not None:
             reply = self.client.call("MountBlob", "POST", f"/v2/{repo}/blobs/uploads/?mount={digest}&from={source}",
@@ -317,6 +339,8 @@ class OciStore:
                                      body=Body(data=b""))
             if reply.status == 201:
                 self._remember(repo, digest)
+                if counted:
+                    self._count("mounted")
                 log.debug("mounted %s into %s from %s", digest, repo, source)
                 return
         else:
@@ -344,6 +368,12 @@ class OciStore:
         if named is not None and named.strip() != digest:
             raise StoreUnavailableError(f"{self.where(repo)} stored the upload of {digest} as {named.strip()}", transient=False)
         self._remember(repo, digest)
+        if counted:
+            self._count("uploaded")
+
+    def _count(self, outcome: str) -> None:
+        with self._lock:
+            self.blobs[outcome] += 1
 
     def _mount_source(self, repo: str, model: ModelManifest, digest: str) -> str | None:
         """A repository that holds `digest` (seen this process), else another bound model's that pins it."""
@@ -390,7 +420,7 @@ class OciStore:
         config = build_config(model)
         config_digest = digest_of(config)
         if self._blob_size(repo, config_digest) is None:
-            self._upload(repo, model, config_digest, Body(data=config))
+            self._upload(repo, model, config_digest, Body(data=config), counted=False)
         body = build_manifest(model, config)
         for tag in (model.source.revision, READABLE_TAG):
             self._put_manifest(repo, tag, body)
