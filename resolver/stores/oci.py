@@ -422,12 +422,20 @@ class OciStore:
         if self._blob_size(repo, config_digest) is None:
             self._upload(repo, model, config_digest, Body(data=config), counted=False)
         body = build_manifest(model, config)
-        for tag in (model.source.revision, READABLE_TAG):
-            self._put_manifest(repo, tag, body)
+        self._put_tags(repo, model.source.revision, body)
         with self._lock:
             self._manifests[(repo, model.source.revision)] = parse_manifest(body)
             for entry in model.files:
                 self._pending.pop((repo, entry.path), None)
+
+    def _put_tags(self, repo: str, revision: str, body: bytes) -> None:
+        """The revision tag (the record), then `latest`: a registry with immutable tags may refuse to move `latest`,
+        which costs the readable alias only (said), never the pin."""
+        self._put_manifest(repo, revision, body)
+        try:
+            self._put_manifest(repo, READABLE_TAG, body)
+        except StoreUnavailableError as exc:
+            log.warning("%s; %s:%s is published, only the `%s` tag was not moved", exc, repo, revision, READABLE_TAG)
 
     def _put_manifest(self, repo: str, tag: str, body: bytes) -> None:
         reply = self.client.call("PutManifest", "PUT", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull,push")], repo=repo,
@@ -473,11 +481,13 @@ class OciStore:
                                  headers={"Accept": MANIFEST_ACCEPT}, limit=MANIFEST_LIMIT)
         if reply.status == 404:
             return
-        data = json.loads(reply.body)
-        kept = [layer for layer in data.get("layers", []) if layer_path(layer) not in paths]
-        body = canonical({**data, "layers": kept})
-        self._put_manifest(repo, tag, body)
-        self._put_manifest(repo, READABLE_TAG, body)
+        try:
+            data = json.loads(reply.body)
+            layers = data["layers"]
+        except (ValueError, KeyError, TypeError):
+            raise StoreUnavailableError(f"{self.reference(model)} is not a model artifact; nothing was dropped", transient=False) from None
+        body = canonical({**data, "layers": [layer for layer in layers if layer_path(layer) not in paths]})
+        self._put_tags(repo, tag, body)
         with self._lock:
             self._manifests[(repo, tag)] = parse_manifest(body)
 

@@ -142,13 +142,17 @@ class RegistryClient:
 
     def give_back(self, conn: http.client.HTTPConnection) -> None:
         """A connection whose last response was read to its end: the next request of this thread reuses it."""
-        if conn.host != urllib.parse.urlsplit(f"//{self.netloc}").hostname:
+        if not self._ours(conn):  # a redirect's connection to another host: not pooled
             conn.close()
             return
         old = getattr(self._local, "conn", None)
         if old is not None and old is not conn:
             old.close()
         self._local.conn = conn
+
+    def _ours(self, conn: http.client.HTTPConnection) -> bool:
+        target = urllib.parse.urlsplit(f"//{self.netloc}")
+        return (conn.host, conn.port) == (target.hostname, target.port or (443 if self.scheme == "https" else 80))
 
     # -- auth ----------------------------------------------------------------------------------
     def _creds(self) -> Credentials | Helper | None:
@@ -224,7 +228,8 @@ class RegistryClient:
             headers["Authorization"] = creds.basic
         joined = "&".join(q for q in (realm.query, query) if q)
         path = (realm.path or "/") + (f"?{joined}" if joined else "")
-        self.requests["GetToken"] += 1
+        with self._lock:
+            self.requests["GetToken"] += 1
         conn = self._new_connection(realm.scheme, realm.netloc)
         try:
             conn.request("GET", path, headers=headers)
