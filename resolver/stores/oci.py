@@ -37,7 +37,7 @@ from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check
 from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_TAG, Layer, NotAModelManifest, Parsed,
                                        build_config, build_manifest, canonical, digest_of, layer_path, layer_problem,
                                        parse_manifest, repository_name)
-from resolver.stores.oci_auth import Credentials, Helper, credentials_for, host_key, read_docker_config, scope
+from resolver.stores.oci_auth import Credentials, CredentialProgram, credentials_for, host_key, read_docker_config, scope
 from resolver.stores.oci_client import Body, RegistryClient, Reply, is_loopback
 
 log = logging.getLogger(__name__)
@@ -550,7 +550,7 @@ def from_url(url: str, settings: Settings) -> OciStore:
                                                     (is_loopback(host) or netloc in plain or host in plain))
     owner = settings.oci.registry or (host_key(settings.store.split("://", 1)[1]) if settings.store and settings.store.startswith("oci://") else None)
 
-    def credentials() -> Credentials | Helper | None:
+    def credentials() -> Credentials | CredentialProgram | None:
         return credentials_for(netloc, username=settings.oci.username, password=settings.oci.password, for_host=owner,
                                docker_config=read_docker_config(settings.oci.docker_config))
 

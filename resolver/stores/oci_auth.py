@@ -7,7 +7,7 @@ belong to that registry host, and to no other.
 Pure, but for `read_docker_config` (one small file). Where credentials come from, first that has them:
 CATALOG_OCI_USERNAME/CATALOG_OCI_PASSWORD (for the registry CATALOG_OCI_REGISTRY names, else the one the
 store URL names), then `$DOCKER_CONFIG/config.json` (default ~/.docker/config.json) `auths` (`auth`,
-`username`/`password`, `registrytoken`). Credential helpers (`credsStore`, `credHelpers`) are not run: a
+`username`/`password`, `registrytoken`). Credential programs (`credsStore`, `credHelpers`) are not run: a
 registry that needs one fails with a message saying so and what to set instead.
 """
 
@@ -70,8 +70,8 @@ class Credentials:
 
 
 @dataclass(frozen=True)
-class Helper:
-    """The docker config names a credential helper for the host, which we do not run (said in messages)."""
+class CredentialProgram:
+    """The docker config names a credential program for the host (credsStore, credHelpers), which we do not run (said in messages)."""
 
     origin: str
     name: str
@@ -103,7 +103,7 @@ def read_docker_config(folder: Path) -> tuple[dict[str, Any], str]:
     return (data if isinstance(data, dict) else {}), str(path)
 
 
-def from_docker_config(config: Mapping[str, Any], origin: str, host: str) -> Credentials | Helper | None:
+def from_docker_config(config: Mapping[str, Any], origin: str, host: str) -> Credentials | CredentialProgram | None:
     """Pure: the credentials `config` (a parsed docker config.json) holds for `host`."""
     auths = config.get("auths")
     auths = auths if isinstance(auths, dict) else {}
@@ -124,19 +124,19 @@ def from_docker_config(config: Mapping[str, Any], origin: str, host: str) -> Cre
                 continue  # unreadable: as if absent (never echoed: it is a secret)
             if sep and user:
                 return Credentials(f"{origin} (auths)", user, password)
-    helpers = config.get("credHelpers")
-    helpers = helpers if isinstance(helpers, dict) else {}
-    for key, name in helpers.items():
+    programs = config.get("credHelpers")
+    programs = programs if isinstance(programs, dict) else {}
+    for key, name in programs.items():
         if _same_registry(str(key), host) and isinstance(name, str):
-            return Helper(origin, f"docker-credential-{name}")
+            return CredentialProgram(origin, f"docker-credential-{name}")
     store = config.get("credsStore")
     if isinstance(store, str) and store:
-        return Helper(origin, f"docker-credential-{store}")
+        return CredentialProgram(origin, f"docker-credential-{store}")
     return None
 
 
 def credentials_for(host: str, *, username: str | None, password: str | None, for_host: str | None,
-                    docker_config: tuple[Mapping[str, Any], str]) -> Credentials | Helper | None:
+                    docker_config: tuple[Mapping[str, Any], str]) -> Credentials | CredentialProgram | None:
     """Pure: the credentials that belong to `host`: the settings' user/password when they are for this host
     (`for_host`), else the docker config's entry for it, else None (anonymous)."""
     if username and for_host is not None and host_key(for_host) == host_key(host):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from catalog.errors import StoreUnavailableError
-from resolver.stores.oci_auth import Challenge, Credentials, Helper, parse_challenge
+from resolver.stores.oci_auth import Challenge, Credentials, CredentialProgram, parse_challenge
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Reply:
 class RegistryClient:
     """Requests to one registry (`scheme://host[:port]`). `credentials` is asked only when a 401 says so."""
 
-    def __init__(self, scheme: str, netloc: str, credentials: Callable[[], Credentials | Helper | None], *,
+    def __init__(self, scheme: str, netloc: str, credentials: Callable[[], Credentials | CredentialProgram | None], *,
                  plain_http_ok: Callable[[str], bool], connect_timeout: float = 10.0, read_timeout: float = 60.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.scheme = scheme
@@ -119,7 +119,7 @@ class RegistryClient:
         self._sleep = sleep
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._found: Credentials | Helper | None = None
+        self._found: Credentials | CredentialProgram | None = None
         self._looked = False
         self._basic: str | None = None  # once the registry asked for Basic: sent with every request
         self._bearer: Challenge | None = None  # once the registry named its token server
@@ -155,7 +155,7 @@ class RegistryClient:
         return (conn.host, conn.port) == (target.hostname, target.port or (443 if self.scheme == "https" else 80))
 
     # -- auth ----------------------------------------------------------------------------------
-    def _creds(self) -> Credentials | Helper | None:
+    def _creds(self) -> Credentials | CredentialProgram | None:
         with self._lock:
             if not self._looked:
                 self._found = self._credentials()
@@ -177,9 +177,9 @@ class RegistryClient:
     def _answer(self, challenge: Challenge | None, scopes: Sequence[str], repo: str) -> str:
         """The Authorization header that answers a 401's challenge, or a one-line error saying why there is none."""
         creds = self._creds()
-        if isinstance(creds, Helper):
+        if isinstance(creds, CredentialProgram):
             raise StoreUnavailableError(
-                f"{self.where} asks for credentials for {repo}; {creds.origin} names the credential helper {creds.name}, "
+                f"{self.where} asks for credentials for {repo}; {creds.origin} names the credential program {creds.name}, "
                 "which model-catalog does not run",
                 hint="set CATALOG_OCI_USERNAME/CATALOG_OCI_PASSWORD (and CATALOG_OCI_REGISTRY), or an `auths` entry for this registry",
                 transient=False)

@@ -29,6 +29,13 @@ USER, PASSWORD = "ci-bot", "pw-4f9c1e-not-for-logs"
 PUSHER, PUSH_PASSWORD = "pusher", "tok-7d2a90-not-for-logs"
 
 
+@pytest.fixture(autouse=True)
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing here reads the machine's ~/.docker or writes under its HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+
+
 @pytest.fixture(scope="module")
 def basic_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
     server = RegistryServer(tmp_path_factory.mktemp("registry-basic"), users={USER: PASSWORD}).start()
@@ -120,7 +127,7 @@ def test_a_wrong_password_is_refused_naming_where_it_came_from_not_what_it_is(ba
     no_secret(done, wrong)
 
 
-def test_a_credential_helper_is_named_as_not_run(basic_registry: RegistryServer, tmp_path: Path) -> None:
+def test_a_credential_program_is_named_as_not_run(basic_registry: RegistryServer, tmp_path: Path) -> None:
     docker_config(tmp_path, {"credHelpers": {basic_registry.host: "secretservice"}})
     done = catalog(cli_env(tmp_path, url_of(basic_registry)), "resolve", NAME)
     assert done.returncode != 0 and "Traceback" not in done.stderr

@@ -17,7 +17,7 @@ from resolver.stores import open_store
 from resolver.stores.modelpack import (DOC, FILEPATH, TITLE, WEIGHT, WEIGHT_CONFIG, NotAModelManifest, build_config,
                                        build_manifest, digest_of, layer_problem, parse_manifest)
 from resolver.stores.oci import OciStore
-from resolver.stores.oci_auth import Credentials, Helper, credentials_for, from_docker_config, parse_challenge
+from resolver.stores.oci_auth import Credentials, CredentialProgram, credentials_for, from_docker_config, parse_challenge
 
 SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64
 
@@ -101,8 +101,8 @@ def test_the_docker_config_gives_a_host_its_own_entry_only() -> None:
     assert isinstance(token, Credentials) and token.registry_token == "T"
     hub = from_docker_config(config, "cfg", "registry-1.docker.io")
     assert isinstance(hub, Credentials) and hub.username == "hub"
-    helper = from_docker_config(config, "cfg", "ecr.example")
-    assert isinstance(helper, Helper) and helper.name == "docker-credential-ecr-login"
+    program = from_docker_config(config, "cfg", "ecr.example")
+    assert isinstance(program, CredentialProgram) and program.name == "docker-credential-ecr-login"
     assert from_docker_config({"auths": {"bad.example": {"auth": "%%%"}}}, "cfg", "bad.example") is None
     assert "p:w" not in repr(found)
 
