@@ -78,9 +78,9 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         cmd = [str(PYTHON), str(ROOT / "scripts" / "demo.py"), *rest]
     else:
-        # One worker per core (pytest-xdist; each starts its own S3 server); `-n 0` runs serially. Tests marked
-        # xdist_group("engine") share one worker, so the engine tier's session fixtures run once.
-        cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", "--dist", "loadgroup", *rest]
+        # One worker per core (pytest-xdist; each starts its own S3 server); `-n 0` runs serially. A test file's
+        # tests share one worker, so the engine tier's session fixtures (tests/engine/) run once.
+        cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", "--dist", "loadfile", *rest]
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 

@@ -71,6 +71,8 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class (pytest plugin; default: detected)"),
     EnvVar("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
     EnvVar("CATALOG_DEBUG", "1: tracebacks for internal errors"),
+    EnvVar("CATALOG_PREFER", "local (default) or stream: a streamed format whose weights are all verified in the cache or "
+                             "a shared tier is handed out as its local folder, or always as the stream URI"),
     EnvVar("CATALOG_REQUIRE_SIGNATURE", "1: resolve refuses, before any download, a model without a signature that a "
                                         "trusted key or root vouches for (--require-signature; catalog.yaml signatures:)"),
     EnvVar("CATALOG_TRUSTED_KEYS", "PEM public keys whose signatures are trusted, ':'-separated (--trusted-key, "
@@ -89,6 +91,7 @@ ADDRESSING_STYLES = ("auto", "path", "virtual")
 RETRY_MODES = ("standard", "adaptive", "legacy")
 MODES = {"ci": ("store", False), "dev": ("fallback", False), "offline": ("store", True)}
 SOURCES = ("store", "hf", "fallback")
+PREFER = ("local", "stream")  # --prefer: a streamed model with every weight at hand comes back local, or streams
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class Settings:
     shared_caches: tuple[Path, ...] = ()  # read-only cache tiers, in order
     mirrors: tuple[str, ...] = ()  # store URLs tried before the primary; empty: catalog.yaml's mirrors
     cache_max_size: int | None = None  # resolve evicts to stay under it
+    prefer: str = "local"  # local | stream: what a streamed format's answer is when its weights are all at hand
     require_signature: bool = False  # on top of catalog.yaml's `signatures:`
     trusted_keys: tuple[Path, ...] = ()  # given: they and trusted_roots replace catalog.yaml's anchors
     trusted_roots: tuple[Path, ...] = ()
@@ -180,6 +184,9 @@ class Settings:
         tiers = flags.get("shared_caches") or split_tiers(env.get("CATALOG_SHARED_CACHE") or "")
         mirrors = flags.get("mirrors") or [u for u in (env.get("CATALOG_MIRRORS") or "").split(",") if u.strip()]
         max_size = env.get("CATALOG_CACHE_MAX_SIZE") or None
+        prefer = str(pick("prefer", "CATALOG_PREFER") or "local").strip().lower()
+        if prefer not in PREFER:
+            raise UsageError(f"--prefer / CATALOG_PREFER {prefer!r} is not one of {', '.join(PREFER)}")
         keys = flags.get("trusted_keys") or [p for p in (env.get("CATALOG_TRUSTED_KEYS") or "").split(":") if p.strip()]
         roots = flags.get("trusted_roots") or [p for p in (env.get("CATALOG_TRUSTED_ROOTS") or "").split(":") if p.strip()]
         return cls(
@@ -202,6 +209,7 @@ class Settings:
             shared_caches=tuple(tier_path(str(t)) for t in tiers),
             mirrors=tuple(str(u).strip() for u in mirrors),
             cache_max_size=parse_size(max_size, "CATALOG_CACHE_MAX_SIZE") if max_size is not None else None,
+            prefer=prefer,
             debug=env.get("CATALOG_DEBUG", "") in ("1", "true", "yes"),
             require_signature=bool(flags.get("require_signature")) or _switch(env, "CATALOG_REQUIRE_SIGNATURE"),
             trusted_keys=tuple(Path(str(k).strip()).expanduser() for k in keys),

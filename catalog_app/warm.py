@@ -48,13 +48,13 @@ class ResolveRequest:
 
 # The `resolve` flags the warm path understands; anything else goes to the full CLI.
 _VALUE_FLAGS = {"--format": "fmt", "--layout": "layout", "--source": "source", "--store": "store", "--cache": "cache_dir",
-                "--part-size": "part_size", "--concurrency": "concurrency"}
+                "--part-size": "part_size", "--concurrency": "concurrency", "--prefer": "prefer"}
 _BOOL_FLAGS = {"--materialize-weights": "materialize_weights", "--offline": "offline",
                "--require-signature": "require_signature"}
 _MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors",  # repeatable: collected in order
                 "--trusted-key": "trusted_keys", "--trusted-root": "trusted_roots"}
 _SETTINGS_FLAGS = {"source", "store", "cache_dir", "part_size", "concurrency", "offline", "catalog_dir", "shared_caches", "mirrors",
-                   "require_signature", "trusted_keys", "trusted_roots"}
+                   "require_signature", "trusted_keys", "trusted_roots", "prefer"}
 
 
 def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:

@@ -62,6 +62,9 @@ class ResolveOptions:
     tiers: tuple[Path, ...] = ()  # read-only shared cache tiers, consulted first
     mirrors: tuple[Store, ...] = ()  # stores tried in order before the primary; empty: catalog.yaml's mirrors
     max_size: int | None = None  # evict least recently resolved views before fetching, to stay under it
+    # "local": a streamed format whose weights are all verified in the cache or a shared tier is answered with its
+    # local folder (no byte read from the store, no proof of the streamed objects needed); "stream": the URI always
+    prefer: str = "local"
     settings: Settings | None = None  # to open catalog.yaml's mirrors with (None: this process's)
 
     @classmethod
@@ -70,7 +73,7 @@ class ResolveOptions:
         options = cls(offline=settings.offline, source=Source(settings.source),
                       transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings),
                       tiers=settings.shared_caches, mirrors=tuple(open_store(url, settings) for url in settings.mirrors),
-                      max_size=settings.cache_max_size, settings=settings)
+                      max_size=settings.cache_max_size, prefer=settings.prefer, settings=settings)
         return dataclasses.replace(options, **overrides)  # type: ignore[arg-type]
 
 
@@ -215,11 +218,15 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
     # streamed object is still the verified one (and the engine could not reach it): the weights must be local.
     # An hf-cache snapshot is loaded by repo id, which finds only local files: it holds the weights too.
     # A store engines cannot stream from (an OCI registry) gives local weights.
+    at_hand = _weights_at_hand(manifest, cache, options)
     plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline
-                      or options.layout is Layout.HF_CACHE or not getattr(store, "engine_streamable", True))
+                      or options.layout is Layout.HF_CACHE or not getattr(store, "engine_streamable", True)
+                      or at_hand is not None)
     spec = ViewSpec.of(manifest, options.layout, plan.local)
     fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
-    source, from_hub, sources = fetched.source, fetched.from_hub, dict(fetched.sources)
+    source, from_hub, sources = fetched.source, fetched.from_hub, {**fetched.sources, **(at_hand or {})}
+    if at_hand:
+        source = _summary(sources)
     if plan.streamed and not from_hub:
         from_hub = _verify_streamed(cat, manifest, plan.streamed, store, options)
     if from_hub and plan.streamed:
@@ -250,6 +257,17 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
         filesystem=mounts.filesystem_type(path),
     )
+
+
+def _weights_at_hand(manifest: ModelManifest, cache: Cache, options: ResolveOptions) -> dict[str, str] | None:
+    """--prefer local: every weight of a streamed format is verified in the cache already, or a shared tier holds it
+    (then it is taken, checked as any tier file). Reads no byte from any store. None: not all at hand (it streams);
+    else the weights a tier served, with the tier."""
+    if options.prefer != "local" or not manifest.load_format.streams_weights:
+        return None
+    missing = [e for e in manifest.weight_files if not cache.verified_blob(e, manifest.name)]
+    served = tiers.take_from_tiers(tiers.tiers_of(options.tiers), cache, manifest.name, missing, where=manifest.source)
+    return served if all(cache.has_blob(e) for e in missing) else None
 
 
 def _verify_streamed(cat: Catalog, manifest: ModelManifest, streamed: tuple[FileEntry, ...], store: Store,

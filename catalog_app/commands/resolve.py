@@ -29,6 +29,9 @@ log = logging.getLogger("catalog.resolve")
 @click.option("--layout", type=click.Choice([layout.value for layout in Layout]), default="dir", show_default=True)
 @click.option("--materialize-weights", is_flag=True, help="Streaming formats: download the weights too.")
 @click.option("--offline", is_flag=True, help="Use the cache only; fail fast naming what is missing.")
+@click.option("--prefer", type=click.Choice(["local", "stream"]),
+              help="Streaming formats whose weights are all verified in the cache or a shared tier: hand out the local "
+                   "folder (local, the default: no byte from the store) or the stream URI anyway (stream). Env CATALOG_PREFER.")
 @click.option("--source", type=click.Choice([x.value for x in Source]),
               help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback "
                    "(the bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline.")
@@ -49,7 +52,7 @@ log = logging.getLogger("catalog.resolve")
 @click.pass_context
 def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
-    offline: bool, source: str | None, verify_stream: str, shared_caches: tuple[str, ...], mirrors: tuple[str, ...],
+    offline: bool, prefer: str | None, source: str | None, verify_stream: str, shared_caches: tuple[str, ...], mirrors: tuple[str, ...],
     require_signature: bool, trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...],
     store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
 ) -> int:
@@ -61,7 +64,7 @@ def resolve_command(
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
                        source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
                        require_signature=require_signature or None, trusted_keys=trusted_keys or None,
-                       trusted_roots=trusted_roots or None)
+                       trusted_roots=trusted_roots or None, prefer=prefer)
     # The hf-cache layout decides which manifest answers for a repo id from every manifest pinning it.
     cat = load_catalog(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names)
     cache = Cache(current.cache_dir)

@@ -93,8 +93,10 @@ def load_weights(cat: Catalog, name: str, *, store: Store, cache: Cache,
     options = options or ResolveOptions()
     _need(name, *loader.NEEDS)
     # The loaders hash every streamed byte against the pin themselves: resolve's listing check would only
-    # stop them from reporting what they find (and cost a listing).
-    resolution = resolve(cat, name, cache=cache, store=store, options=dataclasses.replace(options, verify_stream="loader"))
+    # stop them from reporting what they find (and cost a listing). A streamed format is checked streaming, even
+    # where local copies of its weights would be handed out.
+    resolution = resolve(cat, name, cache=cache, store=store,
+                         options=dataclasses.replace(options, verify_stream="loader", prefer="stream"))
     return loader.load(cat, manifest, resolution, store=store, cache=cache, options=options)
 
 

@@ -3,8 +3,8 @@
 Every bundled model is synced into a SeaweedFS bucket with `catalog sync --from-dir` and resolved with the CLI, as CI
 would; the engine gets exactly the printed outputs (`--format path | vllm-args | env | redirect`, `--layout
 hf-cache`). Loads run in the engine's worker processes (resolver/loaders/vllm_worker.py: vLLM's own argument parser,
-then `LLM`), grouped by environment so vLLM is imported a few times per session, not once per load; every test of
-the tier runs on one xdist worker (`xdist_group("engine")`) so the session fixtures run once.
+then `LLM`), grouped by environment so vLLM is imported a few times per session, not once per load; the tier is one
+test file, and the test command gives each file one xdist worker (`--dist loadfile`), so the session fixtures run once.
 
 References are computed by transformers (sentence-transformers for the embedding model) from the verified local
 files, in float32; the engine runs in float32 too (`--dtype float32`, a harness option like the short context), so

@@ -21,8 +21,6 @@ from hubdouble import HubDouble
 from catalog.lookup import Catalog
 from resolver.loaders.vllm_engine import EngineJob, EngineResult
 
-pytestmark = pytest.mark.xdist_group("engine")
-
 LOCAL = ("all-minilm-l6-v2", "tiny-llama")
 STREAMED = ("tiny-qwen2", "tiny-llama-tensorizer", "tiny-llama-sharded")
 # The models a repo id answers for (the primary of tiny-llama's three manifests).
@@ -46,8 +44,11 @@ def direct(engine_session: EngineSession) -> dict[str, EngineResult]:
     jobs.append(job("path:tiny-qwen2", ["--model", s.catalog("resolve", "tiny-qwen2", "--materialize-weights").strip()],
                     "tiny-qwen2"))
     for name in STREAMED:
-        jobs.append(job(f"stream:{name}", s.vllm_args(name), name, s.exported("resolve", name)))
+        stream = ("--prefer", "stream")  # the default hands out weights already at hand locally (below)
+        jobs.append(job(f"stream:{name}", s.vllm_args(name, *stream), name, s.exported("resolve", name, *stream)))
         jobs.append(job(f"local:{name}", s.vllm_args(name, "--materialize-weights"), name))
+        # Now that its weights are verified in the cache, the default (--prefer local) hands out the local folder.
+        jobs.append(job(f"at-hand:{name}", s.vllm_args(name), name))
     return s.run(jobs)
 
 
@@ -59,8 +60,9 @@ def redirected(engine_session: EngineSession, bundled: Catalog, redirect_hub: Hu
     fails before the redirect applies (docs say so). The Hub here is a double that knows no repo."""
     s = engine_session
     redirect = tmp_path_factory.mktemp("redirect") / "redirect.json"
-    redirect.write_text(s.catalog("resolve", *BY_REPO_ID, "--format", "redirect"))
-    streams = s.exported("resolve", "tiny-qwen2")  # the stream endpoint a redirect to an s3:// URI needs
+    # tiny-qwen2's entry is its stream URI (--prefer stream: its weights may be at hand by now)
+    redirect.write_text(s.catalog("resolve", *BY_REPO_ID, "--format", "redirect", "--prefer", "stream"))
+    streams = s.exported("resolve", "tiny-qwen2", "--prefer", "stream")  # the endpoint a redirect to s3:// needs
     jobs = [job(f"redirect:{name}", ["--model", bundled.get(name).source.hf_repo], name,
                 {"VLLM_MODEL_REDIRECT_PATH": str(redirect), **streams}) for name in BY_REPO_ID]
     return s.run(jobs, HF_HUB_OFFLINE="0", HF_ENDPOINT=redirect_hub.url)
@@ -107,6 +109,17 @@ def test_vllm_args_stream_from_the_bucket_and_serve_the_reference(
 def test_materialized_weights_serve_the_reference(direct: dict[str, EngineResult], references: dict[str, Reference],
                                                    name: str) -> None:
     assert_matches(direct[f"local:{name}"], reference_of(references, name), served=name)
+
+
+@pytest.mark.parametrize("name", STREAMED)
+def test_weights_at_hand_are_served_locally_by_default(direct: dict[str, EngineResult], references: dict[str, Reference],
+                                                       engine_session: EngineSession, name: str) -> None:
+    """--prefer local: after one materializing resolve, vllm-args name the verified local folder (the same load
+    format: the streamers read local files too), and the engine serves the reference from it."""
+    args = direct[f"at-hand:{name}"]
+    assert_matches(args, reference_of(references, name), served=name)
+    answer = json.loads(engine_session.catalog("resolve", name, "--format", "json"))
+    assert answer["weights_uri"] is None and answer["streamed"] == [] and answer["source"] == "cache"
 
 
 @pytest.mark.parametrize("name", BY_REPO_ID)
@@ -178,8 +191,8 @@ def served(engine_session: EngineSession) -> Iterator[tuple[str, Path]]:
     """`vllm serve` started with tiny-qwen2's vllm-args (weights streamed from the bucket) on loopback."""
     s = engine_session
     port = _free_port()
-    args = s.vllm_args("tiny-qwen2")
-    env = {**os.environ, **s.exported("resolve", "tiny-qwen2"), "HOME": str(s.home), "VLLM_CACHE_ROOT": str(s.home / "vllm"),
+    args = s.vllm_args("tiny-qwen2", "--prefer", "stream")
+    env = {**os.environ, **s.exported("resolve", "tiny-qwen2", "--prefer", "stream"), "HOME": str(s.home), "VLLM_CACHE_ROOT": str(s.home / "vllm"),
            "HF_HOME": str(s.home / "hf"), "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     log = s.home / "serve.log"
     with log.open("wb") as sink:
