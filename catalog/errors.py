@@ -99,7 +99,8 @@ class MissingObjectError(CatalogError, FileNotFoundError):
     def __init__(self, model: str, path: str, where: str) -> None:
         super().__init__(
             f"{model}/{path} is missing from the store at {where}",
-            hint=f"run `catalog sync {model}` to upload it, or check --store / CATALOG_STORE",
+            hint=f"upload it: `catalog sync {model}` (from the Hub at the pin) or `catalog sync {model} --from-dir DIR` "
+                 "(from a folder holding its files); or check --store / CATALOG_STORE",
         )
         self.model = model
         self.path = path

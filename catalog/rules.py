@@ -1,13 +1,16 @@
-"""The lint rules: pure functions from parsed manifests to problems.
+"""The lint rules: pure functions from parsed manifests to problems, and `RULES`, the one table of them.
 
 Each rule has a short id (the `rule` field of a Problem, shown by `--format json`) and reports at the
-line of the offending key. Nothing here reads files or the network.
+line of the offending key. Nothing here reads files or the network. `RULES` says, per id, what it refuses
+(the docs' Validation table is rendered from it) and whether its findings come from the pinned files, so that
+`catalog lock`, which rewrites them, runs despite them. A test checks that every id reported anywhere is here.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -22,6 +25,75 @@ from catalog.yamlsource import LineMap, Loc, format_loc
 if TYPE_CHECKING:
     from catalog.loading import ManifestDoc, TablesDoc
     from catalog.signing import Finding
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    refuses: str  # one line for the docs' table: what the rule refuses
+    pins: bool = False  # found in the pinned files: `catalog lock` rewrites them, so it runs despite these
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("yaml", "syntax errors, duplicate keys, tags other than plain values (`!!python/...`), alias bombs, "
+                 "non-mapping documents"),
+    Rule("schema", "unknown keys (with a did-you-mean), missing keys, wrong types (numbers where text belongs: quote them)"),
+    Rule("settings", "a catalog.yaml that is missing or does not match its schema"),
+    Rule("name", "a logical name outside `[a-z0-9][a-z0-9._-]*`"),
+    Rule("file-name", "a manifest not named `<name>.yaml`"),
+    Rule("duplicate-name", "a name defined twice (reported on every file defining it)"),
+    Rule("revision-unpinned", "anything but a full lowercase 40-hex commit: branches, tags and `refs/pr/N` are refused"),
+    Rule("hf-repo", "a malformed repo id (also one with `--`: `org/a--b` and `org--a/b` would share a cache folder)"),
+    Rule("s3-prefix", "not `s3://bucket/key/`, bucket naming rules, not exactly one trailing `/`, `//`, `..`, outside "
+                      "the store"),
+    Rule("prefix-overlap", "a prefix equal to, or a string prefix of, another model's (one listing would return both), "
+                           "reported on both files; with `--base REF`, a new revision (or repo) under the old prefix"),
+    Rule("pin-conflict", "two manifests pinning different bytes (size or sha256) for one path at one hf_repo + "
+                         "revision, reported on both"),
+    Rule("manifest-folder", "a symlinked folder under `manifests/` that leads outside it"),
+    Rule("file-path", "absolute, `..`, backslash, `.git/`, control characters, the stores' reserved folders, names "
+                      "not in Unicode NFC, Windows device names, names ending in a space or `.`, staging-shaped "
+                      "names", pins=True),
+    Rule("duplicate-path", "a path pinned twice (also case-insensitively), a file that is also a folder", pins=True),
+    Rule("sha256", "a sha256 that is not 64 lowercase hex", pins=True),
+    Rule("size", "a negative size", pins=True),
+    Rule("unlocked", "no files pinned (names the `catalog lock` command)", pins=True),
+    Rule("file-selection", "a pinned file that source.include/exclude leave out", pins=True),
+    Rule("shard-missing", "a file an index's recorded `shards` names that is not pinned (with the include/exclude "
+                          "that dropped it)", pins=True),
+    Rule("index-unrecorded", "a weights index without its `shards` recorded (names the `catalog lock` command)", pins=True),
+    Rule("shards", "`shards` on a file that is no weights index", pins=True),
+    Rule("blob-id", "a `blob_id` that is not 40 lowercase hex", pins=True),
+    Rule("xet-hash", "an `xet_hash` that is not 64 lowercase hex (huggingface_hub drops a whole cached tree listing "
+                     "over one)", pins=True),
+    Rule("header", "a safetensors `header` on another kind of file, bad hex, an unknown dtype, or 8 + length + tensor "
+                   "bytes other than the file's size", pins=True),
+    Rule("weight-map", "a `weight_map` on a file that is no `*.safetensors.index.json`, or bad hex", pins=True),
+    Rule("tensor-table", "tensor tables (`<name>.tensors.json`) missing, unreadable, of another model, or other than "
+                         "the pinned digests say", pins=True),
+    Rule("tensor-missing", "a tensor an index maps to a shard that does not hold it (naming the shard that does, if "
+                           "any)", pins=True),
+    Rule("tensor-duplicate", "a tensor held by two shards of one index", pins=True),
+    Rule("repo-type", "a dataset (`source.repo_type: dataset`) with a load format other than `dataset` or `auto`"),
+    Rule("load-format", "what the format's row in the formats table needs among the pinned files (a config.json, a "
+                        "`*.safetensors`, per-rank shards, a `*.tensors`, a `*.gguf`; a streamed format's tokenizer "
+                        "files, unless `tokenizer:` names another model)", pins=True),
+    Rule("loader", "`loader:` keys the engine sets itself (tensorizer's `deserialization_kwargs.lazy_load`, `device`, "
+                   "`dtype`) or a weights URI of the manifest's own (`tensorizer_uri`)"),
+    Rule("primary", "several manifests of one Hub repo with no `primary: true`, or more than one (the manifest that "
+                    "answers for the repo id in `--format redirect` and the hf-cache layout)"),
+    Rule("tensor-parallel", "per-rank shards (`model-rank-N-...`) for a number of ranks other than `gpu.count`"),
+    Rule("pickle", "`.bin`/`.pt`/`.pth`/`.ckpt` weights unless `allow_pickle: true`", pins=True),
+    Rule("gpu-class", "an unknown GPU class"),
+    Rule("gpu-memory", "weights (exact tensor bytes where headers are pinned) x `gpu_memory_factor` larger than the "
+                       "class's memory x count", pins=True),
+    Rule("tokenizer", "a tokenizer that is neither a catalog model nor a pinned subfolder"),
+    Rule("signature", "under `signatures: required`, a model without a signature; any signature that is unparseable, "
+                      "made by an untrusted key, or whose resources differ from the pins (naming the first file)"),
+    Rule("pin-changed", "with `--base REF`: a file's hash changed while name and revision stayed (pins are immutable)"),
+)
+BY_ID = {rule.id: rule for rule in RULES}
+# What `catalog lock` may run despite: it rewrites the pinned files these rules judge.
+LOCK_FIXES = frozenset(rule.id for rule in RULES if rule.pins)
 
 GIB = 1024**3
 _BLOB_ID = re.compile(r"[0-9a-f]{40}")
@@ -38,6 +110,7 @@ class _Reporter:
         self.problems: list[Problem] = []
 
     def __call__(self, rule: str, loc: Loc, message: str) -> None:
+        assert rule in BY_ID, f"rule {rule!r} is not in RULES"
         self.problems.append(Problem(self.display, self.lines.line_of(loc), format_loc(loc), message, rule))
 
 

@@ -23,15 +23,18 @@ class OutputError(ValueError):
 
 
 def _path(results: Sequence[Resolution]) -> str:
+    """One line per model: what the engine's --model gets (the verified folder, or the stream URI)."""
     return "\n".join(r.model for r in results)
 
 
 def _json(results: Sequence[Resolution]) -> str:
+    """Everything resolved: name, revision, model, path, tokenizer, files, streamed, sources, engine args and env."""
     data = [r.to_json() for r in results]
     return json.dumps(data[0] if len(data) == 1 else data, indent=2)
 
 
 def _vllm_args(results: Sequence[Resolution]) -> str:
+    """One model's engine arguments (vLLM spelling), shell-quoted: --model, --served-model-name NAME, --load-format, ..."""
     if len(results) != 1:
         raise OutputError("--format vllm-args prints one model; use --format json for several")
     try:
@@ -41,6 +44,7 @@ def _vllm_args(results: Sequence[Resolution]) -> str:
 
 
 def _env(results: Sequence[Resolution]) -> str:
+    """`export` lines: HF_HUB_CACHE and HF_HUB_OFFLINE for the hf-cache layout, the stream endpoint, CATALOG_MODEL*."""
     merged: dict[str, str] = {}
     for r in results:
         merged |= engine_env(r)

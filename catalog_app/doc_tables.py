@@ -1,0 +1,125 @@
+"""The documentation's tables that mirror code, rendered from it: lint rules, settings, load formats, resolve outputs,
+and the command synopsis. Each lives in README.md or docs/*.md between `<!-- generated: NAME -->` and
+`<!-- /generated -->`; tests/unit/test_doc_tables.py fails when one differs from what the code says.
+
+    python -m catalog_app.doc_tables          # rewrite every generated block in place
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = ("README.md", "docs/manifests.md", "docs/resolve.md")
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def rules() -> str:
+    from catalog.rules import RULES
+
+    rows = [f"| {r.id} | {_cell(r.refuses)} | {'yes' if r.pins else ''} |" for r in RULES]
+    return "| rule | what it refuses | `lock` rewrites it |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def settings() -> str:
+    from catalog.settings import ENV
+
+    rows = [f"| `{v.name}` | {_cell(v.help)}{' (secret: never shown)' if v.secret else ''} |" for v in ENV]
+    return "| variable | meaning |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def formats() -> str:
+    from catalog.formats import FORMATS, EngineTarget
+
+    target = {EngineTarget.MODEL: "`--model` folder or stream URI", EngineTarget.LOADER_URI: "`--model` folder; weights "
+              "file in the loader config", EngineTarget.FILE: "`--model` the weights file"}
+    rows = []
+    for fmt, spec in FORMATS.items():
+        needs = "; ".join(n.what for n in spec.needs) or "-"
+        streamed = "; ".join(n.what for n in spec.streamed_needs)
+        engine = target[spec.engine_target] if spec.engine else "no engine arguments"
+        rows.append(f"| {fmt.value} | {'yes' if spec.streams_weights else ''} | {_cell(needs)}"
+                    f"{_cell(' (streamed: ' + streamed + ')') if streamed else ''} | {', '.join(f'`{p}`' for p in spec.weight_patterns) or '-'}"
+                    f" | {spec.loader or '-'} | {engine} |")
+    header = "| load format | streams weights | the pinned files must hold | weights | check-load loader | the engine gets |\n"
+    return header + "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def outputs() -> str:
+    from catalog_app.outputs import OUTPUTS
+
+    rows = [f"| `{name}` | {_cell(' '.join((fn.__doc__ or '').split()))} |" for name, fn in OUTPUTS.items()]
+    return "| `--format` | what it prints |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def synopsis() -> str:
+    """Every command with its arguments and options, as click declares them."""
+    from catalog_app.cli import cli
+
+    lines = ["catalog [--catalog DIR] [-v] COMMAND"]
+    for name in sorted(cli.commands):
+        parts = [name, *(_usage(param) for param in cli.commands[name].params if param.name != "help")]
+        lines.extend(_wrap([p for p in parts if p]))
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def _usage(param: click.Parameter) -> str:
+    name = (param.name or "").upper()
+    if isinstance(param, click.Argument):
+        return f"{name.removesuffix('S')}..." if param.nargs == -1 else name
+    if not isinstance(param, click.Option):
+        return ""
+    flag = max(param.opts, key=len)
+    if param.is_flag:
+        return f"[{flag}]"
+    if isinstance(param.type, click.Choice) and len("|".join(map(str, param.type.choices))) <= 40:
+        value = "|".join(str(c) for c in param.type.choices)
+    elif param.metavar:
+        value = param.metavar
+    elif isinstance(param.type, click.Path):
+        value = "DIR" if not param.type.file_okay else "FILE"
+    elif isinstance(param.type, click.types.IntParamType):
+        value = "N"
+    else:
+        value = name.split("_")[-1]
+    return f"[{flag} {value}]" + ("..." if param.multiple else "")
+
+
+def _wrap(parts: list[str], width: int = 116) -> list[str]:
+    """Two spaces in, continuation lines six; each part kept whole."""
+    out, current = [], "  " + parts[0]
+    for part in parts[1:]:
+        if len(current) + 1 + len(part) > width:
+            out.append(current)
+            current = "     "
+        current += " " + part
+    return [*out, current]
+
+
+TABLES: dict[str, Callable[[], str]] = {"rules": rules, "settings": settings, "formats": formats, "outputs": outputs,
+                                        "commands": synopsis}
+
+
+def render(text: str) -> str:
+    """`text` with every generated block rendered anew (an unknown block name is an error)."""
+    return BLOCK.sub(lambda m: m.group(1) + TABLES[m.group("name")]() + m.group(4), text)
+
+
+def main() -> int:
+    for name in DOCUMENTS:
+        path = ROOT / name
+        path.write_text(render(path.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
