@@ -63,7 +63,13 @@ def _git(args: list[str], cwd: Path, stdin: bytes | None = None) -> bytes:
 
 def manifests_at(ref: str, catalog_dir: Path) -> dict[str, ModelManifest]:
     """The parseable manifests under `catalog_dir` as of git `ref` (broken ones at the base are skipped)."""
-    top = Path(_git(["rev-parse", "--show-toplevel"], catalog_dir).decode().strip())
+    try:
+        top = Path(_git(["rev-parse", "--show-toplevel"], catalog_dir).decode().strip())
+    except UsageError as exc:
+        if "needs git" in exc.message:
+            raise
+        raise UsageError(f"--base {ref}: {catalog_dir} is not inside a git repository",
+                         hint="run validate --base in a git checkout of the catalog, or drop --base") from None
     rel = catalog_dir.resolve().relative_to(top.resolve()).as_posix()
     try:
         _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], top)

@@ -247,7 +247,8 @@ def _explain(model: type[BaseModel], error: Any) -> str:
         suffix = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(allowed)}"
         return f"unknown key{suffix}"
     if kind == "string_type" and isinstance(error.get("input"), (int, float, bool)):
-        return f"expected text but YAML read {error['input']!r} as a {type(error['input']).__name__}; quote the value"
+        kind = type(error["input"]).__name__
+        return f"expected text but YAML read {error['input']!r} as {'an' if kind[0] in 'aeiou' else 'a'} {kind}; quote the value"
     return str(error["msg"])
 
 

@@ -20,12 +20,28 @@ def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
     """Pinned, verified CI models: validate manifests, resolve, sync and check them."""
     # Only our own loggers get more verbose: botocore's and httpx's debug logs print request headers,
     # which carry signatures and session tokens.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Lines(with_logger=verbose > 0))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     for name in ("catalog", "resolver", "catalog_app"):
         logging.getLogger(name).setLevel(logging.WARNING - 10 * min(verbose, 2))
     root = ctx.ensure_object(dict)
     root["catalog_dir"] = catalog_dir
     root["verbose"] = verbose
+
+
+class _Lines(logging.Formatter):
+    """Log lines in the CLI's own voice, beside its `error:` and `hint:` lines: `warning: ...`; with -v the logger
+    that said it too (`info resolver.resolve: ...`)."""
+
+    def __init__(self, with_logger: bool) -> None:
+        super().__init__()
+        self.with_logger = with_logger
+
+    def format(self, record: logging.LogRecord) -> str:
+        where = f" {record.name}" if self.with_logger else ""
+        text = f"{record.levelname.lower()}{where}: {record.getMessage()}"
+        return text + ("\n" + self.formatException(record.exc_info) if record.exc_info else "")
 
 
 for module in (catalog_commands, resolve, pin, sync, check_load, publish, sign, adopt):

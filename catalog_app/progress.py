@@ -14,6 +14,11 @@ from typing import Any, TextIO
 HEARTBEAT_SECONDS = 10.0
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 request`, `2 requests`: English nouns of this CLI take an s."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def human_bytes(size: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
@@ -65,11 +70,13 @@ class BarProgress:
     """For a terminal: one rich bar (bytes, rate, ETA), the file in flight as its description."""
 
     def __init__(self, total: int) -> None:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                            TimeRemainingColumn(), transient=True, console=_stderr_console())
-        self.task = self.bar.add_task("", total=total)
+        # Binary units, as every other size the CLI prints (rich's defaults are decimal).
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                            TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=True,
+                            console=_stderr_console())
+        self.task = self.bar.add_task("", total=total, rate="")
         self.started = False
         self.lock = threading.Lock()
 
@@ -79,6 +86,8 @@ class BarProgress:
                 self.bar.start()  # only once bytes move: a warm resolve draws nothing
                 self.started = True
             self.bar.update(self.task, advance=count, description=label[-50:])
+            speed = self.bar.tasks[0].speed
+            self.bar.update(self.task, rate=f"{human_bytes(speed)}/s" if speed else "")
 
     def file_done(self, label: str, size: int) -> None:
         pass

@@ -146,6 +146,9 @@ def lookup(request: ResolveRequest, settings: Settings) -> list[Resolution] | No
         markers = {Path(m): Marker.read(Path(m)) for m in entry["markers"]}
         if not markers or not all(m is not None and cache.marker_holds(m) for m in markers.values()):
             return None
+        watched = entry.get("local_when") or []
+        if watched and all(Path(blob).is_file() for blob in watched):
+            return None  # a streamed answer whose weights are at hand by now: --prefer local answers with the folder
         for path, marker in markers.items():
             note_marker_used(path, marker)  # a warm answer is a use too (gc evicts least recently used first)
         return [Resolution.from_record(r) for r in entry["records"]]
@@ -154,14 +157,16 @@ def lookup(request: ResolveRequest, settings: Settings) -> list[Resolution] | No
 
 
 def record(request: ResolveRequest, settings: Settings, catalog_dir: Path, inputs: Sequence[Path],
-           results: Sequence[Resolution]) -> None:
-    """Called by the full CLI after a successful resolve; failures to record are harmless."""
+           results: Sequence[Resolution], local_when: Sequence[Path] = ()) -> None:
+    """Called by the full CLI after a successful resolve; failures to record are harmless. `local_when`: the cache
+    blobs of streamed weights which, once all present, make the full CLI answer with a local folder instead."""
     digests = {str(p.resolve()): _sha256(str(p.resolve())) for p in inputs}
     if None in digests.values():
         return
     data = {"version": INDEX_VERSION, "request": asdict(request) | {"settings_flags": {}},
             "inputs": digests, "markers": sorted({str(m) for r in results for m in r.markers}),
-            "records": [r.from_cache().record() for r in results]}
+            "records": [r.from_cache().record() for r in results],
+            "local_when": [str(b) for b in local_when] if settings.prefer == "local" else []}
     cache = Cache(settings.cache_dir)
     try:
         atomic_write(cache.warm_index / f"{index_key(request, settings, catalog_dir)}.json", json.dumps(data).encode())

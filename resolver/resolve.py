@@ -236,7 +236,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         again = _ensure_view(cat, manifest, spec, cache, store, dataclasses.replace(options, source=Source.HF), progress)
         sources = {**again.sources, **{p: s for p, s in sources.items() if s != "cache"}}
     path = cache.view_dir(spec)
-    tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, cache, store, options, progress)
+    tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, bool(plan.streamed), cache, store, options, progress)
     weights_uri = store.stream_uri(store_key(cat, manifest)) if plan.streamed else None
     model, loader = str(path), dict(manifest.loader)
     if manifest.load_format.spec.engine:
@@ -303,8 +303,10 @@ def _ensure_view(
     if missing and options.offline:
         listing = ", ".join(e.path for e in missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise NotCachedError(
-            f"--offline: {len(missing)} file(s) of {manifest.name} are not in the cache at {cache.root}: {listing}",
-            hint=f"run `catalog resolve {manifest.name}` once with store access, or point --cache at a warm cache",
+            f"--offline: {len(missing)} of {manifest.name}'s files are not in the cache at {cache.root}: {listing}",
+            # A plain resolve of a streamed format leaves its weights in the store: only --materialize-weights brings them.
+            hint=f"run `catalog resolve {manifest.name}{' --materialize-weights' if manifest.load_format.streams_weights else ''}` "
+                 "once with store access, or point --cache at a warm cache",
         )
     answer = _fetch_missing(cat, manifest, missing, cache, store, options, progress)
     _build_view(cache, spec, str(cat.root.resolve()))
@@ -330,14 +332,15 @@ def _fetch_missing(
     from_hub = False
     hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub, manifest.source.repo_type)
     if still and options.source is Source.HF:
-        fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
-        sources |= {e.path: hub.url for e in still}
+        got = fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
+        sources |= _served(still, got, hub.url)
         return Fetched(_summary(sources), True, sources)
     still = _from_mirrors(cat, manifest, still, cache, mirror_stores(cat, options), options, progress, sources)
     try:
         if still:
-            fetch(store, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in still], cache, options.transfer, progress)
-            sources |= {e.path: store.url for e in still}
+            got = fetch(store, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in still], cache,
+                        options.transfer, progress)
+            sources |= _served(still, got, store.url)
             still = []
     except (StoreUnavailableError, MissingObjectError) as exc:
         if options.source is not Source.FALLBACK:
@@ -346,8 +349,8 @@ def _fetch_missing(
         sources |= {e.path: store.url for e in still if cache.has_blob(e)}
         still = [e for e in still if not cache.has_blob(e)]
     if still:
-        fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
-        sources |= {e.path: hub.url for e in still}
+        got = fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
+        sources |= _served(still, got, hub.url)
         from_hub = True
     return Fetched(_summary(sources), from_hub, sources)
 
@@ -371,6 +374,12 @@ def _from_mirrors(
         sources |= {e.path: mirror.url for e in still if cache.has_blob(e)}
         still = [e for e in still if not cache.has_blob(e)]
     return still
+
+
+def _served(entries: Sequence[FileEntry], fetched: set[str], url: str) -> dict[str, str]:
+    """Per file, who gave its bytes: `url` for what this fetch downloaded, the cache for what another process brought
+    while this one waited for it."""
+    return {e.path: url if e.sha256 in fetched else "cache" for e in entries}
 
 
 def _summary(sources: dict[str, str]) -> str:
@@ -400,10 +409,10 @@ def _check_paths(manifest: ModelManifest) -> None:
 
 
 def _tokenizer(
-    cat: Catalog, manifest: ModelManifest, path: Path, cache: Cache, store: Store, options: ResolveOptions,
+    cat: Catalog, manifest: ModelManifest, path: Path, streams: bool, cache: Cache, store: Store, options: ResolveOptions,
     progress: Progress | None,
 ) -> tuple[str | None, Path | None]:
-    """An explicit tokenizer (another model's files, or a subfolder), else the local dir when weights stream;
+    """An explicit tokenizer (another model's files, or a subfolder), else the local dir when weights stream (`streams`);
     with the marker of the tokenizer's own view when it is another model."""
     if manifest.tokenizer is not None:
         if manifest.tokenizer in cat:
@@ -414,7 +423,7 @@ def _tokenizer(
             _ensure_view(cat, other, spec, cache, store, options, progress)
             return str(cache.view_dir(spec)), cache.marker_path(spec)
         return str(path / manifest.tokenizer.rstrip("/")), None
-    if manifest.load_format.streams_weights and not options.materialize_weights:
+    if streams:  # the engine's --model is the store: it must be told where the local tokenizer is
         return str(path), None
     return None, None
 

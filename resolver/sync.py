@@ -75,6 +75,10 @@ class SyncPlan:
     delete_orphans: bool = False
     requests: Mapping[str, int] = field(default_factory=dict)
     catalog: str = ""  # of the manifests it was made from: --apply refuses if the catalog changed since
+    # Where the bytes to upload come from, as the planning command was told (--from-dir, --from-hf-cache: absolute
+    # paths; empty: the Hub): --apply reads them from there too, never from the Hub behind the planner's back.
+    from_dir: str = ""
+    from_hf_cache: str = ""
 
     def by_action(self, action: Action) -> list[PlanItem]:
         return [i for i in self.items if i.action is action]
@@ -90,6 +94,7 @@ class SyncPlan:
     def to_json(self) -> dict[str, Any]:
         return {"version": PLAN_VERSION, "store": self.store, "fingerprint": self.fingerprint, "catalog": self.catalog,
                 "names": list(self.names), "prune": self.prune, "delete_orphans": self.delete_orphans, "requests": dict(self.requests),
+                "from_dir": self.from_dir, "from_hf_cache": self.from_hf_cache,
                 "summary": {a.value: {"count": len(self.by_action(a)), "bytes": sum(i.size for i in self.by_action(a))} for a in Action},
                 "items": [{**asdict(i), "action": i.action.value} for i in self.items]}
 
@@ -109,9 +114,12 @@ class SyncPlan:
         for key in ("prune", "delete_orphans"):
             if not isinstance(data.get(key), bool):
                 raise UsageError(f"not a sync plan: `{key}` is not true or false", hint=_NEW_PLAN)
+        for key in ("from_dir", "from_hf_cache"):
+            if not isinstance(data.get(key, ""), str):
+                raise UsageError(f"not a sync plan: `{key}` is not text", hint=_NEW_PLAN)
         items = tuple(_item_from_json(n, raw) for n, raw in enumerate(items_raw))
         return cls(data["store"], items, data["fingerprint"], tuple(names), data["prune"], data["delete_orphans"],
-                   catalog=data["catalog"])
+                   catalog=data["catalog"], from_dir=data.get("from_dir", ""), from_hf_cache=data.get("from_hf_cache", ""))
 
 
 _NEW_PLAN = "make a new one with `catalog sync --out plan.json`"

@@ -260,9 +260,10 @@ def fetch(
     config: TransferConfig = TransferConfig(),
     progress: Progress | None = None,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+) -> set[str]:
     """Bring every wanted file into the cache, verified. Raises the first error after all have ended;
-    files that verified are kept (they are correct whatever happened to the others)."""
+    files that verified are kept (they are correct whatever happened to the others). Returns the sha256s this
+    call downloaded (not those already there, or brought meanwhile by another process it waited for)."""
     unique: dict[str, Wanted] = {}
     for item in wanted:
         if item.entry.sha256 in unique or cache.has_blob(item.entry):
@@ -271,7 +272,7 @@ def fetch(
             _prepare(store)  # the client (boto3's import) is built while the rest is set up
         unique[item.entry.sha256] = item
     if not unique:
-        return
+        return set()
     config = config.for_sizes([item.entry.size for item in unique.values()])
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -280,7 +281,7 @@ def fetch(
     # second pool that queues its parts and hashes behind them; it waits only on GETs, GETs wait on nothing.
     with ThreadPoolExecutor(workers, thread_name_prefix="catalog-get") as gets, \
             ThreadPoolExecutor(workers, thread_name_prefix="catalog-file") as files:
-        futures: list[Future[None]] = []
+        futures: list[Future[bool]] = []
         try:
             for item in unique.values():
                 if len(config.part_bounds(item.entry.size)) == 1:
@@ -302,6 +303,7 @@ def fetch(
         # Integrity problems first: they are the ones a user must act on.
         errors.sort(key=lambda e: 0 if isinstance(e, IntegrityError) else 1 if isinstance(e, CatalogError) else 2)
         raise errors[0]
+    return {sha256 for sha256, future in zip(unique, futures) if future.result()}
 
 
 def _prepare(store: Store) -> None:
@@ -350,11 +352,12 @@ def _lock_if_large(cache: Cache, item: Wanted, config: TransferConfig, stop: thr
 
 
 def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
-                 sleep: Callable[[float], None], stop: threading.Event | None = None) -> None:
-    """A file that is one GET: streamed, hashed as it arrives, verified, published."""
+                 sleep: Callable[[float], None], stop: threading.Event | None = None) -> bool:
+    """A file that is one GET: streamed, hashed as it arrives, verified, published. False: another process brought
+    it while this one waited."""
     with _lock_if_large(cache, item, config, stop) as locked:
         if cache.has_blob(item.entry) and (locked or config.needs_lock(item.entry.size)):
-            return  # another process brought it while we waited
+            return False  # another process brought it while we waited
         job = _FileJob(item, cache, config, stop)
         try:
             _fetch_part(store, job, 0, config, progress, sleep)
@@ -363,16 +366,18 @@ def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfi
             job.discard()
     if progress is not None:
         progress.file_done(item.label, item.entry.size)
+    return True
 
 
 def _fetch_parts(
     store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
     sleep: Callable[[float], None], gets: ThreadPoolExecutor, stop: threading.Event | None = None,
-) -> None:
-    """A file in parts: lock (best effort), re-check, queue every part, hash behind them, verify, publish."""
+) -> bool:
+    """A file in parts: lock (best effort), re-check, queue every part, hash behind them, verify, publish. False:
+    another process brought it while this one waited."""
     with _lock_if_large(cache, item, config, stop) as locked:
         if cache.has_blob(item.entry) and (locked or config.needs_lock(item.entry.size)):
-            return
+            return False
         job = _FileJob(item, cache, config, stop)
         try:
             parts = [gets.submit(_fetch_part, store, job, i, config, progress, sleep) for i in range(len(job.parts))]
@@ -391,6 +396,7 @@ def _fetch_parts(
             job.discard()
     if progress is not None:
         progress.file_done(item.label, item.entry.size)
+    return True
 
 
 def _fetch_part(

@@ -12,7 +12,7 @@ import click
 from catalog.errors import CatalogError, UsageError
 from catalog_app.context import cache_option, load_catalog, settings
 from catalog_app.markdown import table
-from catalog_app.progress import human_bytes
+from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.loaders import LoadReport, check_load
 from resolver.resolve import ResolveOptions, open_catalog_store
@@ -70,7 +70,7 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
                 click.echo(f"  note: {note}")
     failed = sum(1 for r in reports if not r.ok)
     skipped = sum(1 for r in reports if r.skipped)
-    click.echo(f"{len(reports) - skipped} model(s) loaded{f' by {engine}' if engine else ''}, {failed} with problems"
+    click.echo(f"{plural(len(reports) - skipped, 'model')} loaded{f' by {engine}' if engine else ''}, {failed} with problems"
                f"{f', {skipped} skipped' if skipped else ''}", err=True)
     return 1 if failed else 0
 

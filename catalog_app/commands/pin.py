@@ -139,7 +139,7 @@ def tensorize_command(ctx: click.Context, name: str, out: Path, store: str | Non
     from resolver.tensorize import tensorize
 
     current = settings(ctx, store=store, cache_dir=cache_dir)
-    cat = load_catalog(ctx, only=[name])
+    cat = load_catalog(ctx)  # whole: the safetensors and tensorizer manifests of one repo and revision pair up
     target = tensorize(cat, name, out, cache=Cache(current.cache_dir), store=open_catalog_store(cat, current),
                        options=ResolveOptions.from_settings(current))
     click.echo(str(target))

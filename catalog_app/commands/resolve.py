@@ -102,7 +102,8 @@ def resolve_command(
     if not all_models:
         request = warm.ResolveRequest(names=tuple(names), layout=layout, materialize_weights=materialize_weights, fmt=fmt)
         inputs = [cat.root / "catalog.yaml", *cat.sources.values(), *signed]  # the warm answer re-hashes them all
-        warm.record(request, current, catalog_dir(ctx), inputs, results)
+        streamed_weights = [cache.blob_path(e.sha256) for r in results if r.streams for e in cat.get(r.name).weight_files]
+        warm.record(request, current, catalog_dir(ctx), inputs, results, local_when=streamed_weights)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog_app.context import load_catalog, settings, store_options
 from catalog_app.markdown import table
-from catalog_app.progress import human_bytes
+from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.hub import HubOptions
 from resolver.resolve import open_catalog_store
@@ -76,6 +77,9 @@ def sync_command(
         except (ValueError, OSError) as exc:  # not JSON, not UTF-8, unreadable
             raise UsageError(f"{apply_path} is not a sync plan: {exc}") from None
         fresh = True
+        # The bytes come from where the planner was told (a flag given now wins: the folder may have moved).
+        from_dir = from_dir or _recorded(apply_path, "--from-dir", plan.from_dir)
+        from_hf_cache = from_hf_cache or _recorded(apply_path, "--from-hf-cache", plan.from_hf_cache)
     else:
         for name in names:
             cat.get(name)
@@ -84,7 +88,8 @@ def sync_command(
         fresh = False
     planning_requests = dict(the_store.requests)
     if out_path is not None:
-        _save(plan, out_path)
+        _save(dataclasses.replace(plan, from_dir=str(from_dir.resolve()) if from_dir else "",
+                                  from_hf_cache=str(from_hf_cache.resolve()) if from_hf_cache else ""), out_path)
     if fmt == "text":
         click.echo(render_text(plan))
     if dry_run or check or out_path is not None:
@@ -122,6 +127,17 @@ def _replicate(cat: Catalog, names: tuple[str, ...], origin: Store, target: Stor
     return 1 if report.errors else 0
 
 
+def _recorded(plan_path: Path, flag: str, recorded: str) -> Path | None:
+    """The source folder a saved plan names, which must still be there."""
+    if not recorded:
+        return None
+    folder = Path(recorded)
+    if not folder.is_dir():
+        raise UsageError(f"{plan_path} was made with {flag} {folder}, which is no folder now",
+                         hint=f"give {flag} with the folder's new place, or make a new plan")
+    return folder
+
+
 def _save(plan: SyncPlan, out_path: Path) -> None:
     try:
         out_path.write_text(json.dumps(plan.to_json(), indent=2))
@@ -141,7 +157,8 @@ def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[
         }, indent=2))
     else:
         click.echo(f"uploaded {len(report.uploaded)} ({human_bytes(report.bytes)}), verified {len(report.verified)}, "
-                   f"deleted {len(report.deleted)}, {len(report.errors)} error(s); {sum(requests.values())} requests", err=True)
+                   f"deleted {len(report.deleted)}, {plural(len(report.errors), 'error')}; {plural(sum(requests.values()), 'request')}",
+                   err=True)
     for item, error in report.errors:
         click.echo(f"error: {error}", err=True)
 

@@ -180,4 +180,13 @@ def test_tensorize_reproduces_the_pinned_tensorizer_artifact(bundled: Catalog, s
     data = Path(done.stdout.strip()).read_bytes()
     pinned = bundled.get("tiny-llama-tensorizer").file("model.tensors")
     assert pinned is not None and hashlib.sha256(data).hexdigest() == pinned.sha256
-    assert (tmp_path / "out" / "tokenizer.json").is_file()
+    # out/ holds exactly what the tensorizer manifest pins (not tiny-llama's generation_config.json): a lock source.
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(f.path for f in bundled.get("tiny-llama-tensorizer").files)
+    check = subprocess.run([sys.executable, "-m", "catalog", "lock", "tiny-llama-tensorizer", "--from-dir", str(tmp_path / "out"),
+                            "--check"], capture_output=True, text=True, env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # Naming the tensorizer manifest itself takes the weights from its safetensors twin, to the same bytes.
+    again = subprocess.run([sys.executable, "-m", "catalog", "tensorize", "tiny-llama-tensorizer", "--out", str(tmp_path / "again")],
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / "model.tensors").read_bytes() == data

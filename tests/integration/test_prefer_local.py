@@ -63,3 +63,29 @@ def test_some_weights_missing_still_streams(bundled: Catalog, store_url: str, tm
     cache.blob_path(shard.sha256).unlink()
     answer = resolve(bundled, "tiny-qwen2", cache=cache, store=open_store(store_url))
     assert answer.weights_uri is not None and shard.path in answer.streamed
+
+
+def test_the_warm_index_never_answers_stream_once_the_weights_are_at_hand(bundled: Catalog, store_url: str,
+                                                                          tmp_path: Path) -> None:
+    """The first call's answer (a stream URI) is recorded for warm answers; once a materializing resolve has brought the
+    weights, the same call answers with the local folder, as the full CLI would."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "CATALOG_STORE": store_url, "CATALOG_CACHE": str(tmp_path / "cache")}
+
+    def cli(*args: str) -> dict[str, object]:
+        done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(root / "manifests"), "resolve", "tiny-qwen2",
+                               "--format", "json", *args], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    assert cli()["weights_uri"] is not None
+    assert cli()["weights_uri"] is not None  # answered warm, still streaming: nothing is at hand
+    cli("--materialize-weights")
+    again = cli()
+    assert again["weights_uri"] is None and again["streamed"] == []
+    assert cli("--prefer", "stream")["weights_uri"] is not None

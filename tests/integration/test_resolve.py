@@ -163,3 +163,39 @@ def test_an_hf_cache_snapshot_of_a_streamed_model_holds_its_weights(bundled: Cat
     qwen = bundled.get("tiny-qwen2")
     assert sorted(p.relative_to(result.path).as_posix() for p in result.path.rglob("*") if p.is_file()) == sorted(f.path for f in qwen.files)
     assert engine_args(result)[:4] == ["--model", "model-catalog/tiny-qwen2", "--revision", qwen.source.revision]
+
+
+def test_a_file_another_process_brought_while_this_one_waited_is_reported_from_the_cache(
+        bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    """The per-blob lock is held elsewhere; the holder publishes the blob and lets go: this resolve downloaded
+    nothing, so its `sources` say cache for that file, not the store."""
+    import threading
+
+    from resolver.transfer import TransferConfig
+
+    store_url = str(tmp_path / "store")
+    upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], open_store(store_url))
+    cache = Cache(tmp_path / "cache")
+    weights = bundled.get("tiny-llama").file("model.safetensors")
+    assert weights is not None
+    config = TransferConfig(lock_threshold=1)  # every file takes the lock, as a large one would
+    held, release = threading.Event(), threading.Event()
+
+    def other_process() -> None:
+        with cache.download_lock(weights.sha256) as locked:
+            assert locked
+            held.set()
+            release.wait(30)
+            fd, temp = cache.new_temp()
+            os.write(fd, (sources["tiny-llama"] / "model.safetensors").read_bytes())
+            os.close(fd)
+            cache.publish_blob(temp, weights.sha256)
+
+    holder = threading.Thread(target=other_process)
+    holder.start()
+    assert held.wait(10)
+    threading.Timer(0.5, release.set).start()
+    result = resolve(bundled, "tiny-llama", cache=cache, store=open_store(store_url), options=ResolveOptions(transfer=config))
+    holder.join()
+    assert result.sources["model.safetensors"] == "cache"
+    assert result.sources["config.json"] == open_store(store_url).url
