@@ -157,3 +157,23 @@ def test_a_warm_answer_counts_as_a_use_for_eviction(setup: tuple[dict[str, str],
     _, warm = probe(env, "resolve", "tiny-llama")
     assert warm["heavy"] == []  # answered warm ...
     assert json.loads(marker.read_bytes())["resolved_at"] > 1000.0  # ... and gc now sees it as recently used
+
+
+def test_the_warm_path_knows_every_flag_of_resolve_as_the_cli_declares_it() -> None:
+    """warm.py cannot import click (it answers before click loads), so its flag tables mirror the command's: each
+    option of `resolve` is parsed warm with the same kind (a value, a repeatable value, a switch), or is listed as
+    answered by the full CLI only."""
+    import click
+
+    from catalog_app import warm
+    from catalog_app.commands.resolve import resolve_command
+
+    kinds: dict[str, str] = {}
+    for param in resolve_command.params:
+        if isinstance(param, click.Option):
+            kind = "flag" if param.is_flag else "multi" if param.multiple else "value"
+            kinds |= {opt: kind for opt in param.opts if opt.startswith("--")}
+    warm_kinds = ({f: "value" for f in warm._VALUE_FLAGS} | {f: "flag" for f in warm._BOOL_FLAGS}
+                  | {f: "multi" for f in warm._MULTI_FLAGS})
+    assert {f: k for f, k in kinds.items() if f not in warm.FULL_CLI_ONLY} == warm_kinds
+    assert warm.FULL_CLI_ONLY <= set(kinds)
