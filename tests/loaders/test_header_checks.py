@@ -10,6 +10,7 @@ import pytest
 
 import catalog
 from catalog.lookup import Catalog
+from resolver import examples
 from resolver.cache import Cache
 from resolver.hub import HubOptions
 from resolver.loaders import check_load
@@ -43,9 +44,10 @@ def test_a_streamed_shard_whose_header_changed_at_the_same_size_is_refused_namin
     assert check_load(cat, "tiny-qwen2", store=store, cache=Cache(tmp_path / "cache")).ok
 
     original = (sources["tiny-qwen2"] / SHARD).read_bytes()
-    old = f'"{TENSOR}":{{"dtype":"BF16","shape":[16,32]'.encode()
+    rows, columns = examples.KV_HEADS * examples.HEAD_DIM, examples.HIDDEN  # v_proj: one key/value head's rows
+    old = f'"{TENSOR}":{{"dtype":"BF16","shape":[{rows},{columns}]'.encode()
     assert original.count(old) == 1
-    changed = original.replace(old, old.replace(b"[16,32]", b"[32,16]"))  # still valid safetensors, same size
+    changed = original.replace(old, old.replace(f"[{rows},{columns}]".encode(), f"[{columns},{rows}]".encode()))  # same size
     assert len(changed) == len(original)
     (tmp_path / "changed").write_bytes(changed)
     store.put(store_key(cat, cat.get("tiny-qwen2"), SHARD), tmp_path / "changed")
@@ -53,7 +55,8 @@ def test_a_streamed_shard_whose_header_changed_at_the_same_size_is_refused_namin
     report = check_load(cat, "tiny-qwen2", store=store, cache=Cache(tmp_path / "cache2"))
     assert not report.ok
     where = f"tiny-qwen2/{SHARD}"
-    assert report.problems[0] == f"{where}: tensor {TENSOR} is BF16 [32, 16] in the file, pinned as BF16 [16, 32]"
+    assert report.problems[0] == (f"{where}: tensor {TENSOR} is BF16 [{columns}, {rows}] in the file, pinned as "
+                                  f"BF16 [{rows}, {columns}]")
     assert report.problems[1].startswith(f"{where}: the header is not the pinned one (sha256 ")
     assert any("the streamed bytes hash to" in p for p in report.problems[2:])  # and the whole file's pin, as before
 
