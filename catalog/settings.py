@@ -15,12 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from catalog import envparse, urls
 from catalog.errors import CatalogNotFoundError, UsageError
 
 MiB = 1024 * 1024
@@ -59,8 +59,8 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("AWS_MAX_ATTEMPTS", "attempts per request (default 5)"),
     EnvVar("HF_ENDPOINT", "the Hub's address (default https://huggingface.co)"),
     EnvVar("HF_TOKEN", "the Hub token", secret=True),
-    EnvVar("CATALOG_HUB_MAX_WAIT", "longest wait for the Hub's rate limit to reset, in seconds (default 60); "
-                                   "a later reset fails at once, naming when to retry"),
+    EnvVar("CATALOG_HUB_MAX_WAIT", "longest wait on a remote's hint (the Hub's rate-limit reset, a store's or mirror's "
+                                   "Retry-After), in seconds (default 60); a later one fails at once, naming when to retry"),
     EnvVar("CATALOG_SHARED_CACHE", "read-only shared cache tiers, ':'-separated folders with the cache's blobs/<aa>/<sha256> "
                                    "layout, consulted by sha256 before any download (--shared-cache DIR, repeatable); "
                                    "hf:DIR is a Hugging Face cache (HF_HUB_CACHE) read the same way"),
@@ -84,6 +84,8 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("CATALOG_OCI_REGISTRY", "host[:port] that CATALOG_OCI_USERNAME/PASSWORD belong to (default: the --store URL's)"),
     EnvVar("CATALOG_OCI_PLAIN_HTTP", "','-separated registry host[:port]s reached over plain http:// (loopback always is)"),
     EnvVar("DOCKER_CONFIG", "the folder of docker's config.json, read for oci:// registry credentials (default ~/.docker)"),
+    EnvVar("CATALOG_STREAM_PROOF_MAX_AGE", "seconds a warm answer may rest on the proof that streamed objects are the "
+                                           "verified ones (default 300); older, the full resolve proves them again"),
 )
 ENV_NAMES = frozenset(v.name for v in ENV)
 
@@ -152,6 +154,7 @@ class Settings:
     require_signature: bool = False  # on top of catalog.yaml's `signatures:`
     trusted_keys: tuple[Path, ...] = ()  # given: they and trusted_roots replace catalog.yaml's anchors
     trusted_roots: tuple[Path, ...] = ()
+    stream_proof_max_age: int = 300  # seconds a warm answer with a stream URI may rest on its proof
     debug: bool = False
     ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
     oci: OciOptions = field(default_factory=OciOptions)
@@ -177,10 +180,13 @@ class Settings:
         part = pick("part_size", "CATALOG_PART_SIZE")
         concurrency = pick("concurrency", "CATALOG_CONCURRENCY")
         part_size = parse_size(str(part), "--part-size / CATALOG_PART_SIZE") if part is not None else None
-        workers = _whole(concurrency, "--concurrency / CATALOG_CONCURRENCY", minimum=1) if concurrency is not None else None
+        workers = _whole(concurrency, "--concurrency / CATALOG_CONCURRENCY", minimum=1, maximum=1024) if concurrency is not None else None
         if part_size is not None and part_size < MiB:
             raise UsageError("--part-size / CATALOG_PART_SIZE must be at least 1MiB")
         s3, ignored = _s3_options(env)
+        cache_dir = Path(cache).expanduser() if cache else default_cache_dir(env)
+        if not cache and (env.get("XDG_CACHE_HOME") or "") and not os.path.isabs(env["XDG_CACHE_HOME"]):
+            ignored += ("XDG_CACHE_HOME (not an absolute path: the XDG spec says to ignore it)",)
         tiers = flags.get("shared_caches") or split_tiers(env.get("CATALOG_SHARED_CACHE") or "")
         mirrors = flags.get("mirrors") or [u for u in (env.get("CATALOG_MIRRORS") or "").split(",") if u.strip()]
         max_size = env.get("CATALOG_CACHE_MAX_SIZE") or None
@@ -192,7 +198,7 @@ class Settings:
         return cls(
             catalog_dir=Path(catalog).expanduser() if catalog else None,
             store=pick("store", "CATALOG_STORE"),
-            cache_dir=Path(cache).expanduser() if cache else default_cache_dir(env),
+            cache_dir=cache_dir,
             source=source,
             offline=bool(flags.get("offline")) or offline,
             part_size=part_size,
@@ -203,14 +209,16 @@ class Settings:
             s3_keys=(env["S3_ACCESS_KEY_ID"], env["S3_SECRET_ACCESS_KEY"])
             if env.get("S3_ACCESS_KEY_ID") and env.get("S3_SECRET_ACCESS_KEY") else None,
             aws_files=(env.get("AWS_CONFIG_FILE", ""), env.get("AWS_SHARED_CREDENTIALS_FILE", "")),
-            hub_max_wait=_whole(env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT"),
+            hub_max_wait=_whole(env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT", maximum=envparse.MAX_SECONDS),
             gpu_class=(env.get("CATALOG_GPU_CLASS") or "").strip().lower() or None,
-            gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1),
+            gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1, maximum=4096),
             shared_caches=tuple(tier_path(str(t)) for t in tiers),
             mirrors=tuple(str(u).strip() for u in mirrors),
             cache_max_size=parse_size(max_size, "CATALOG_CACHE_MAX_SIZE") if max_size is not None else None,
             prefer=prefer,
-            debug=env.get("CATALOG_DEBUG", "") in ("1", "true", "yes"),
+            stream_proof_max_age=_whole(env.get("CATALOG_STREAM_PROOF_MAX_AGE") or "300", "CATALOG_STREAM_PROOF_MAX_AGE",
+                                        maximum=envparse.MAX_SECONDS),
+            debug=envparse.flag(env.get("CATALOG_DEBUG", ""), "CATALOG_DEBUG"),
             require_signature=bool(flags.get("require_signature")) or _switch(env, "CATALOG_REQUIRE_SIGNATURE"),
             trusted_keys=tuple(Path(str(k).strip()).expanduser() for k in keys),
             trusted_roots=tuple(Path(str(r).strip()).expanduser() for r in roots),
@@ -267,6 +275,8 @@ def _s3_options(env: Mapping[str, str]) -> tuple[S3Options, tuple[str, ...]]:
         endpoint = env["S3_ENDPOINT_URL"]  # s3cmd's and tensorizer's spelling
     elif env.get("S3_ENDPOINT_URL") and env["S3_ENDPOINT_URL"] != endpoint:
         ignored.append("S3_ENDPOINT_URL (AWS_ENDPOINT_URL wins)")
+    if endpoint is not None and (problem := urls.check_endpoint(endpoint, "the S3 endpoint (AWS_ENDPOINT_URL)")) is not None:
+        raise UsageError(problem, hint="AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / S3_ENDPOINT_URL: http(s)://host[:port]")
     style = (env.get("CATALOG_S3_ADDRESSING") or ("path" if endpoint else "auto")).lower()
     if style not in ADDRESSING_STYLES:
         raise UsageError(f"CATALOG_S3_ADDRESSING={style!r} is not one of {', '.join(ADDRESSING_STYLES)}")
@@ -278,19 +288,17 @@ def _s3_options(env: Mapping[str, str]) -> tuple[S3Options, tuple[str, ...]]:
         region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
         profile=env.get("AWS_PROFILE") or None,
         addressing_style=style,
-        unsigned=env.get("CATALOG_S3_UNSIGNED", "").lower() in ("1", "true", "yes"),
+        unsigned=envparse.flag(env.get("CATALOG_S3_UNSIGNED", ""), "CATALOG_S3_UNSIGNED"),
         retry_mode=retry,
-        max_attempts=_whole(env.get("AWS_MAX_ATTEMPTS") or "5", "AWS_MAX_ATTEMPTS", minimum=1),
-        read_timeout=_whole(env.get("CATALOG_S3_READ_TIMEOUT") or "60", "CATALOG_S3_READ_TIMEOUT", minimum=1),
+        max_attempts=_whole(env.get("AWS_MAX_ATTEMPTS") or "5", "AWS_MAX_ATTEMPTS", minimum=1, maximum=100),
+        read_timeout=_whole(env.get("CATALOG_S3_READ_TIMEOUT") or "60", "CATALOG_S3_READ_TIMEOUT", minimum=1,
+                            maximum=envparse.MAX_SECONDS),
     ), tuple(ignored)
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool:
     """A yes/no variable; anything else is a usage error (a typo must not switch a security check off)."""
-    value = (env.get(name) or "").strip().lower()
-    if value not in ("", "0", "1", "false", "true", "no", "yes"):
-        raise UsageError(f"{name}={env[name]!r} is not one of 1, 0, true, false, yes, no")
-    return value in ("1", "true", "yes")
+    return envparse.flag(env.get(name) or "", name)
 
 
 HF_TIER = "hf:"  # a shared cache entry that is a Hugging Face cache folder (HF_HUB_CACHE), not a catalog tier
@@ -332,25 +340,39 @@ def _oci_options(env: Mapping[str, str]) -> OciOptions:
                       **({"docker_config": Path(docker).expanduser()} if docker else {}))
 
 
-def _whole(value: Any, name: str, minimum: int = 0) -> int:
-    text = str(value).strip()
-    if not text.isdigit() or int(text) < minimum:
-        raise UsageError(f"{name}={value!r} is not a whole number" + (f" >= {minimum}" if minimum else ""))
-    return int(text)
+def _whole(value: Any, name: str, minimum: int = 0, maximum: int = envparse.MAX_COUNT) -> int:
+    return envparse.whole(value, name, minimum, maximum)
 
 
 def parse_size(text: str, what: str = "size") -> int:
-    """'64MiB', '8M', '1GiB', '1048576' -> bytes (binary units)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
-    if match is None:
-        raise UsageError(f"bad {what} {text!r}", hint="use bytes or a unit: 16MiB, 1GiB")
-    return int(float(match.group(1)) * 1024 ** " kmgt".index(match.group(2).lower() or " "))
+    """'64MiB', '8M', '1GiB', '1048576' -> bytes (binary units); see catalog/envparse.py."""
+    return envparse.size(text, what)
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
-    """$XDG_CACHE_HOME/model-catalog, else ~/.cache/model-catalog (the user's cache dir)."""
-    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "model-catalog"
+    """$XDG_CACHE_HOME/model-catalog, else ~/.cache/model-catalog (the user's cache dir). A relative
+    XDG_CACHE_HOME is ignored, as the XDG spec says; an empty or relative HOME is no home (never `/.cache`)."""
+    xdg = env.get("XDG_CACHE_HOME") or ""
+    if os.path.isabs(xdg):
+        return Path(xdg) / "model-catalog"
+    return home_dir(env) / ".cache" / "model-catalog"
+
+
+def home_dir(env: Mapping[str, str]) -> Path:
+    """$HOME when it is an absolute path, else the user database's home; else there is none (UsageError)."""
+    home = env.get("HOME") or ""
+    if os.path.isabs(home):
+        return Path(home)
+    try:
+        import pwd
+
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        home = ""
+    if os.path.isabs(home):
+        return Path(home)
+    raise UsageError("HOME is empty or not an absolute path, so there is no default cache folder",
+                     hint="set HOME, or point --cache / CATALOG_CACHE at a folder")
 
 
 def find_catalog_dir(start: Path | None = None) -> Path:
