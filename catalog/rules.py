@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from catalog import formats, naming
+from catalog import formats, naming, urls
 from catalog.errors import Problem
 from catalog.formats import LoadFormat
 from catalog.safetensors_header import DTYPE_BITS, PREFIX
@@ -116,8 +116,12 @@ class _Reporter:
 
 def check_settings(settings: CatalogSettings, display: str, lines: LineMap) -> list[Problem]:
     report = _Reporter(display, lines)
-    if (message := naming.check_s3_prefix(settings.store, allow_root=True)) is not None:
-        report("s3-prefix", ("store",), message)
+    store_problem = urls.check_store_url(settings.store) if urls.scheme_of(settings.store) == "s3" else None
+    if (message := store_problem or naming.check_s3_prefix(settings.store, allow_root=True)) is not None:
+        report("s3-prefix", ("store",), urls.redact(message))
+    for index, mirror in enumerate(settings.mirrors):  # what every runner would otherwise fail on (catalog/urls.py)
+        if (message := urls.check_store_url(mirror)) is not None:
+            report("mirror", ("mirrors", index), message)
     if settings.default_gpu not in settings.gpu_classes:
         report("gpu-class", ("default_gpu",), f"{settings.default_gpu!r} is not one of gpu_classes")
     if settings.signatures == "required" and not (settings.trusted_keys or settings.trusted_roots):

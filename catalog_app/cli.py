@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from catalog_app import redaction
 from catalog_app.commands import catalog as catalog_commands
 from catalog_app.commands import adopt, check_load, pin, publish, resolve, sign, sync
 
@@ -23,6 +24,7 @@ def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Lines(with_logger=verbose > 0))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    redaction.install()
     for name in ("catalog", "resolver", "catalog_app"):
         logging.getLogger(name).setLevel(logging.WARNING - 10 * min(verbose, 2))
     root = ctx.ensure_object(dict)

@@ -22,6 +22,7 @@ def run(argv: Sequence[str]) -> int:
     import click
 
     from catalog.errors import CatalogError
+    from catalog.urls import redact
     from catalog_app.cli import cli
 
     args = list(argv)
@@ -34,16 +35,16 @@ def run(argv: Sequence[str]) -> int:
         exc.show()
         return USAGE if exc.exit_code == 2 else exc.exit_code
     except CatalogError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        print(f"error: {redact(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+            print(f"hint: {redact(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         return OK  # the reader went away (`| head`): nothing left to say
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug, said in one line
         if _debug(args):
             traceback.print_exc()
-        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        first = redact(str(exc).splitlines()[0][:300]) if str(exc) else ""
         print(f"error: internal error: {type(exc).__name__}: {first}", file=sys.stderr)
         print("hint: this is a bug in model-catalog: rerun with CATALOG_DEBUG=1 (or -vv) and file an issue with "
               "the traceback", file=sys.stderr)

@@ -1,0 +1,126 @@
+"""Store, mirror and endpoint URLs: checked strictly before anything connects, and never shown with credentials.
+
+- `redact(text)` hides what a URL may carry that is secret: `user:password@`, and query parameters named like
+  credentials (`token=`, `secret=`, `X-Amz-Signature=`, `password=`, `access_key=` ...). Every message the CLI
+  prints, and every log line, goes through it.
+- `check_endpoint` and `check_store_url` say what is wrong with a URL (one line, redacted) or None. The stores
+  open URLs with the same checks and `catalog validate` runs them over catalog.yaml's `store` and `mirrors`,
+  so a URL that validates is a URL the runners can open: no bad port, no unclosed `[`, no credentials, no
+  unknown option.
+
+Pure, standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import SplitResult, parse_qs, urlsplit
+
+from catalog import naming
+
+S3_OPTIONS = ("endpoint", "addressing", "unsigned", "profile")  # s3://bucket/base/?endpoint=...&...
+ADDRESSING = ("auto", "path", "virtual")
+SCHEMES = ("s3", "file", "http", "https")
+HIDDEN = "***"
+
+_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"]*@", re.IGNORECASE)
+_SECRET_PARAM = re.compile(
+    r"(?P<name>[?&;](?:[^=&\s'\"]*(?:token|secret|passw|pwd|signature|credential|access[_-]?key|api[_-]?key|auth)"
+    r"[^=&\s'\"]*)=)[^&\s'\"#]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`text` with every URL's userinfo and credential-like query values replaced by ***."""
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{HIDDEN}@", text)
+    return _SECRET_PARAM.sub(lambda m: f"{m.group('name')}{HIDDEN}", text)
+
+
+def split(url: str) -> tuple[SplitResult | None, str | None]:
+    """urlsplit, with the port read (a bad one raises there): (parts, None) or (None, what is wrong)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError as exc:  # "Port out of range 0-65535", "Invalid IPv6 URL", "Port could not be cast ..."
+        return None, f"{redact(url)!r} is no URL: {exc}"
+    return parts, None
+
+
+def check_endpoint(url: str, what: str = "endpoint") -> str | None:
+    """An S3 endpoint: http(s)://host[:port][/path], no credentials, query or fragment."""
+    parts, problem = split(url)
+    if parts is None:
+        return f"{what} {problem}"
+    shown = redact(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{what} {shown!r} is not http(s)://host[:port]"
+    if parts.username is not None or parts.password is not None:
+        return f"{what} {shown!r} carries credentials: they belong in the AWS credential chain, never in a URL"
+    if parts.query or parts.fragment:
+        return f"{what} {shown!r} has a query or fragment"
+    return None
+
+
+def scheme_of(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else "file"
+
+
+def check_store_url(url: str) -> str | None:
+    """What is wrong with a store or mirror URL (redacted), or None."""
+    scheme = scheme_of(url)
+    shown = redact(url)
+    if scheme not in SCHEMES:
+        return f"{shown!r}: unknown scheme {scheme}://; known: {', '.join(s + '://' for s in SCHEMES)}, or a folder path"
+    if scheme in ("http", "https"):
+        parts, problem = split(url)
+        if parts is None:
+            return problem
+        if not parts.hostname:
+            return f"{shown!r} has no host: use {scheme}://host[:port]/base/"
+        if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+            return f"{shown!r}: an HTTP mirror takes no credentials, query or fragment (it is read with unsigned GETs)"
+        return None
+    if scheme == "file":
+        return None
+    base, _, query = url.partition("?")
+    if "@" in base.split("/", 3)[2]:
+        return f"{shown!r} carries credentials: they belong in the AWS credential chain (or ?profile=NAME), never in a URL"
+    problem = s3_query_problem(query) if query else None
+    if problem is not None:
+        return problem
+    prefix = base if base.endswith("/") else base + "/"
+    message = naming.check_s3_prefix(prefix, allow_root=True)
+    return None if message is None else redact(message)
+
+
+def s3_query(query: str) -> dict[str, str]:
+    """The options of an s3:// URL's query (the last value of each)."""
+    return {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+
+
+def s3_query_problem(query: str) -> str | None:
+    given = s3_query(query)
+    unknown = sorted(set(given) - set(S3_OPTIONS))
+    if unknown:
+        return f"unknown s3:// URL option(s) {', '.join(k[:30] for k in unknown)}; known: {', '.join(S3_OPTIONS)}"
+    if "endpoint" in given and (problem := check_endpoint(given["endpoint"])) is not None:
+        return problem
+    if "addressing" in given and given["addressing"] not in ADDRESSING:
+        return f"addressing={given['addressing'][:20]!r} is not one of {', '.join(ADDRESSING)}"
+    if "unsigned" in given and given["unsigned"].lower() not in ("1", "true", "yes", "0", "false", "no"):
+        return f"unsigned={given['unsigned'][:20]!r} is neither 1 nor 0"
+    if "profile" in given and not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", given["profile"]):
+        return "profile= names an AWS profile: letters, digits, '_', '.', '+', '-'"
+    return None
+
+
+def same_endpoint(a: str | None, b: str | None) -> bool:
+    """Two endpoint URLs name the same server (scheme, host and port; case and a default port aside)."""
+    if a is None or b is None:
+        return a is b
+    pa, _ = split(a)
+    pb, _ = split(b)
+    if pa is None or pb is None:
+        return False
+    default = {"http": 80, "https": 443}
+    return (pa.scheme.lower(), (pa.hostname or "").lower(), pa.port or default.get(pa.scheme.lower())) == \
+        (pb.scheme.lower(), (pb.hostname or "").lower(), pb.port or default.get(pb.scheme.lower()))
