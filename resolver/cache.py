@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog import formats, naming
-from catalog.errors import UnsafePathError
+from catalog.errors import CacheWriteError, UnsafePathError
 from resolver import hashing
 from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name, staging_owner
+from resolver.identity import dir_identity
 from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths, stamp_holds,
                             worth_rehash)
 
@@ -153,8 +154,7 @@ class Cache:
         """A fresh temp file owned by this process (O_EXCL), for a download in flight. An exclusive flock is
         held on it while the fd is open: gc removes only temp files it can lock itself, so a download in
         another PID namespace (a container sharing the cache volume) is never taken for a dead one."""
-        self.tmp.mkdir(parents=True, exist_ok=True)
-        self.contained(self.tmp)
+        self.make_dirs(self.tmp)
         path = self.tmp / f"{os.getpid()}-{secrets.token_hex(6)}.part"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         _flock(fd)
@@ -166,13 +166,26 @@ class Cache:
             raise UnsafePathError(f"refusing to write through {path}: it resolves outside the cache {self.root}")
         return path
 
+    def make_dirs(self, path: Path) -> Path:
+        """`mkdir -p path` inside the cache: the deepest part that exists already (a planted symlink, say
+        `blobs -> /elsewhere`) is proven to resolve inside the cache first, so nothing is created outside it."""
+        probe = path
+        while not os.path.lexists(probe) and probe != self.root and probe != probe.parent:
+            probe = probe.parent
+        self.contained(probe)
+        path.mkdir(parents=True, exist_ok=True)
+        return self.contained(path)
+
     def publish_blob(self, temp: Path, sha256: str) -> Path:
         """Give a verified temp file its content name. Replacing a concurrent twin is harmless: same bytes."""
         target = self.blob_path(sha256)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self.contained(target.parent)
+        self.make_dirs(target.parent)
         os.chmod(temp, 0o444)
-        os.replace(temp, target)
+        try:
+            os.replace(temp, target)
+        except IsADirectoryError:
+            raise CacheWriteError(f"cannot give blob {sha256} its name: {target} is a folder, not a blob",
+                                  hint=f"remove the folder {target} (nothing of the catalog's is in it)") from None
         self.record_blob(sha256)
         return target
 
@@ -216,7 +229,7 @@ class Cache:
                 continue
             if alive and now - st.st_mtime <= older_than:
                 continue
-            if stat.S_ISREG(st.st_mode) and not _idle_file(path):
+            if stat.S_ISREG(st.st_mode) and not idle_file(path):
                 continue  # a writer holds it (in this namespace or another)
             removed.append(path)
             if not dry_run:
@@ -246,7 +259,7 @@ class Cache:
                 if not stamp.holds_for(st) and not stamp_holds(stamp, FileStamp.of(st, stamp.sha256),
                                                                 read_blob_record(self.root, stamp.sha256)):
                     return False
-            return all(os.stat(base / rel).st_mtime_ns == mtime for rel, mtime in marker.dirs.items())
+            return all(dir_identity(os.stat(base / rel)) == list(ident) for rel, ident in marker.dirs.items())
         except OSError:
             return False
 
@@ -281,13 +294,14 @@ class Cache:
         allowed, present = self.pinned_present(spec)
         return extra_paths(allowed, present)
 
-    def view_dirs(self, spec: ViewSpec) -> dict[str, int]:
-        """The mtime of the view's folder and of every folder holding a pinned file (a file added to any of
-        them changes its mtime; a new sub-folder changes its parent's)."""
+    def view_dirs(self, spec: ViewSpec) -> dict[str, list[int]]:
+        """The identity (mtime, ctime) of the view's folder and of every folder holding a pinned file (a file
+        added to any of them changes both; a new sub-folder changes its parent's; a folder's mtime put back
+        moves its ctime)."""
         root = self.view_dir(spec)
         rels = {""} | {e.path.rsplit("/", 1)[0] for e in spec.files if "/" in e.path}
         rels |= {r.rsplit("/", i)[0] for r in list(rels) if r for i in range(1, r.count("/") + 1)}
-        return {rel: os.stat(root / rel if rel else root).st_mtime_ns for rel in sorted(rels)}
+        return {rel: dir_identity(os.stat(root / rel if rel else root)) for rel in sorted(rels)}
 
     def current_stamps(self, spec: ViewSpec) -> dict[str, FileStamp | None]:
         root = self.view_dir(spec)
@@ -333,7 +347,7 @@ class Cache:
             dirs = self.view_dirs(spec)
         except OSError:
             return ViewState.STALE
-        if dirs != dict(marker.dirs):
+        if dirs != {d: list(i) for d, i in marker.dirs.items()}:
             if self.extra_files(spec):
                 return ViewState.STALE
             with contextlib.suppress(OSError):  # a read-only cache: listed again next time, no harm
@@ -400,16 +414,14 @@ class Cache:
                     target = self.blob_path(sha256)
                     if os.stat(temp).st_size != size or not check(temp):
                         return False
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    self.contained(target.parent)
+                    self.make_dirs(target.parent)
                     os.replace(temp, target)
                 self.record_blob(sha256)
                 return True
             if os.stat(temp).st_size != size or not check(temp):
                 return False
             target = self.blob_path(sha256)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self.contained(target.parent)
+            self.make_dirs(target.parent)
             os.replace(temp, target)
             self.record_blob(sha256)
             return True
@@ -621,7 +633,7 @@ def _flock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-def _idle_file(path: Path) -> bool:
+def idle_file(path: Path) -> bool:
     """Nobody holds a flock on `path`: this process could take one without waiting."""
     try:
         import fcntl

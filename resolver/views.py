@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from catalog.schema import FileEntry, ModelManifest
 
-MARKER_VERSION = 3  # 3: ctime_ns per file, folder mtimes, the catalog that made the view
+MARKER_VERSION = 4  # 3: ctime_ns per file, folder mtimes, the catalog that made the view; 4: folder mtime and ctime
 
 
 class Layout(str, Enum):
@@ -116,7 +116,9 @@ class Marker:
     version: int = MARKER_VERSION
     resolved_at: float = 0.0  # the last resolve that used the view (refreshed at most hourly): gc's LRU order
     catalog: str = ""  # the resolved catalog folder whose resolve made the view: gc of another catalog keeps it
-    dirs: Mapping[str, int] = field(default_factory=dict)  # folder of the view -> mtime_ns: a file added changes one
+    # folder of the view -> [mtime_ns, ctime_ns] (resolver/identity.dir_identity): a file added changes both, and
+    # putting the folder's mtime back moves its ctime again
+    dirs: Mapping[str, list[int]] = field(default_factory=dict)
 
     @property
     def last_used(self) -> float:
@@ -127,7 +129,7 @@ class Marker:
             "version": self.version, "view": self.view, "name": self.name, "hf_repo": self.hf_repo,
             "revision": self.revision, "layout": self.layout, "path": self.path, "verified_at": self.verified_at,
             "resolved_at": self.resolved_at, "files": {p: stamp.as_list() for p, stamp in self.files.items()},
-            "catalog": self.catalog, "dirs": dict(self.dirs),
+            "catalog": self.catalog, "dirs": {d: list(i) for d, i in self.dirs.items()},
         }, sort_keys=True).encode()
 
     @classmethod
@@ -143,7 +145,7 @@ class Marker:
             return cls(str(data["view"]), str(data["name"]), str(data["hf_repo"]), str(data["revision"]),
                        str(data["layout"]), str(data["path"]), {p: v for p, v in files.items() if v is not None},
                        float(data.get("verified_at", 0.0)), resolved_at=float(data.get("resolved_at", 0.0)),
-                       catalog=str(data.get("catalog", "")), dirs={str(d): int(t) for d, t in dict(data.get("dirs", {})).items()})
+                       catalog=str(data.get("catalog", "")), dirs=_dirs(data.get("dirs", {})))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -153,6 +155,13 @@ class Marker:
             return cls.from_json(path.read_bytes())
         except OSError:
             return None
+
+
+def _dirs(value: Any) -> dict[str, list[int]]:
+    dirs = {str(d): [int(x) for x in ident] for d, ident in dict(value).items()}
+    if any(len(ident) != 2 for ident in dirs.values()):
+        raise ValueError("a folder's identity is [mtime_ns, ctime_ns]")
+    return dirs
 
 
 class ViewState(Enum):
@@ -183,10 +192,11 @@ def changed_files(spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp
 
 
 def worth_rehash(then: FileStamp | None, now: FileStamp | None) -> bool:
-    """Pure: the same inode of the same size whose ctime or mtime moved (a link or unlink elsewhere, a `touch`,
-    or an edit): re-hashing tells which, without fetching anything (and without writing, in a read-only cache)."""
-    return (then is not None and now is not None and (then.size, then.inode) == (now.size, now.inode)
-            and (then.mtime_ns, then.ctime_ns) != (now.mtime_ns, now.ctime_ns))
+    """Pure: a file of the same size whose stamp moved: a link or unlink elsewhere, a `touch`, an edit, or a
+    copy of the whole cache (`cp -a` to a read-only mount: every inode and ctime new, every byte there).
+    Re-hashing tells which, without fetching anything (and without writing, in a read-only cache)."""
+    return (then is not None and now is not None and then.size == now.size
+            and (then.inode, then.mtime_ns, then.ctime_ns) != (now.inode, now.mtime_ns, now.ctime_ns))
 
 
 def extra_paths(pinned: set[str], present: set[str]) -> list[str]:

@@ -1,4 +1,9 @@
-"""A folder as the bucket: the embedded default store (no server, no credentials)."""
+"""A folder as the bucket: the embedded default store (no server, no credentials).
+
+An object's ETag is its file identity (resolver/identity.py: inode, size, mtime and ctime), so a same-size
+rewrite that put the mtime back still gets a new ETag. Objects are written readable by everyone the umask
+allows (0644 under the usual 022): a store folder is shared by the users who resolve from it.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,23 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from catalog import naming
-from catalog.errors import UnsafePathError
+from catalog.errors import StoreUnavailableError, UnsafePathError
+from resolver.identity import FileIdentity
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
 
 
 class _FileStream:
     def __init__(self, path: Path, start: int, end: int | None) -> None:
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
-        self.total = os.fstat(self._file.fileno()).st_size
+        st = os.fstat(self._file.fileno())
+        self.total = st.st_size
+        self.etag: str | None = FileIdentity.of(st).etag()  # of the very file this read
         self._file.seek(start)
         self._left = (self.total if end is None else min(end, self.total)) - start
 
@@ -53,8 +62,8 @@ class LocalStore:
 
     @staticmethod
     def _etag(st: os.stat_result) -> str:
-        """Changes whenever the file is rewritten: the local stand-in for an S3 ETag."""
-        return f"{st.st_mtime_ns:x}-{st.st_size:x}-{st.st_ino:x}"
+        """Changes whenever the file is rewritten (its ctime too): the local stand-in for an S3 ETag."""
+        return FileIdentity.of(st).etag()
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         self.requests["ListObjectsV2"] += 1
@@ -97,6 +106,11 @@ class LocalStore:
             return _FileStream(path, start, end)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(key) from None
+        except PermissionError:
+            raise StoreUnavailableError(
+                f"{self.url}: {key} is not readable by this user", transient=False,
+                hint="the folder store's owner must make its files readable (objects are written 0644 under the usual "
+                     "umask; `chmod -R a+rX` fixes older ones)") from None
 
     def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
         self.requests["PutObject"] += 1
@@ -106,6 +120,7 @@ class LocalStore:
         temps.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=temps, prefix=f"{os.getpid()}-", suffix=".part")
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600: other users resolve from this folder too
             with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
                 shutil.copyfileobj(src, out, 8 * 1024 * 1024)
             if metadata:
@@ -140,3 +155,17 @@ def from_url(url: str) -> LocalStore:
 
         return LocalStore(Path(unquote(urlparse(url).path)))
     return LocalStore(Path(url))
+
+
+_UMASK: list[int] = []
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """This process's umask (read once: setting it to read it is not thread-safe, so under a lock, once)."""
+    with _UMASK_LOCK:
+        if not _UMASK:
+            mask = os.umask(0o022)
+            os.umask(mask)
+            _UMASK.append(mask)
+        return _UMASK[0]
