@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from catalog.errors import IntegrityError, MissingObjectError, StoreUnavailableError
 from catalog.safetensors_header import PREFIX, Header, HeaderError, header_length, parse
+from resolver import waits
 from resolver.hub import RetryLater
 from resolver.stores import ObjectNotFound, Store
 
@@ -78,7 +79,7 @@ def read_range(store: Store, key: str, start: int, end: int, *, model: str, path
                 if isinstance(exc, StoreUnavailableError):
                     raise
                 raise StoreUnavailableError(f"{model}: cannot read the header of {path} from {store.url}: {exc}") from None
-            sleep(getattr(exc, "retry_after", None) or 0.5 * 2 ** (attempt - 1))
+            sleep(waits.retry_pause(exc, attempt, waits.DEFAULT_MAX_WAIT, f"{store.url} ({model}/{path})"))
             continue
         if got != len(buffer):
             if attempt >= attempts:

@@ -16,7 +16,6 @@ reset, however long.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import re
 import time
@@ -30,6 +29,7 @@ from urllib.parse import quote
 
 from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
+from resolver import waits
 from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class RateLimit:
 
 
 _RATELIMIT = re.compile(r'"?(?P<policy>[\w.-]+)"?\s*;(?P<params>.*)')
-_PARAM = re.compile(r"(?P<key>[a-z]+)\s*=\s*(?P<value>\d+)")
+_PARAM = re.compile(r"(?P<key>[a-z]+)\s*=\s*(?P<value>[0-9]{1,1000})", re.ASCII)  # ASCII digits only; clamped below
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -101,7 +101,7 @@ def parse_rate_limit(headers: Mapping[str, str], now: float | None = None) -> Ra
         if match:
             params = _params(match.group("params"))
             if "t" in params:
-                limits.append((match.group("policy"), params.get("r"), float(params["t"])))
+                limits.append((match.group("policy"), params.get("r"), waits.clamp(float(min(params["t"], int(waits.MAX_HINT))))))
     if limits:
         policy, remaining, reset = max(limits, key=lambda lim: (lim[1] == 0, lim[2]))
     items = [_params(i) | {"_named": int(policy is not None and f'"{policy}"' in i)}
@@ -110,17 +110,9 @@ def parse_rate_limit(headers: Mapping[str, str], now: float | None = None) -> Ra
         if "q" in params and "w" in params:
             quota, window = params["q"], params["w"]
             break
-    retry_after = _header(headers, "Retry-After")
-    if retry_after is not None:
-        text = retry_after.strip()
-        try:
-            reset = max(0.0, float(text))
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(text)
-                reset = max(0.0, when.timestamp() - (time.time() if now is None else now))
-            except (TypeError, ValueError):
-                pass
+    asked = waits.parse_retry_after(_header(headers, "Retry-After"), now)
+    if asked is not None:
+        reset = asked
     return RateLimit(reset, policy, remaining, quota, window)
 
 
@@ -160,9 +152,10 @@ class RetryLater(Exception):
 class _HttpStream:
     def __init__(self, response: Any, total: int) -> None:
         self._response = response
-        self._chunks: Iterator[bytes] = response.iter_raw(4 * 1024 * 1024)
+        self._chunks: Iterator[bytes] = response.iter_raw()  # as received: a trickle is seen as it comes
         self._pending = b""
         self.total = total
+        self.etag = str(response.headers.get("ETag") or "").strip('"').removeprefix('W/"') or None
 
     def readinto(self, buffer: memoryview) -> int:
         if not self._pending:
@@ -284,9 +277,8 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[
             status = response.status_code if response is not None else None
             if status is not None and (status == 429 or status >= 500) and attempt < attempts:
                 delay = retry_delay(what, status, response.headers, max_wait) if response is not None else None
-                delay = delay if delay is not None else 0.5 * 2 ** (attempt - 1)
-                log.info("%s: the Hub answered %s; retrying in %.1fs", what, status, delay)
-                sleep(delay)
+                _announce(what, status, delay)
+                sleep(delay if delay is not None else 0.5 * 2 ** (attempt - 1))
                 continue
             raise StoreUnavailableError(f"{what}: the Hub answered {status}: {str(exc).splitlines()[0][:200]}",
                                         hint="check the repo id and revision, HF_ENDPOINT and HF_TOKEN") from None
@@ -296,6 +288,14 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[
                 continue
             raise StoreUnavailableError(f"{what}: cannot reach the Hub: {type(exc).__name__}") from None
     raise AssertionError("unreachable")
+
+
+def _announce(what: str, status: int, delay: float | None) -> None:
+    """A wait the Hub asked for is said on stderr (a silent sleep looks like a hang in a CI log)."""
+    if delay is not None and delay >= 1:
+        log.warning("%s: the Hub answered %s and asked to retry in %.0fs; waiting", what, status, delay)
+    else:
+        log.info("%s: the Hub answered %s; retrying", what, status)
 
 
 def _next_page(link_header: str | None) -> str | None:
@@ -328,9 +328,8 @@ def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: Hu
                 return response.json(), _next_page(response.headers.get("Link"))
             if (status == 429 or status >= 500) and attempt < options.attempts:
                 delay = retry_delay(what, status, response.headers, options.max_wait)
-                delay = delay if delay is not None else 0.5 * 2 ** (attempt - 1)
-                log.info("%s: the Hub answered %s; retrying in %.1fs", what, status, delay)
-                sleep(delay)
+                _announce(what, status, delay)
+                sleep(delay if delay is not None else 0.5 * 2 ** (attempt - 1))
                 continue
             if status == 429:
                 retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself

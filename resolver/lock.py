@@ -28,13 +28,12 @@ from catalog.errors import CatalogError, IntegrityError, StoreUnavailableError, 
 from catalog.rules import dropped_by
 from catalog.safetensors_header import Header
 from catalog.schema import FileEntry, HeaderPin, ModelManifest, WeightMapPin
-from resolver import hashing
+from resolver import hashing, waits
 from resolver.completeness import index_shards, missing_shards
 from resolver.fsutil import atomic_write
 from resolver.headers import read_file_header, read_range, read_store_header
 from resolver.hub import HubOptions, HubStore, RetryLater, list_repo_files
 from resolver.stores import ObjectNotFound, Store
-
 
 
 @dataclass
@@ -298,7 +297,7 @@ def _read_remote(store: HubStore, name: str, path: str, size: int, options: HubO
         except (RetryLater, OSError) as exc:
             if attempt >= options.attempts:
                 raise StoreUnavailableError(f"{name}: cannot fetch {path} from {store.url}: {exc}") from None
-            sleep(getattr(exc, "retry_after", None) or 0.5 * 2 ** (attempt - 1))
+            sleep(waits.retry_pause(exc, attempt, options.max_wait, f"{store.url} ({name}/{path})"))
             continue
         if len(chunks) != size:
             raise IntegrityError(name, path, "size", str(size), str(len(chunks)), "the Hub's listing and its bytes disagree")

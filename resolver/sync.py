@@ -34,7 +34,7 @@ from resolver.resolve import store_key
 from resolver.stream_check import STATE_PREFIX, cached_state, parse_state, read_small, remember_state, write_state
 from resolver.stores import LocalStore, ObjectInfo, Store
 from resolver.stores.base import delete_many
-from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest
+from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest, fetch_digest_etag
 from resolver.upload import provenance
 
 log = logging.getLogger(__name__)
@@ -169,8 +169,9 @@ def check_items(plan_: SyncPlan, cat: Catalog) -> None:
 
     Each key is recomputed from model + path: an upload, replace or verify must be exactly that model's pinned
     file with its pinned size and sha256; an extra must lie under its model's prefix (and no nested model's),
-    an orphan under no prefix; and no deletion may touch a key that any manifest pins. A hand-edited plan
-    therefore cannot delete or overwrite another model's files.
+    an orphan under no prefix; no deletion may touch a key that any manifest pins; and no item may name sync's
+    own state records (the planner never emits one). A hand-edited plan therefore cannot delete or overwrite
+    another model's files, nor the records that vouch for them.
     """
     prefixes = {m.name: store_key(cat, m) for m in cat}
     pinned = {store_key(cat, m, e.path): (m.name, e) for m in cat for e in m.files}
@@ -180,6 +181,8 @@ def check_items(plan_: SyncPlan, cat: Catalog) -> None:
         return next((p for p in longest_first if key.startswith(p)), None)
 
     def problem(item: PlanItem) -> str | None:
+        if item.key.startswith(STATE_PREFIX):  # the planner never emits sync's own records as items
+            return "it is one of sync's own state records, which no plan item may name"
         if item.action is Action.ORPHAN:
             if item.key in pinned:
                 return f"it is {pinned[item.key][0]}/{pinned[item.key][1].path}, a pinned file"
@@ -480,9 +483,11 @@ def _carry_out(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes
     try:
         if item.action is Action.VERIFY:
             entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
-            got = fetch_digest(store, Wanted(item.model, entry, item.key), config)
+            # The ETag recorded is the one of the GET whose bytes were hashed: an object replaced after that GET
+            # keeps a record that no longer matches it, so it is verified again (never recorded as verified).
+            got, etag = fetch_digest_etag(store, Wanted(item.model, entry, item.key), config)
             if got == item.sha256:
-                return False, store.head(item.key), None
+                return False, ObjectInfo(item.key, item.size, etag=etag), None
             log.warning("%s/%s: sha256 %s in the store, the manifest pins %s: replacing it", item.model, item.path, got, item.sha256)
         return True, _upload(item, cat, store, source), None
     except CatalogError as exc:
@@ -497,10 +502,11 @@ def _upload(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes) -
     manifest = cat.get(item.model)
     entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
     with source.verified_copy(item) as copy:  # the bytes sent are the bytes just hashed against the pin
-        store.put(item.key, copy, provenance(manifest, entry), sha256=item.sha256)
+        put = store.put(item.key, copy, provenance(manifest, entry), sha256=item.sha256)
     info = store.head(item.key)
-    if info is None or info.size != item.size or info.metadata.get("sha256") != item.sha256:
-        got = "nothing" if info is None else f"{info.size} bytes, sha256 {info.metadata.get('sha256')}"
-        raise IntegrityError(item.model, item.path, "object", f"{item.size} bytes, sha256 {item.sha256}", got,
-                             "the store did not keep what was uploaded")
-    return info
+    if info is None or info.size != item.size or info.metadata.get("sha256") != item.sha256 \
+            or (put.etag and info.etag and put.etag != info.etag):
+        got = "nothing" if info is None else f"{info.size} bytes, sha256 {info.metadata.get('sha256')}, ETag {info.etag}"
+        raise IntegrityError(item.model, item.path, "object", f"{item.size} bytes, sha256 {item.sha256}, ETag {put.etag}",
+                             got, "the store did not keep what was uploaded (or it was replaced at once)")
+    return dataclasses.replace(info, etag=put.etag or info.etag)  # the ETag of the bytes this sync sent

@@ -10,6 +10,13 @@ stays near one read buffer per thread whatever the part size. A dropped connecti
 part from the last byte received. A file is published into the cache (renamed to its sha256) only when
 its size and sha256 match the manifest. Small files take no lock (a duplicate download of a small file
 costs less than the lock) and reuse their thread's read buffer and the store's connection pool.
+
+Every wait is bounded. A server's Retry-After is waited out only up to `max_wait` and said on stderr
+(resolver/waits.py); a longer one ends that source at once. A part that delivers less than `min_rate` bytes
+a second over `rate_window` seconds (a mirror trickling a byte every two seconds never trips a read timeout)
+is abandoned and retried like a dropped connection, said on stderr, so a trickle costs at most `attempts`
+windows before the next source. A store that answers a ranged GET with the whole object has each file
+fetched in one GET (never every part re-reading from byte 0).
 """
 
 from __future__ import annotations
@@ -31,8 +38,10 @@ from typing import Protocol
 from catalog.errors import CacheWriteError, CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError
 from catalog.schema import FileEntry
 from catalog.settings import Settings
+from resolver import waits
 from resolver.cache import Cache, write_hint
 from resolver.stores import ObjectNotFound, ObjectStream, Store
+from resolver.stores.base import RangesIgnored
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +80,15 @@ class TransferConfig:
     auto_concurrency: bool = False
     lock_threshold: int = SMALL_FILE  # files at least this large take the per-blob download lock
     lock_wait: float = 60.0  # seconds to wait on another process's download of a blob before fetching it here
+    max_wait: float = 60.0  # longest Retry-After waited out (CATALOG_HUB_MAX_WAIT); a longer one ends the source
+    min_rate: int = 32 * 1024  # bytes/s a part must average over rate_window, else it is abandoned (a trickle)
+    rate_window: float = 30.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TransferConfig:
         return cls(part_size=settings.part_size or DEFAULT_PART_SIZE, concurrency=settings.concurrency or DEFAULT_CONCURRENCY,
-                   auto_part_size=settings.part_size is None, auto_concurrency=settings.concurrency is None)
+                   auto_part_size=settings.part_size is None, auto_concurrency=settings.concurrency is None,
+                   max_wait=float(settings.hub_max_wait))
 
     def for_sizes(self, sizes: Sequence[int]) -> TransferConfig:
         """Pure: this config with its auto values chosen for files of `sizes` (fixed values kept)."""
@@ -131,6 +144,34 @@ class _Transient(Exception):
 
 class _Stopped(Exception):
     """The fetch was interrupted (Ctrl-C): queued work is cancelled, running work stops between reads."""
+
+
+class _TooSlow(_Transient):
+    """A part delivered less than the minimum rate over a whole window: abandoned, retried from where it was."""
+
+
+class _Rate:
+    """The minimum-rate guard of one GET: `add` each read; raises _TooSlow once a whole window went by with less
+    than `min_rate` bytes a second (a part never waits longer than one window on a trickle)."""
+
+    def __init__(self, config: TransferConfig, label: str, source: str) -> None:
+        self.floor = config.min_rate * config.rate_window
+        self.window = config.rate_window
+        self.label = label
+        self.source = source
+        self.began = time.monotonic()
+        self.count = 0
+
+    def add(self, count: int) -> None:
+        self.count += count
+        elapsed = time.monotonic() - self.began
+        if elapsed < self.window:
+            return
+        if self.count < self.floor:
+            log.warning("%s: %s delivered %d bytes in %.0fs, below %d bytes/s; abandoning this request", self.label,
+                        self.source, self.count, elapsed, int(self.floor / self.window))
+            raise _TooSlow(f"{self.source} delivered {self.count} bytes of {self.label} in {elapsed:.0f}s")
+        self.began, self.count = time.monotonic(), 0
 
 
 LOCK_NOTICE_SECONDS = 5.0  # waiting this long on another process's download is said once
@@ -284,7 +325,7 @@ def fetch(
         futures: list[Future[bool]] = []
         try:
             for item in unique.values():
-                if len(config.part_bounds(item.entry.size)) == 1:
+                if len(config.part_bounds(item.entry.size)) == 1 or not getattr(store, "ranged", True):
                     futures.append(gets.submit(_fetch_whole, store, item, cache, config, progress, sleep, stop))
                 else:
                     futures.append(files.submit(_fetch_parts, store, item, cache, config, progress, sleep, gets, stop))
@@ -358,15 +399,21 @@ def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfi
     with _lock_if_large(cache, item, config, stop) as locked:
         if cache.has_blob(item.entry) and (locked or config.needs_lock(item.entry.size)):
             return False  # another process brought it while we waited
-        job = _FileJob(item, cache, config, stop)
-        try:
-            _fetch_part(store, job, 0, config, progress, sleep)
-            _verify_and_publish(job, cache)
-        finally:
-            job.discard()
+        _whole_job(store, item, cache, config, progress, sleep, stop)
     if progress is not None:
         progress.file_done(item.label, item.entry.size)
     return True
+
+
+def _whole_job(store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
+               sleep: Callable[[float], None], stop: threading.Event | None) -> None:
+    """The file in one GET (one part whatever its size), verified, published."""
+    job = _FileJob(item, cache, dataclasses.replace(config, part_size=max(1, item.entry.size)), stop)
+    try:
+        _fetch_part(store, job, 0, config, progress, sleep)
+        _verify_and_publish(job, cache)
+    finally:
+        job.discard()
 
 
 def _fetch_parts(
@@ -389,9 +436,14 @@ def _fetch_parts(
                 job.fail(exc)
             for future in parts:
                 first_error = first_error or future.exception()
-            if first_error is not None:
+            if isinstance(first_error, RangesIgnored):
+                job.discard()
+                log.warning("%s ignores Range requests; fetching %s in one GET", store.url, item.label)
+                _whole_job(store, item, cache, config, progress, sleep, stop)
+            elif first_error is not None:
                 raise first_error
-            _verify_and_publish(job, cache)
+            else:
+                _verify_and_publish(job, cache)
         finally:
             job.discard()
     if progress is not None:
@@ -409,6 +461,7 @@ def _fetch_part(
     position = start + job.filled[index]
     view = _buffer(min(config.read_size, max(1, end - start)))
     attempt = 0
+    progressed = False
     try:
         while True:
             if job.error is not None:
@@ -416,7 +469,8 @@ def _fetch_part(
             if job.stop.is_set():
                 raise _Stopped(job.wanted.label)
             try:
-                stream = _open(store, job.wanted, position, None if whole and position == 0 else end)
+                stream = _open(store, job.wanted, position, None if whole else end)
+                rate = _Rate(config, job.wanted.label, store.url)
                 try:
                     if stream.total != expected:
                         raise IntegrityError(job.wanted.model, job.wanted.entry.path, "size", str(expected), str(stream.total),
@@ -431,56 +485,87 @@ def _fetch_part(
                         position += count
                         if progress is not None:
                             progress(job.wanted.label, count)
-                        attempt = 0  # progress was made: the next failure gets a fresh budget
+                        rate.add(count)
+                        progressed = True
                 finally:
                     stream.close()
                 job.part_finished(index)
                 return
-            except (IntegrityError, MissingObjectError, CacheWriteError, _Stopped):
+            except (IntegrityError, MissingObjectError, CacheWriteError, _Stopped, RangesIgnored):
                 raise
             except Exception as exc:  # noqa: BLE001 - classified just below
-                if not _is_transient(exc) or attempt + 1 >= config.attempts:
-                    if isinstance(exc, CatalogError) and not _is_transient(exc):
-                        raise
-                    raise StoreUnavailableError(
-                        f"giving up on {job.wanted.label} from {store.url} after {attempt + 1} attempts: {_describe(exc)}",
-                        hint="the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL",
-                    ) from None
+                # Progress made buys a fresh budget of attempts; a trickle's progress does not (it is the failure).
+                attempt = 0 if progressed and not isinstance(exc, _TooSlow) else attempt
+                progressed = False
+                sleep(_retry_delay(store, job.wanted, exc, attempt, config, position))
                 attempt += 1
-                asked = getattr(exc, "retry_after", None)  # the server said when (429/503 Retry-After)
-                delay = float(asked) if asked is not None else config.backoff * (2 ** (attempt - 1)) * (0.5 + random.random())
-                log.info("retrying %s from byte %d in %.2fs (%s)", job.wanted.label, position, delay, _describe(exc))
-                sleep(delay)
     except BaseException as exc:
         job.fail(exc)  # the file's other parts stop, and its hasher stops waiting
         raise
 
 
+def _retry_delay(store: Store, wanted: Wanted, exc: Exception, attempt: int, config: TransferConfig, position: int) -> float:
+    """Seconds before the next attempt after `exc` (attempt `attempt`, counting from 0), or raise: a failure that
+    is final, the last attempt spent, or a server hint beyond `config.max_wait` (said, and final for this source)."""
+    if not _is_transient(exc) or attempt + 1 >= config.attempts:
+        if isinstance(exc, CatalogError) and not _is_transient(exc):
+            raise exc
+        raise StoreUnavailableError(
+            f"giving up on {wanted.label} from {store.url} after {attempt + 1} attempts: {_describe(exc)}",
+            hint="the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL",
+        ) from None
+    asked = waits.hinted_delay(getattr(exc, "retry_after", None), config.max_wait, f"{store.url} ({wanted.label})")
+    delay = asked if asked is not None else config.backoff * (2 ** attempt) * (0.5 + random.random())
+    log.info("retrying %s from byte %d in %.2fs (%s)", wanted.label, position, delay, _describe(exc))
+    return delay
+
+
 def fetch_digest(store: Store, item: Wanted, config: TransferConfig, sleep: Callable[[float], None] = time.sleep) -> str:
     """Stream one (small) object and return its sha256, writing nothing; resumes and retries like `fetch`."""
+    return fetch_digest_etag(store, item, config, sleep)[0]
+
+
+def fetch_digest_etag(store: Store, item: Wanted, config: TransferConfig,
+                      sleep: Callable[[float], None] = time.sleep) -> tuple[str, str | None]:
+    """The sha256 of one object's bytes and the ETag of the GET that read them (None where the store gives none),
+    writing nothing. A resume whose GET reads another ETag (the object was replaced meanwhile) starts over from
+    byte 0: the digest is always of one object, the one the ETag names."""
     digest = hashlib.sha256()
     position = 0
     attempt = 0
+    progressed = False
+    etag: str | None = None
     buffer = _buffer(min(config.read_size, max(1, item.entry.size)))
     while True:
         try:
             stream = _open(store, item, position, None)
             try:
+                got = getattr(stream, "etag", None)
+                if position and got != etag:
+                    log.warning("%s changed in %s while it was read (ETag %s -> %s); reading it again from the start",
+                                item.label, store.url, etag, got)
+                    digest, position = hashlib.sha256(), 0
+                    raise _Transient(f"{item.label} was replaced while it was read")
+                etag = got
+                rate = _Rate(config, item.label, store.url)
                 while count := stream.readinto(buffer):
                     digest.update(buffer[:count])
                     position += count
+                    rate.add(count)
+                    progressed = True
             finally:
                 stream.close()
             if position != item.entry.size:
                 raise IntegrityError(item.model, item.entry.path, "size", str(item.entry.size), str(position),
                                      "the source's listing and its bytes disagree")
-            return digest.hexdigest()
+            return digest.hexdigest(), etag
         except Exception as exc:  # noqa: BLE001 - classified just below
-            if not _is_transient(exc) or attempt + 1 >= config.attempts:
+            if isinstance(exc, (IntegrityError, MissingObjectError)):
                 raise
+            attempt = 0 if progressed and not isinstance(exc, _TooSlow) else attempt
+            progressed = False
+            sleep(_retry_delay(store, item, exc, attempt, config, position))
             attempt += 1
-            asked = getattr(exc, "retry_after", None)
-            sleep(float(asked) if asked is not None else config.backoff * 2 ** (attempt - 1))
 
 
 def _cache_error(item: Wanted, root: Path, exc: OSError) -> CacheWriteError:
@@ -502,7 +587,7 @@ def _is_transient(exc: BaseException) -> bool:
         return exc.transient
     if isinstance(exc, (_Transient, ConnectionError, TimeoutError)) or hasattr(exc, "retry_after"):
         return True
-    if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+    if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError)):
         return True
     module = type(exc).__module__
     return module.startswith(("botocore", "urllib3", "http.client", "httpx", "httpcore"))

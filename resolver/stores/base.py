@@ -25,7 +25,9 @@ class ObjectInfo:
 
 
 class ObjectStream(Protocol):
-    """An open GET: `total` is the whole object's size (not the range's)."""
+    """An open GET: `total` is the whole object's size (not the range's). A stream may also have an `etag`: the
+    ETag of the object this very GET read (None where the store gives none), so what sync records as verified
+    is the ETag of the bytes it hashed, never one read by another request."""
 
     total: int
 
@@ -63,6 +65,10 @@ class Store(Protocol):
 
 class ObjectNotFound(LookupError):
     """Internal: the key is not in the store (the caller names the model and file)."""
+
+
+class RangesIgnored(Exception):
+    """Internal: the store answered a ranged GET with the whole object; the transfer fetches the file in one GET."""
 
 
 def check_key(key: str) -> str:

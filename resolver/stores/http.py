@@ -3,7 +3,9 @@
 For mirrors: a pull-through cache (nginx `proxy_cache`), SeaweedFS's filer (`/buckets/<bucket>/`), any
 static file server holding a copy of the store's keys. Nothing it serves is trusted: the transfer hashes
 every byte against the pin. It cannot list, put or delete. Standard library only (http.client), one
-keep-alive connection per thread.
+keep-alive connection per thread. A server that answers a ranged GET with the whole object (200) is
+remembered as one that ignores Range (`ranged` False): the transfer then fetches each file in one GET,
+instead of every part re-reading the object from byte 0.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from catalog import urls
 from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
-from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, RangesIgnored, check_key
+from resolver.waits import parse_retry_after
 
-_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+)")
+_CONTENT_RANGE = re.compile(r"bytes\s+(?:([0-9]{1,20})-([0-9]{1,20})|\*)/([0-9]{1,20})", re.ASCII)
 
 
 class HttpError(Exception):
@@ -38,6 +42,7 @@ class _Stream:
         self._conn = conn
         self._response = response
         self.total = total
+        self.etag = (response.getheader("ETag") or "").strip('"') or None if response is not None else None
         self._skip = skip  # a server that ignored the Range header: bytes to drop before the wanted ones
 
     def readinto(self, buffer: memoryview) -> int:
@@ -49,7 +54,9 @@ class _Stream:
             if not drop:
                 return 0
             self._skip -= len(drop)
-        count = response.readinto(buffer)
+        # At most one read from the socket per call (readinto would wait to fill the whole buffer): a trickling
+        # server's bytes come back as they arrive, so the transfer's minimum-rate guard sees them.
+        count = response.readinto1(buffer)
         if response.length == 0:  # every byte read: the connection is clean, reuse it
             self._response = None
             self._store._give_back(self._conn)
@@ -68,12 +75,12 @@ class HttpStore:
     """`http(s)://host[:port]/base/`, read-only."""
 
     def __init__(self, base_url: str, *, connect_timeout: float = 10.0, read_timeout: float = 60.0) -> None:
+        problem = urls.check_store_url(base_url) if urls.scheme_of(base_url) in ("http", "https") else \
+            f"{urls.redact(base_url)!r} is not http(s)://host[:port]/base/"
+        if problem is not None:
+            raise UsageError(f"bad HTTP store URL: {problem}", hint="use http(s)://host[:port]/base/, read with unsigned GETs")
         parsed = urllib.parse.urlsplit(base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise UsageError(f"bad HTTP store URL {base_url!r}", hint="use http(s)://host[:port]/base/")
-        if parsed.username or parsed.password or parsed.query or parsed.fragment:
-            raise UsageError(f"HTTP store URL {parsed.scheme}://{parsed.hostname}/...: no credentials, query or fragment",
-                             hint="an HTTP mirror is read with unsigned GETs")
+        assert parsed.hostname is not None  # checked above
         self.scheme = parsed.scheme
         self.host = parsed.hostname
         self.port = parsed.port
@@ -81,6 +88,7 @@ class HttpStore:
         netloc = self.host + (f":{self.port}" if self.port else "")
         self.url = f"{self.scheme}://{netloc}{self.base}"
         self.requests: Counter[str] = Counter()
+        self.ranged = True  # False once the server answered a ranged GET with the whole object
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._local = threading.local()
@@ -131,7 +139,7 @@ class HttpStore:
         if status == 404 or status == 410:
             raise ObjectNotFound(key)
         if status >= 500 or status == 429:
-            raise HttpError(f"{self.url}{key} answered {status}", float(retry) if retry and retry.isdigit() else None)
+            raise HttpError(f"{self.url}{key} answered {status}", parse_retry_after(retry))
         raise StoreUnavailableError(f"{self.url} answered {status} for {key}",
                                     hint="an HTTP mirror is read with unsigned GETs; check the URL", transient=False)
 
@@ -152,7 +160,7 @@ class HttpStore:
         self._give_back(conn)
         length = response.getheader("Content-Length")
         etag = (response.getheader("ETag") or "").strip('"') or None
-        return ObjectInfo(key, int(length) if length and length.isdigit() else 0, etag=etag)
+        return ObjectInfo(key, int(length) if length and re.fullmatch(r"[0-9]{1,20}", length, re.ASCII) else 0, etag=etag)
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         headers = {"Accept-Encoding": "identity"}
@@ -173,11 +181,16 @@ class HttpStore:
             return _Stream(self, conn, response, int(match.group(3)))
         if response.status == 200:
             length = response.getheader("Content-Length")
-            if length is None or not length.isdigit():
+            if length is None or not re.fullmatch(r"[0-9]{1,20}", length, re.ASCII):
                 response.close()
                 conn.close()
                 raise HttpError(f"{self.url}{key}: an answer without Content-Length", None)
-            return _Stream(self, conn, response, int(length), skip=start)
+            if end is not None:  # a part was asked and the whole object came: never re-read it per part
+                response.close()
+                conn.close()
+                self.ranged = False
+                raise RangesIgnored(f"{self.url} ignores Range requests")
+            return _Stream(self, conn, response, int(length), skip=start)  # a resume: skip what arrived before
         self._fail(conn, response, key)
         raise AssertionError("unreachable")
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from catalog import naming
+from catalog import naming, urls
 from catalog.errors import CatalogError, StoreUnavailableError, UsageError
 from catalog.settings import S3Options, Settings
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
@@ -25,9 +25,10 @@ CREDENTIAL_CHAIN = ("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and th
                     "(the AWS chain), then S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY, then ~/.s3cfg")
 
 
-def make_s3_client(options: S3Options, fallback_keys: tuple[str, str] | None = None) -> Any:
+def make_s3_client(options: S3Options, fallback_keys: tuple[str, str] | None = None, fallbacks: bool = True) -> Any:
     """A client for `options`. Credentials: the AWS chain; when it finds none, `fallback_keys` (the s3cmd
-    spelling S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY), then ~/.s3cfg's access_key/secret_key (as tensorizer)."""
+    spelling S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY), then ~/.s3cfg's access_key/secret_key (as tensorizer);
+    with `fallbacks` False, neither (a mirror's own profile: nothing meant for the primary store)."""
     import boto3
     from botocore import UNSIGNED
     from botocore.config import Config
@@ -49,7 +50,7 @@ def make_s3_client(options: S3Options, fallback_keys: tuple[str, str] | None = N
         session = boto3.session.Session(profile_name=options.profile, region_name=region)
     except Exception as exc:  # noqa: BLE001 - botocore's ProfileNotFound and config parse errors
         raise UsageError(f"AWS_PROFILE={options.profile!r}: {exc}", hint="name a profile of the AWS config file") from None
-    if not options.unsigned and session.get_credentials() is None:
+    if not options.unsigned and session.get_credentials() is None and fallbacks:
         keys = fallback_keys or s3cfg_keys()
         if keys is not None:
             session = boto3.session.Session(aws_access_key_id=keys[0], aws_secret_access_key=keys[1], region_name=region)
@@ -63,8 +64,11 @@ def s3cfg_keys(path: Path | None = None) -> tuple[str, str] | None:
     import configparser
 
     parser = configparser.ConfigParser(interpolation=None)
+    home = Path.home()
+    if path is None and not home.is_absolute():
+        return None  # HOME empty or relative: no ~/.s3cfg (never a .s3cfg of the working directory)
     try:
-        if not parser.read(path or Path.home() / ".s3cfg"):
+        if not parser.read(path or home / ".s3cfg"):
             return None
     except (configparser.Error, OSError, UnicodeDecodeError):
         return None
@@ -79,9 +83,10 @@ class _S3Stream:
     urllib3 over http.client (urllib3's own readinto reads into a temporary bytes object, then copies);
     a body read to its end hands its connection back to the pool, so the next GET reuses it."""
 
-    def __init__(self, body: Any, total: int) -> None:
+    def __init__(self, body: Any, total: int, etag: str | None = None) -> None:
         self._body = body
         self.total = total
+        self.etag = etag  # of the object this GET read
         raw = getattr(body, "_raw_stream", None)
         fp = getattr(raw, "_fp", None)
         # Only botocore's plain body: a subclass (a checksum-validating body) must see every byte itself.
@@ -96,7 +101,7 @@ class _S3Stream:
         fp = self._fp
         if fp is None:
             return int(self._body.readinto(buffer))
-        count = fp.readinto(buffer)
+        count = fp.readinto1(buffer)  # one socket read at most: a trickle is seen as it comes (the rate guard)
         if fp.length == 0 and self._raw is not None:  # every byte read: the connection is clean, reuse it
             self._raw.release_conn()
             self._raw = None
@@ -204,7 +209,7 @@ class S3Store:
             raise ObjectNotFound(key) from None
         content_range = out.get("ContentRange")
         total = int(content_range.rsplit("/", 1)[1]) if content_range else int(out["ContentLength"])
-        return _S3Stream(out["Body"], total)
+        return _S3Stream(out["Body"], total, str(out.get("ETag", "")).strip('"') or None)
 
     def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
         """One PUT with the whole-object ChecksumSHA256, or a multipart upload (part checksums) for large
@@ -317,35 +322,38 @@ def _b64(sha256_hex: str) -> str:
 
 
 def from_url(url: str, settings: Settings) -> S3Store:
-    """`s3://bucket/[base/]` with the settings' S3 options, or `...?endpoint=...&addressing=...&unsigned=1` on top
-    (a mirror on another S3 server)."""
-    from urllib.parse import parse_qs, urlsplit
+    """`s3://bucket/[base/]` with the settings' S3 options, or `...?endpoint=...&addressing=...&unsigned=1&profile=P`
+    on top (a mirror on another S3 server).
 
+    Credentials go only where they belong: a store on another endpoint than the settings' own is unsigned
+    unless `profile=NAME` names the AWS profile whose credentials it takes (the primary's keys, session token
+    included, never reach another host). `unsigned=0` without a profile is refused: there is nothing to sign
+    with that is meant for that endpoint."""
+    if (problem := urls.check_store_url(url)) is not None:
+        raise UsageError(f"bad store URL: {problem}",
+                         hint="s3://bucket/[base/][?endpoint=http(s)://host:port&addressing=path|virtual|auto&unsigned=1"
+                              "&profile=NAME]; credentials come from the AWS chain or a profile, never the URL")
     options = settings.s3
-    if "?" in url:
-        url, query = url.split("?", 1)
-        given = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
-        unknown = sorted(set(given) - {"endpoint", "addressing", "unsigned"})
-        if unknown:
-            raise UsageError(f"unknown store URL option(s) {', '.join(unknown)} in s3://...?{query}",
-                             hint="known: endpoint=http://host:port, addressing=path|virtual|auto, unsigned=1")
-        if "endpoint" in given:
-            endpoint = urlsplit(given["endpoint"])
-            if endpoint.scheme not in ("http", "https") or not endpoint.hostname or endpoint.username or endpoint.password:
-                raise UsageError(f"bad endpoint {endpoint.scheme}://{endpoint.hostname} in an s3:// URL",
-                                 hint="endpoint=http(s)://host[:port], without credentials")
-            options = dataclasses.replace(options, endpoint_url=given["endpoint"],
-                                          addressing_style="path" if "addressing" not in given else options.addressing_style)
-        if "addressing" in given:
-            if given["addressing"] not in ("auto", "path", "virtual"):
-                raise UsageError(f"addressing={given['addressing']!r} is not one of auto, path, virtual")
-            options = dataclasses.replace(options, addressing_style=given["addressing"])
-        if "unsigned" in given:
-            options = dataclasses.replace(options, unsigned=given["unsigned"].lower() in ("1", "true", "yes"))
-    prefix = url if url.endswith("/") else url + "/"
-    if (message := naming.check_s3_prefix(prefix, allow_root=True)) is not None:
-        raise UsageError(f"bad store URL: {message}")
-    parsed = naming.parse_s3_url(prefix)
+    base, _, query = url.partition("?")
+    given = urls.s3_query(query) if query else {}
+    if "endpoint" in given:
+        options = dataclasses.replace(options, endpoint_url=given["endpoint"],
+                                      addressing_style="path" if "addressing" not in given else options.addressing_style)
+    if "addressing" in given:
+        options = dataclasses.replace(options, addressing_style=given["addressing"])
+    if "unsigned" in given:
+        options = dataclasses.replace(options, unsigned=given["unsigned"].lower() in ("1", "true", "yes"))
     keys = settings.s3_keys
-    return S3Store(parsed.bucket, parsed.key, options, lambda o: make_s3_client(o, keys),
+    factory: Callable[[S3Options], Any] = lambda o: make_s3_client(o, keys)  # noqa: E731
+    if "profile" in given:  # that profile's credentials, and nothing meant for the primary store
+        options = dataclasses.replace(options, profile=given["profile"], unsigned=False)
+        factory = lambda o: make_s3_client(o, None, fallbacks=False)  # noqa: E731
+    elif "endpoint" in given and not urls.same_endpoint(given["endpoint"], settings.s3.endpoint_url):
+        if "unsigned" in given and not options.unsigned:
+            raise UsageError(f"bad store URL: {urls.redact(url)!r} asks for signed requests to another endpoint "
+                             "without credentials for it",
+                             hint="add profile=NAME (an AWS profile holding its credentials), or drop unsigned=0")
+        options = dataclasses.replace(options, unsigned=True)
+    parsed = naming.parse_s3_url(base if base.endswith("/") else base + "/")
+    return S3Store(parsed.bucket, parsed.key, options, factory,
                    part_size=settings.part_size or 64 * 1024 * 1024, concurrency=settings.concurrency or 8)

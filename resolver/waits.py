@@ -1,0 +1,86 @@
+"""Waiting on a remote's hint (`Retry-After`, the Hub's `RateLimit` reset): read safely, capped, announced.
+
+A mirror answering `503 Retry-After: 100000` must not put every runner to sleep for a day in silence, and a
+header of `1e400`, `²` or a date in the year 10000 must not crash anything. `parse_retry_after` reads any
+value into finite seconds within [0, MAX_HINT] (None when it names nothing readable); `hinted_delay` turns a
+hint into the wait actually taken: up to `cap` seconds, said on stderr, or, beyond the cap, a
+`WaitTooLongError` at once naming when to come back (a mirror is then skipped for the next source; the
+primary store or the Hub fails with one line).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import re
+import time
+from datetime import datetime, timezone
+
+from catalog.errors import StoreUnavailableError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_WAIT = 60.0  # CATALOG_HUB_MAX_WAIT's default, for callers without settings
+MAX_HINT = 1e9  # seconds (about 31 years): anything larger is clamped here, so arithmetic on it cannot overflow
+_SECONDS = re.compile(r"[0-9]{1,1000}(?:\.[0-9]{1,1000})?", re.ASCII)  # 400 digits are a very long wait, not an error
+
+
+def clamp(seconds: float) -> float:
+    """Finite, within [0, MAX_HINT]; NaN counts as nothing to wait."""
+    if math.isnan(seconds):
+        return 0.0
+    return min(max(0.0, seconds), MAX_HINT)
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a `Retry-After` value asks for: delta-seconds (ASCII digits) or an HTTP date; None for anything
+    else (the caller backs off as usual)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if _SECONDS.fullmatch(text):
+        return clamp(float(text))
+    if len(text) > 64:
+        return None  # no HTTP date is this long
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        stamp = when.timestamp()
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
+    return clamp(stamp - (time.time() if now is None else now))
+
+
+class WaitTooLongError(StoreUnavailableError):
+    """The remote asked to come back later than we wait: final for this source in this run (not transient)."""
+
+    def __init__(self, what: str, asked: float, cap: float) -> None:
+        at = datetime.fromtimestamp(time.time() + clamp(asked), timezone.utc)
+        self.asked = asked
+        self.retry_at = at
+        super().__init__(f"{what} asked to retry in {asked:.0f}s (at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}), longer than "
+                         f"the {cap:g}s waited for a remote's hint",
+                         hint=f"retry then, or raise CATALOG_HUB_MAX_WAIT (the bound on every such wait) to "
+                              f"{int(asked) + 1}", transient=False)
+
+
+def hinted_delay(asked: float | None, cap: float, what: str) -> float | None:
+    """The seconds to wait on a hint of `asked` seconds from `what` (None: no hint; back off as usual): said on
+    stderr when there is one; a hint beyond `cap` raises WaitTooLongError instead of sleeping."""
+    if asked is None:
+        return None
+    asked = clamp(asked)
+    if asked > cap:
+        raise WaitTooLongError(what, asked, cap)
+    if asked >= 1:
+        log.warning("%s asked to retry in %.0fs; waiting (at most %gs is ever waited on such a hint)", what, asked, cap)
+    return asked
+
+
+def retry_pause(exc: BaseException, attempt: int, cap: float, what: str) -> float:
+    """Seconds before retry number `attempt` (from 1) after `exc`: the remote's hint when it gave one (capped and
+    said, see `hinted_delay`), else an exponential backoff from half a second."""
+    asked = hinted_delay(getattr(exc, "retry_after", None), cap, what)
+    return asked if asked is not None else 0.5 * 2 ** (attempt - 1)
