@@ -10,12 +10,18 @@ markers of the views it used, and the Resolutions themselves. Here, before click
 computed, the manifests re-hashed (a few KiB) and every view file stat'ed against its marker, and the
 answer is rendered by the same `outputs` the full CLI uses, as the full CLI would render it now (source
 "cache"). Anything else (another command, an unknown flag, a changed input) goes to the full CLI.
+
+A stream URI vouches for bytes in the store, which no stat here can see change: an answer that streams rests
+on the proof the full CLI made when it recorded the entry (`proved_at`), for at most
+`Settings.stream_proof_max_age` seconds (CATALOG_STREAM_PROOF_MAX_AGE, 300); older, the full CLI proves the
+objects again. Offline, no streamed answer is given from here at all (the full CLI makes the weights local).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +34,7 @@ from resolver.views import Marker
 from resolver.fsutil import atomic_write
 from resolver.resolution import Resolution
 
-INDEX_VERSION = 3  # 3: answers carry the filesystem of the folder handed out (it decides engine arguments)
+INDEX_VERSION = 4  # 3: answers carry the filesystem of the folder handed out (it decides engine arguments); 4: proved_at
 LAYOUTS = ("dir", "hf-cache")
 
 
@@ -146,6 +152,8 @@ def lookup(request: ResolveRequest, settings: Settings) -> list[Resolution] | No
         inputs = entry["inputs"]
         if not inputs or any(_sha256(path) != digest for path, digest in inputs.items()):
             return None
+        if not proof_holds(entry, settings):
+            return None
         markers = {Path(m): Marker.read(Path(m)) for m in entry["markers"]}
         if not markers or not all(m is not None and cache.marker_holds(m) for m in markers.values()):
             return None
@@ -159,17 +167,29 @@ def lookup(request: ResolveRequest, settings: Settings) -> list[Resolution] | No
         return None
 
 
+def proof_holds(entry: dict[str, Any], settings: Settings, now: float | None = None) -> bool:
+    """Pure: an entry whose answers stream may be given only while its proof is young enough, and never offline."""
+    if not any(record.get("streamed") for record in entry["records"]):
+        return True
+    if settings.offline:
+        return False
+    age = (time.time() if now is None else now) - float(entry.get("proved_at", 0.0))
+    return 0 <= age <= settings.stream_proof_max_age
+
+
 def record(request: ResolveRequest, settings: Settings, catalog_dir: Path, inputs: Sequence[Path],
-           results: Sequence[Resolution], local_when: Sequence[Path] = ()) -> None:
-    """Called by the full CLI after a successful resolve; failures to record are harmless. `local_when`: the cache
-    blobs of streamed weights which, once all present, make the full CLI answer with a local folder instead."""
+           results: Sequence[Resolution], local_when: Sequence[Path] = (), proved_at: float | None = None) -> None:
+    """Called by the full CLI after a successful resolve (begun at `proved_at`: no proof it made is older); failures
+    to record are harmless. `local_when`: the cache blobs of streamed weights which, once all present, make the full
+    CLI answer with a local folder instead."""
     digests = {str(p.resolve()): _sha256(str(p.resolve())) for p in inputs}
     if None in digests.values():
         return
     data = {"version": INDEX_VERSION, "request": asdict(request) | {"settings_flags": {}},
             "inputs": digests, "markers": sorted({str(m) for r in results for m in r.markers}),
             "records": [r.from_cache().record() for r in results],
-            "local_when": [str(b) for b in local_when] if settings.prefer == "local" else []}
+            "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
+            "proved_at": time.time() if proved_at is None else proved_at}
     cache = Cache(settings.cache_dir)
     try:
         atomic_write(cache.warm_index / f"{index_key(request, settings, catalog_dir)}.json", json.dumps(data).encode())

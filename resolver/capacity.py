@@ -5,10 +5,14 @@
 - `evict` (`catalog gc --max-size/--keep-free`, and resolve under `CATALOG_CACHE_MAX_SIZE`) removes whole
   views, least recently resolved first (the marker's `resolved_at`, refreshed at most hourly by resolve),
   then the blobs no remaining view uses, until the cache is under the size or the disk has the free space.
-- In use: a resolve writes an activity record `<cache>/active/<host>-<pid>-<token>.json` naming the models
-  and blobs it works on, for as long as it runs. Eviction never touches a view of a model, or a blob,
-  named by the record of a live process (same host: its pid is alive; another host sharing the cache:
-  the record is younger than ACTIVE_REMOTE_SECONDS). A record of a dead process is ignored and swept.
+- In use: a resolve writes an activity record `<cache>/active/<token>.json` naming the models and blobs it
+  works on, and holds an exclusive `flock` on it for as long as it runs (the whole command: `resolve A B`
+  holds one record for both, so resolving B never evicts A). Eviction never touches a view of a model, or a
+  blob, named by a record someone holds a lock on, whatever host or PID namespace holds it: no PID or host
+  name is judged. A record nobody holds (its process is gone, or it was never finished) is swept. Only on a
+  filesystem without flock is a record judged by its age (live for ACTIVE_UNLOCKABLE_SECONDS).
+- A command never evicts its own models: `check_limit` refuses, before anything is fetched or evicted, a
+  request whose own views are larger than the size limit.
   A view handed out earlier and still read by a test is not protected beyond its recency: size the limit so
   that the models of one job fit.
 """
@@ -16,26 +20,28 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import secrets
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from catalog.errors import CacheWriteError
+from catalog.errors import CacheWriteError, CatalogError
 from resolver.cache import Cache
 from resolver.views import Layout
-from resolver.fsutil import atomic_write, pid_alive
+from resolver.fsutil import staging_name
 
 log = logging.getLogger(__name__)
 
-ACTIVE_REMOTE_SECONDS = 6 * 3600  # a record written on another host counts as live this long
+ACTIVE_UNLOCKABLE_SECONDS = 6 * 3600  # where flock cannot tell (no such lock on that filesystem): live this long
 DiskUsage = Callable[[Path], Any]
 
 
@@ -57,67 +63,126 @@ def free_bytes(path: Path, disk_usage: DiskUsage | None = None) -> int:
     return int(disk_usage(probe).free)
 
 
-def check_space(cache: Cache, needed: int, what: str, disk_usage: DiskUsage | None = None) -> None:
+SPACE_HINT = ("free disk space, run `catalog gc --keep-free SIZE`, set CATALOG_CACHE_MAX_SIZE, "
+              "or point --cache / CATALOG_CACHE at a larger disk")
+
+
+def check_space(cache: Cache, needed: int, what: str, disk_usage: DiskUsage | None = None, *,
+                where: str = "the cache", hint: str = SPACE_HINT) -> None:
     """Raise before any download when `needed` bytes cannot fit on the cache's filesystem."""
     if needed <= 0:
         return
     free = free_bytes(cache.root, disk_usage)
     if needed > free:
+        raise CacheWriteError(f"{what} needs {human(needed)} in {where} at {cache.root}, has {human(free)} free", hint=hint)
+
+
+def check_limit(max_size: int | None, needed: int, what: str) -> None:
+    """Raise before anything is fetched or evicted when one request's own views could never fit under the
+    size limit: evicting would only throw away what the same command resolves (CacheWriteError, exit 1)."""
+    if max_size is not None and needed > max_size:
         raise CacheWriteError(
-            f"{what} needs {human(needed)} in the cache at {cache.root}, has {human(free)} free",
-            hint="free disk space, run `catalog gc --keep-free SIZE`, set CATALOG_CACHE_MAX_SIZE, "
-                 "or point --cache / CATALOG_CACHE at a larger disk",
-        )
+            f"{what} needs {human(needed)} in the cache, more than CATALOG_CACHE_MAX_SIZE={human(max_size)}; "
+            "nothing was fetched or evicted",
+            hint="raise CATALOG_CACHE_MAX_SIZE above what one command resolves, or resolve fewer models per command")
 
 
 # -- activity records ----------------------------------------------------------------------------------
 @contextlib.contextmanager
 def active(cache: Cache, names: Iterable[str], blobs: Iterable[str]) -> Iterator[Path | None]:
-    """Mark `names` (models) and `blobs` (sha256s) in use while the body runs. Best effort: a cache that
-    cannot be written fails later with the real error, not here."""
+    """Mark `names` (models) and `blobs` (sha256s) in use while the body runs: a record in `active/` with an
+    exclusive flock held on it until the body ends (taken before the record gets its name, so it is never
+    seen unlocked while its writer lives). Best effort: a cache that cannot be written (read-only, say) fails
+    later with the real error, or answers without writing, not here."""
     folder = cache.root / "active"
-    path = folder / f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json"
-    body = {"host": socket.gethostname(), "pid": os.getpid(), "names": sorted(set(names)), "blobs": sorted(set(blobs)),
-            "started": time.time()}
+    path = folder / f"{secrets.token_hex(8)}.json"
+    body = {"names": sorted(set(names)), "blobs": sorted(set(blobs)), "started": time.time(),
+            "host": socket.gethostname(), "pid": os.getpid()}  # host and pid: for people reading it, never judged
+    fd, written = -1, None
+    temp = folder / staging_name(path.name)
     try:
-        atomic_write(path, json.dumps(body).encode())
-        written: Path | None = path
-    except OSError:
-        written = None
+        cache.make_dirs(folder)
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        _lock(fd)
+        os.write(fd, json.dumps(body).encode())
+        os.replace(temp, path)
+        written = path
+    except (OSError, CatalogError):
+        log.debug("could not record this resolve as active in %s", folder, exc_info=True)
+        with contextlib.suppress(OSError):
+            temp.unlink()
     try:
         yield written
     finally:
         if written is not None:
-            written.unlink(missing_ok=True)
+            written.unlink(missing_ok=True)  # removed while still locked: never seen unlocked
+        if fd >= 0:
+            os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            raise  # no flock on this filesystem: the record is judged by its age instead
+
+
+def _held(path: Path) -> bool | None:
+    """Whether someone holds a flock on the record: True, False, or None where it cannot be told (no flock on
+    that filesystem, or the record cannot be opened)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError as exc:
+        return True if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
+    finally:
+        os.close(fd)
 
 
 @dataclass
 class InUse:
     names: set[str] = field(default_factory=set)
     blobs: set[str] = field(default_factory=set)
-    dead: list[Path] = field(default_factory=list)  # records of processes that are gone
+    dead: list[Path] = field(default_factory=list)  # records nobody holds: their resolve is over (or never began)
 
 
 def in_use(cache: Cache, now: float | None = None) -> InUse:
+    """What running resolves use, by the records someone holds a lock on; and the records nobody holds."""
     now = time.time() if now is None else now
     found = InUse()
     folder = cache.root / "active"
-    if not folder.is_dir():
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
         return found
-    host = socket.gethostname()
-    for path in folder.glob("*.json"):
+    for path in entries:
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        held = _held(path)
+        if held is None:
+            held = now - st.st_mtime < ACTIVE_UNLOCKABLE_SECONDS
+        if not held:
+            found.dead.append(path)  # finished, killed, or never finished writing: nobody's any more
+            continue
         try:
             data = json.loads(path.read_bytes())
-            mtime = path.stat().st_mtime
-            live = pid_alive(int(data["pid"])) if data.get("host") == host else now - mtime < ACTIVE_REMOTE_SECONDS
-            names, blobs = set(map(str, data["names"])), set(map(str, data["blobs"]))
+            found.names |= set(map(str, data["names"]))
+            found.blobs |= set(map(str, data["blobs"]))
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # a record being written, or unreadable: it is somebody's; leave it
-        if live:
-            found.names |= names
-            found.blobs |= blobs
-        else:
-            found.dead.append(path)
+            continue  # held but unreadable: a record of a version to come; its holder's lock still counts
     return found
 
 
@@ -130,6 +195,7 @@ class Eviction:
     size_after: int = 0
     free_after: int = 0
     kept_in_use: list[str] = field(default_factory=list)
+    unmet: str = ""  # the target that could not be reached, and why ("" when it was)
 
 
 def cache_size(cache: Cache) -> int:
@@ -226,6 +292,12 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
             if remaining_refs[stamp.sha256] == 0 and stamp.sha256 not in busy.blobs:
                 drop_blob(stamp.sha256)
     result.size_after, result.free_after = size, free
+    if not satisfied():
+        wanted = " and ".join(w for w in (f"at most {human(max_size)} in the cache" if max_size is not None else "",
+                                          f"{human(keep_free)} free" if keep_free is not None else "") if w)
+        why = (f"{len(result.kept_in_use)} view(s) in use by running resolves are kept"
+               if result.kept_in_use else "nothing evictable is left")
+        result.unmet = (f"could not reach {wanted}: {human(size)} in the cache, {human(free)} free after evicting; {why}")
     return result
 
 
@@ -236,4 +308,6 @@ def evict_for(cache: Cache, max_size: int, needed: int) -> Eviction:
     if result.views:
         log.warning("cache over CATALOG_CACHE_MAX_SIZE=%s: evicted %d view(s) (%s), freed %s", human(max_size),
                     len(result.views), ", ".join(v.split(" ")[0] for v in result.views[:5]), human(result.bytes))
+    if result.unmet:
+        log.warning("CATALOG_CACHE_MAX_SIZE=%s: %s; fetching %s anyway", human(max_size), result.unmet, human(needed))
     return result

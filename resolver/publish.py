@@ -6,6 +6,11 @@ renamed to `blobs/<aa>/<sha256>` only when size and sha256 match: a reader sees 
 none. No lock is taken: two publishers racing on one blob each rename a verified copy of the same bytes,
 and the last rename wins harmlessly. A blob already in the tier with the pinned size is kept (`deep`
 re-hashes it first and replaces it when it is wrong).
+
+Before the first byte moves, the bytes to publish are compared with the tier's free space. Publishing marks
+the folder as a tier (`.catalog-tier`): `catalog gc` refuses it (a tier's blobs are every catalog's, and gc
+knows only its own), and `clean` (`publish --clean --to DIR`) removes only what publishers leave: temp files
+in `tmp/` that no publisher holds a lock on (and, for one whose lock cannot be seen, older than an hour).
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from catalog.errors import CacheWriteError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry
-from resolver.cache import Cache
+from resolver import capacity
+from resolver.cache import Cache, idle_file
+from resolver.fsutil import atomic_write
 from resolver.hashing import hash_file
 from resolver.resolve import store_key
 from resolver.stores import Store
@@ -28,6 +36,9 @@ from resolver.transfer import Progress, TransferConfig, Wanted, fetch
 log = logging.getLogger(__name__)
 
 NO_LOCK = 1 << 62  # publishers never lock: temp + rename is all a tier needs
+TIER_MARK = ".catalog-tier"  # at a tier's root: gc refuses the folder
+TIER_HINT = "free space on the tier's disk (`catalog publish --clean --to DIR` removes killed publishers' temp files), " \
+            "or publish --to a folder on a larger disk"
 
 
 @dataclass
@@ -49,6 +60,7 @@ def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, con
     target = Cache(tier)
     report = PublishReport()
     config = dataclasses.replace(config, lock_threshold=NO_LOCK)
+    plan: list[list[Wanted]] = []
     for name in names:
         manifest = cat.get(name)
         wanted: list[Wanted] = []
@@ -58,15 +70,48 @@ def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, con
                 report.present.append(label)
                 continue
             wanted.append(Wanted(manifest.name, entry, store_key(cat, manifest, entry.path)))
+        plan.append(wanted)
+    needed = sum({w.entry.sha256: w.entry.size for wanted in plan for w in wanted}.values())
+    capacity.check_space(target, needed, f"publishing {sum(map(len, plan))} file(s)", where="the tier", hint=TIER_HINT)
+    mark_tier(target)
+    for wanted in plan:
         if deep:
             for item in wanted:  # a wrong blob already there: replaced by the verified rename below
                 log.warning("tier %s: %s is not the pinned bytes; publishing it again", tier, item.label)
-        fetch(store, wanted, _Replacing(target) if deep else target, config, progress)
+        try:
+            fetch(store, wanted, _Replacing(target) if deep else target, config, progress)
+        except CacheWriteError as exc:
+            raise CacheWriteError(f"publishing to the tier {target.root}: {exc.message}", hint=TIER_HINT) from None
         for item in wanted:
             report.published.append(item.label)
             report.bytes += item.entry.size
     _remove_empty_tmp(target)
     return report
+
+
+def mark_tier(tier: Cache) -> None:
+    """Say at the tier's root that it is one (gc then refuses it)."""
+    mark = tier.root / TIER_MARK
+    if not mark.exists():
+        tier.make_dirs(tier.root)
+        atomic_write(mark, b"a shared cache tier written by `catalog publish`; clean it with `catalog publish --clean --to DIR`\n")
+
+
+def refuse_tier(cache: Cache) -> None:
+    """gc works on a runner's own cache; a tier holds blobs every catalog published (UsageError)."""
+    if (cache.root / TIER_MARK).exists():
+        raise UsageError(f"{cache.root} is a shared tier (`catalog publish` fills it), not a cache: gc would remove blobs "
+                         "other catalogs published", hint="clean a tier with `catalog publish --clean --to DIR` (only "
+                                                          "temp files of killed publishers)")
+
+
+def clean_tier(tier: Path, dry_run: bool = False) -> list[Path]:
+    """Temp files killed publishers left in `tier/tmp/` (none a running publisher holds); nothing else."""
+    cache = Cache(tier)
+    removed = cache.clean_stale_temps(dry_run=dry_run)
+    if not dry_run:
+        _remove_empty_tmp(cache)
+    return removed
 
 
 def _blob_ok(cache: Cache, entry: FileEntry) -> bool:
@@ -106,7 +151,8 @@ def verify_tier(cat: Catalog, names: Sequence[str], tier: Path) -> TierCheck:
             if (size, digest) != (entry.size, entry.sha256):
                 check.problems.append(f"{name}/{entry.path}: expected sha256 {entry.sha256} ({entry.size} bytes) "
                                       f"but got {digest} ({size} bytes) at {path}")
-    leftovers = sorted(p.name for p in cache.tmp.iterdir()) if cache.tmp.is_dir() else []
-    for name in leftovers:
-        check.problems.append(f"temp file left in the tier: {cache.tmp / name}")
+    leftovers = sorted(p for p in cache.tmp.iterdir() if idle_file(p)) if cache.tmp.is_dir() else []
+    for path in leftovers:  # a running publisher's (locked) temp file is no problem
+        check.problems.append(f"temp file left in the tier by a killed publisher: {path} (`catalog publish --clean "
+                              f"--to {tier}` removes it)")
     return check

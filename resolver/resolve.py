@@ -8,17 +8,20 @@ Where missing bytes come from, per file, first that has them: the read-only shar
 (`resolver/tiers.py`), the mirrors in order (any store URL; a mirror that lacks a file, fails or serves
 other bytes is skipped for that file), the primary store, then (with --source fallback) the Hub. Every
 byte is verified against the pin whatever served it; `Resolution.sources` names the server of each file.
-Before the first download the bytes still needed are compared with the cache's free space
-(`resolver/capacity.py`), after evicting old views when CATALOG_CACHE_MAX_SIZE is set.
+Before the first tier copy or download the bytes still needed are compared with the cache's free space
+(`resolver/capacity.py`), after evicting old views when CATALOG_CACHE_MAX_SIZE is set (a request larger
+than the limit fails before anything moves). `--offline` still takes from the shared tiers: they are local
+folders, not the network.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -162,6 +165,7 @@ def resolve(
     names = [manifest.name] + ([manifest.tokenizer] if manifest.tokenizer and manifest.tokenizer in cat else [])
     blobs = [f.sha256 for n in names for f in cat.get(n).files]
     signatures.require(cat, names, cache_root=cache.root, settings=options.settings)  # before any byte is fetched
+    capacity.check_limit(options.max_size, request_bytes(cat, [name], options), name)
     try:
         with capacity.active(cache, names, blobs):  # what a concurrent eviction must leave alone
             return _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)
@@ -201,6 +205,34 @@ def snapshot_owners(cat: Catalog, names: Sequence[str]) -> tuple[list[str], list
     return owning, others
 
 
+@contextlib.contextmanager
+def command_in_use(cat: Catalog, names: Sequence[str], cache: Cache, options: ResolveOptions) -> Iterator[None]:
+    """For a command resolving several models: refuse at once (nothing fetched or evicted) when they cannot all
+    fit under the size limit together, then mark all of them in use for the whole command, so resolving one
+    never evicts another the same command resolved a moment before."""
+    capacity.check_limit(options.max_size, request_bytes(cat, names, options), f"resolving {', '.join(names[:5])}"
+                         + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
+    models = set(names) | {cat.get(n).tokenizer or "" for n in names} - {""}
+    models = {m for m in models if m in cat}
+    with capacity.active(cache, models, [f.sha256 for m in models for f in cat.get(m).files]):
+        yield
+
+
+def request_bytes(cat: Catalog, names: Sequence[str], options: ResolveOptions) -> int:
+    """The bytes the views of `names` hold in the cache (each blob once; streamed weights stay remote unless the
+    options bring them): what a size limit must at least allow, since none of it may be evicted by the same
+    request."""
+    blobs: dict[str, int] = {}
+    for name in names:
+        manifest = cat.get(name)
+        for entry in plan_files(manifest, _local_weights(options)).local:
+            blobs[entry.sha256] = entry.size
+        if manifest.tokenizer and manifest.tokenizer in cat:
+            other = cat.get(manifest.tokenizer)
+            blobs |= {f.sha256: f.size for f in other.files if f not in other.weight_files}
+    return sum(blobs.values())
+
+
 def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
     """One line for an OS error met in the cache (a file where a folder belongs, a read-only or vanished
     cache, no permission); an error elsewhere keeps its own words."""
@@ -214,13 +246,10 @@ def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
 
 def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Store, options: ResolveOptions,
              progress: Progress | None) -> Resolution:
-    # The Hub cannot be streamed from: a model fetched from it is fully local. Offline, nothing can prove a
-    # streamed object is still the verified one (and the engine could not reach it): the weights must be local.
-    # An hf-cache snapshot is loaded by repo id, which finds only local files: it holds the weights too.
-    # A store engines cannot stream from (an OCI registry) gives local weights.
+    # A store engines cannot stream from (an OCI registry) gives local weights; so does --prefer local when they
+    # are all at hand (see _local_weights for the rest).
     at_hand = _weights_at_hand(manifest, cache, options)
-    plan = plan_files(manifest, options.materialize_weights or options.source is Source.HF or options.offline
-                      or options.layout is Layout.HF_CACHE or not getattr(store, "engine_streamable", True)
+    plan = plan_files(manifest, _local_weights(options) or not getattr(store, "engine_streamable", True)
                       or at_hand is not None)
     spec = ViewSpec.of(manifest, options.layout, plan.local)
     fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
@@ -270,6 +299,13 @@ def _weights_at_hand(manifest: ModelManifest, cache: Cache, options: ResolveOpti
     return served if all(cache.has_blob(e) for e in missing) else None
 
 
+def _local_weights(options: ResolveOptions) -> bool:
+    """Whether a streaming format's weights become local too. The Hub cannot be streamed from: a model fetched
+    from it is fully local. Offline, nothing can prove a streamed object is still the verified one (and the
+    engine could not reach it). An hf-cache snapshot is loaded by repo id, which finds only local files."""
+    return options.materialize_weights or options.source is Source.HF or options.offline or options.layout is Layout.HF_CACHE
+
+
 def _verify_streamed(cat: Catalog, manifest: ModelManifest, streamed: tuple[FileEntry, ...], store: Store,
                      options: ResolveOptions) -> bool:
     """Prove each streamed object is the one whose bytes were verified before its URI is handed out.
@@ -300,14 +336,6 @@ def _ensure_view(
     # Every blob is proven before it is linked into a view (its recorded stamp, else its hash): one edited in
     # place through another view's hard link is removed here and fetched again.
     missing = [e for e in spec.files if not cache.verified_blob(e, manifest.name)]
-    if missing and options.offline:
-        listing = ", ".join(e.path for e in missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise NotCachedError(
-            f"--offline: {len(missing)} of {manifest.name}'s files are not in the cache at {cache.root}: {listing}",
-            # A plain resolve of a streamed format leaves its weights in the store: only --materialize-weights brings them.
-            hint=f"run `catalog resolve {manifest.name}{' --materialize-weights' if manifest.load_format.streams_weights else ''}` "
-                 "once with store access, or point --cache at a warm cache",
-        )
     answer = _fetch_missing(cat, manifest, missing, cache, store, options, progress)
     _build_view(cache, spec, str(cat.root.resolve()))
     return Fetched(answer.source, answer.from_hub, {e.path: answer.sources.get(e.path, "cache") for e in spec.files})
@@ -321,14 +349,17 @@ def _fetch_missing(
     order, the store (or the Hub with --source hf, the store then the Hub with fallback)."""
     if not missing:
         return Fetched("cache", False, {})
-    sources: dict[str, str] = dict(tiers.take_from_tiers(tiers.tiers_of(options.tiers), cache, manifest.name, missing,
-                                                         manifest.source))
+    shared = tiers.tiers_of(options.tiers)
+    if options.offline and not shared:
+        raise _not_cached(manifest, missing, cache, shared)
+    if options.max_size is not None:  # every new blob counts, a tier's hard link too (the cache's size counts it)
+        capacity.evict_for(cache, options.max_size, sum({e.sha256: e.size for e in missing}.values()))
+    capacity.check_space(cache, tiers.local_bytes(shared, cache, missing, manifest.source),
+                         f"{manifest.name} ({len(missing)} file(s) to copy or download)")
+    sources: dict[str, str] = dict(tiers.take_from_tiers(shared, cache, manifest.name, missing, manifest.source))
     still = [e for e in missing if not cache.has_blob(e)]
-    if still:
-        needed = sum(e.size for e in {e.sha256: e for e in still}.values())
-        if options.max_size is not None:
-            capacity.evict_for(cache, options.max_size, needed)
-        capacity.check_space(cache, needed, f"{manifest.name} ({len(still)} file(s) to download)")
+    if still and options.offline:
+        raise _not_cached(manifest, still, cache, shared)
     from_hub = False
     hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub, manifest.source.repo_type)
     if still and options.source is Source.HF:
@@ -353,6 +384,16 @@ def _fetch_missing(
         sources |= _served(still, got, hub.url)
         from_hub = True
     return Fetched(_summary(sources), from_hub, sources)
+
+
+def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cache, shared: Sequence[object]) -> NotCachedError:
+    listing = ", ".join(e.path for e in still[:5]) + (" ..." if len(still) > 5 else "")
+    return NotCachedError(
+        f"--offline: {len(still)} of {manifest.name}'s files are not in the cache at {cache.root}"
+        f"{' nor in the shared tiers' if shared else ''}: {listing}",
+        # A plain resolve of a streamed format leaves its weights in the store: only --materialize-weights brings them.
+        hint=f"run `catalog resolve {manifest.name}{' --materialize-weights' if manifest.load_format.streams_weights else ''}` "
+             "once with store access, or point --cache at a warm cache" + ("" if shared else " (or --shared-cache at a tier)"))
 
 
 def _from_mirrors(

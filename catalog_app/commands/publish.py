@@ -9,7 +9,7 @@ import click
 from catalog.errors import UsageError
 from catalog_app.context import load_catalog, settings, store_options
 from catalog_app.progress import for_terminal, human_bytes
-from resolver.publish import publish, verify_tier
+from resolver.publish import clean_tier, publish, verify_tier
 from resolver.resolve import open_catalog_store
 from resolver.transfer import TransferConfig
 
@@ -21,13 +21,22 @@ from resolver.transfer import TransferConfig
               help="The tier folder (blobs/<aa>/<sha256>, as a cache); runners read it with --shared-cache DIR.")
 @click.option("--deep", is_flag=True, help="Re-hash blobs already in the tier and replace wrong ones.")
 @click.option("--check", is_flag=True, help="Afterwards re-hash every blob of the selected models in the tier; exit 1 on a problem.")
+@click.option("--clean", is_flag=True, help="First remove temp files killed publishers left in the tier (none a running "
+                                            "publisher holds; never a blob). Alone, only that.")
 @store_options
 @click.pass_context
 def publish_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, tier: Path, deep: bool, check: bool,
-                    store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None) -> int:
+                    clean: bool, store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None) -> int:
     """Copy the selected models' files from the store into a shared tier, verified, each blob atomically
     (temp + rename in the tier; no lock, so concurrent publishers are safe)."""
-    if bool(names) == all_models:
+    if names and all_models:
+        raise UsageError("name one or more models, or pass --all")
+    if clean:
+        for path in clean_tier(tier):
+            click.echo(f"removed {path}")
+        if not names and not all_models:
+            return 0
+    if not names and not all_models:
         raise UsageError("name one or more models, or pass --all")
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
     cat = load_catalog(ctx, only=None if all_models else names)

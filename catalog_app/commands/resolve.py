@@ -16,7 +16,7 @@ from catalog_app.trust import trust_options
 from resolver.cache import Cache
 from resolver.views import Layout
 from resolver.resolution import Resolution
-from resolver.resolve import ResolveOptions, Source, open_catalog_store, resolve, snapshot_owners
+from resolver.resolve import ResolveOptions, Source, command_in_use, open_catalog_store, resolve, snapshot_owners
 from resolver.signatures import require as require_signatures
 
 log = logging.getLogger("catalog.resolve")
@@ -85,13 +85,15 @@ def resolve_command(
                         "name with --layout dir): %s", ", ".join(others))
     signed = require_signatures(cat, selected, cache_root=current.cache_dir, settings=current)  # ... and unsigned ones
     progress = for_terminal(sum(m.total_bytes for m in (cat.get(n) for n in selected)))
+    began = time.time()  # no proof of a streamed object made below is older (the warm index bounds its age)
     results: list[Resolution] = []
     try:
-        for name in selected:
-            started = time.perf_counter()
-            result = resolve(cat, name, cache=cache, store=the_store, options=options, progress=progress)
-            log.info("resolved %s from %s in %.3fs", name, result.source, time.perf_counter() - started)
-            results.append(result)
+        with command_in_use(cat, selected, cache, options):  # resolving the next never evicts the ones before
+            for name in selected:
+                started = time.perf_counter()
+                result = resolve(cat, name, cache=cache, store=the_store, options=options, progress=progress)
+                log.info("resolved %s from %s in %.3fs", name, result.source, time.perf_counter() - started)
+                results.append(result)
     finally:
         progress.finish()
     try:
@@ -103,7 +105,8 @@ def resolve_command(
         request = warm.ResolveRequest(names=tuple(names), layout=layout, materialize_weights=materialize_weights, fmt=fmt)
         inputs = [cat.root / "catalog.yaml", *cat.sources.values(), *signed]  # the warm answer re-hashes them all
         streamed_weights = [cache.blob_path(e.sha256) for r in results if r.streams for e in cat.get(r.name).weight_files]
-        warm.record(request, current, catalog_dir(ctx), inputs, results, local_when=streamed_weights)
+        warm.record(request, current, catalog_dir(ctx), inputs, results, local_when=streamed_weights,
+                    proved_at=began)
     return 0
 
 
@@ -159,6 +162,7 @@ def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_fre
     from catalog.settings import parse_size
     from resolver.capacity import evict
     from resolver.maintenance import gc
+    from resolver.publish import refuse_tier
     from resolver.resolve import cache_error
 
     limit = parse_size(max_size, "--max-size") if max_size is not None else None
@@ -166,6 +170,8 @@ def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_fre
     current = settings(ctx, cache_dir=cache_dir)
     cat = load_catalog(ctx)
     cache = Cache(current.cache_dir)
+    refuse_tier(cache)
+    unmet = ""
     try:
         result = gc(cat, cache, dry_run=dry_run, all_catalogs=all_catalogs)
         removed, freed = list(result.removed), result.bytes
@@ -173,13 +179,17 @@ def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_fre
             eviction = evict(cache, max_size=limit, keep_free=free, dry_run=dry_run)
             removed += eviction.removed
             freed += eviction.bytes
+            unmet = eviction.unmet
+            for view in eviction.kept_in_use:
+                log.warning("kept %s: a running resolve uses it", view)
     except OSError as exc:
         raise cache_error(cache, exc) from None
-        for view in eviction.kept_in_use:
-            log.warning("kept %s: a running resolve uses it", view)
     for path in removed:
         click.echo(f"{'would remove' if dry_run else 'removed'} {path}")
     click.echo(f"{len(removed)} item(s), {human_bytes(freed)}{' (dry run)' if dry_run else ''}", err=True)
+    if unmet:
+        click.echo(f"error: {unmet}", err=True)
+        return 1
     return 0
 
 
