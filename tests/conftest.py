@@ -1,15 +1,21 @@
 """Shared fixtures: the bundled catalog, the bundled models' source files, and real stores.
 
 The S3 side is SeaweedFS (a real S3-compatible store) in its own process group on 127.0.0.1, started
-once per test session (per xdist worker; about 3 s); each test gets a fresh bucket. Dummy credentials
-are set for the whole session, never real ones. moto's mock S3 starts only for the few tests that need
-what SeaweedFS cannot do (`moto_s3`).
+once per test session (per xdist worker; about 3 s); each test gets a fresh bucket. The server's one test
+identity is set for the whole session, never real credentials. moto's mock S3 starts only for the few tests
+that need what SeaweedFS cannot do (`moto_s3`).
+
+Hermetic: before any test, HOME points at an empty folder of the session and the AWS config files at
+nothing, and the catalog's and s3cmd's variables of whoever runs the suite are dropped, so no test (nor any
+command it runs) reads the machine's ~/.s3cfg, ~/.aws, ~/.docker or a developer's CATALOG_* settings.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +33,26 @@ from catalog.lookup import Catalog  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "manifests"
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "tiny-llama-tensorizer", "tiny-sts")
+_HERMETIC: list[Path] = []
+_DROPPED = ("S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "S3_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "XDG_CACHE_HOME", "HF_TOKEN", "DOCKER_CONFIG")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A HOME of the session's own, before anything reads one (each xdist worker makes its own)."""
+    home = Path(tempfile.mkdtemp(prefix="catalog-tests-home-"))
+    _HERMETIC.append(home)
+    for name in [*_DROPPED, *(k for k in os.environ if k.startswith("CATALOG_"))]:
+        os.environ.pop(name, None)
+    os.environ["HOME"] = str(home)
+    os.environ["AWS_CONFIG_FILE"] = str(home / ".aws" / "config")  # absent: no profile of the machine's
+    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = str(home / ".aws" / "credentials")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for home in _HERMETIC:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

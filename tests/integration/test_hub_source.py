@@ -92,8 +92,8 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ci_mode_without_bucket_access_fails_fast_and_never_touches_the_hub(hub: HubDouble, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env |= {"CATALOG_MODE": "ci", "HF_ENDPOINT": hub.url, "CATALOG_CACHE": str(tmp_path / "cache"),
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}  # and HOME below: no ~/.s3cfg
+    env |= {"CATALOG_MODE": "ci", "HF_ENDPOINT": hub.url, "CATALOG_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path),
             "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
     started = time.monotonic()
     done = cli(env, "resolve", "tiny-llama")

@@ -1,6 +1,10 @@
 """Credentials and endpoints as the seed's users have them: s3cmd's spelling (S3_ACCESS_KEY_ID,
 S3_SECRET_ACCESS_KEY, S3_ENDPOINT_URL, ~/.s3cfg) after the AWS chain, and an AWS profile's own endpoint_url
-handed to engines exactly as the resolver used it."""
+handed to engines exactly as the resolver used it.
+
+The S3 server has one real identity (tests/servers.py): each source must carry exactly that key and secret
+to succeed, and the same source with a wrong secret (or the two swapped) must fail, so a test proves the
+right credentials were read from the right place, not merely that some were found."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from servers import ACCESS_KEY, SECRET_KEY
 
 from catalog.lookup import Catalog
 from resolver.stores import open_store
@@ -39,18 +44,25 @@ def catalog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
 
 
 def test_s3cmd_variables_are_honoured_after_the_aws_chain(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    env = bare_env(tmp_path, S3_ENDPOINT_URL=s3_server.url, S3_ACCESS_KEY_ID="s3cmd-key", S3_SECRET_ACCESS_KEY="s3cmd-secret",
+    env = bare_env(tmp_path, S3_ENDPOINT_URL=s3_server.url, S3_ACCESS_KEY_ID=ACCESS_KEY, S3_SECRET_ACCESS_KEY=SECRET_KEY,
                    CATALOG_STORE=f"s3://{filled}/")
     done = catalog(env, "resolve", "tiny-llama")
     assert done.returncode == 0, done.stderr
-    assert "s3cmd-secret" not in done.stdout + done.stderr
+    assert SECRET_KEY not in done.stdout + done.stderr
+    wrong = catalog({**env, "S3_SECRET_ACCESS_KEY": "not-the-secret", "CATALOG_CACHE": str(tmp_path / "cache2")}, "resolve", "tiny-llama")
+    assert wrong.returncode == 1 and "not-the-secret" not in wrong.stdout + wrong.stderr, wrong.stderr
 
 
-def test_an_s3cfg_file_is_honoured(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    env = bare_env(tmp_path, S3_ENDPOINT_URL=s3_server.url, CATALOG_STORE=f"s3://{filled}/")
-    (Path(env["HOME"]) / ".s3cfg").write_text("[default]\naccess_key = cfg-key\nsecret_key = cfg-secret\n")
+@pytest.mark.parametrize(("access", "secret", "works"), [(ACCESS_KEY, SECRET_KEY, True), (SECRET_KEY, ACCESS_KEY, False),
+                                                         (ACCESS_KEY, "wrong-secret", False)])
+def test_an_s3cfg_file_is_honoured_with_its_own_keys(filled: str, s3_server, tmp_path: Path, access: str, secret: str,  # type: ignore[no-untyped-def]
+                                                     works: bool) -> None:
+    env = bare_env(tmp_path, S3_ENDPOINT_URL=s3_server.url, CATALOG_STORE=f"s3://{filled}/", AWS_MAX_ATTEMPTS="1")
+    (Path(env["HOME"]) / ".s3cfg").write_text(f"[default]\naccess_key = {access}\nsecret_key = {secret}\n")
     done = catalog(env, "resolve", "tiny-llama")
-    assert done.returncode == 0, done.stderr
+    assert (done.returncode == 0) is works, done.stderr
+    if not works:
+        assert done.stderr.startswith("error: ") and secret not in done.stderr
 
 
 def test_no_credentials_anywhere_names_the_chain_tried_at_once(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -68,14 +80,14 @@ def test_a_profiles_endpoint_reaches_the_engine_env(filled: str, s3_server, tmp_
     config = tmp_path / "aws-config"
     config.write_text(f"[profile ci]\nregion = us-east-1\nendpoint_url = {s3_server.url}\n")
     credentials = tmp_path / "aws-credentials"
-    credentials.write_text("[ci]\naws_access_key_id = profile-key\naws_secret_access_key = profile-secret\n")
+    credentials.write_text(f"[ci]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")
     env = bare_env(tmp_path, AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(credentials), AWS_PROFILE="ci",
                    CATALOG_STORE=f"s3://{filled}/")
     done = catalog(env, "resolve", "tiny-qwen2", "--format", "env")
     assert done.returncode == 0, done.stderr
     assert f"export AWS_ENDPOINT_URL={s3_server.url}" in done.stdout  # exactly the endpoint the resolver used
     assert "export RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0" in done.stdout
-    assert "profile-secret" not in done.stdout + done.stderr
+    assert SECRET_KEY not in done.stdout + done.stderr
 
 
 def test_a_typo_in_the_profile_is_a_usage_error_not_a_retried_network_error(filled: str, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from servers import SECRET_KEY
 
 from catalog.lookup import Catalog
 from resolver.stores import open_store
@@ -23,8 +24,14 @@ LEAK_PATTERNS = ("X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token", 
 
 @pytest.fixture
 def markers() -> dict[str, str]:
+    """The S3 server has a real identity: the secret marker is its own secret (which must never show either), and
+    a session token it does not know makes it refuse a request, so that marker goes only where a refusal is
+    expected (see TOKEN_ONLY)."""
     tag = uuid.uuid4().hex
-    return {"AWS_SECRET_ACCESS_KEY": f"secret{tag}", "AWS_SESSION_TOKEN": f"sessiontoken{tag}", "HF_TOKEN": f"hf_marker{tag}"}
+    return {"AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_SESSION_TOKEN": f"sessiontoken{tag}", "HF_TOKEN": f"hf_marker{tag}"}
+
+
+TOKEN_ONLY = "AWS_SESSION_TOKEN"
 
 
 def scan_files(root: Path, needles: list[str]) -> list[str]:
@@ -51,7 +58,8 @@ def test_no_secret_in_any_output_or_written_file(
         upload_from_dir(bundled, name, sources[name], open_store(url))
     home = tmp_path / "home"
     base = {"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(tmp_path / "cache"), "HOME": str(home),
-            "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf"), **markers}
+            "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf"), **{k: v for k, v in markers.items() if k != TOKEN_ONLY}}
+    token = {TOKEN_ONLY: markers[TOKEN_ONLY]}
     dead = f"http://127.0.0.1:{free_port()}"
     commands: list[tuple[str, list[str], dict[str, str], set[int]]] = [
         ("resolve json", ["resolve", "tiny-llama", "--format", "json"], {}, {0}),
@@ -60,7 +68,9 @@ def test_no_secret_in_any_output_or_written_file(
         ("resolve warm -vv", ["-vv", "resolve", "tiny-llama"], {}, {0}),
         ("resolve cold -vv", ["-vv", "resolve", "tiny-llama", "--format", "json", "--cache", str(tmp_path / "cold")], {}, {0}),
         ("resolve dead endpoint -vv", ["-vv", "resolve", "tiny-llama", "--cache", str(tmp_path / "dead")],
-         {"AWS_ENDPOINT_URL": dead, "AWS_MAX_ATTEMPTS": "1"}, {1}),
+         {"AWS_ENDPOINT_URL": dead, "AWS_MAX_ATTEMPTS": "1", **token}, {1}),
+        ("resolve with a session token the server refuses -vv", ["-vv", "resolve", "tiny-llama", "--cache", str(tmp_path / "token")],
+         {"AWS_MAX_ATTEMPTS": "1", **token}, {1}),
         ("verify -vv", ["-vv", "verify", "--deep"], {}, {0}),
         ("sync json -vv", ["-vv", "sync", "tiny-llama", "--format", "json"], {}, {0}),
         ("sync dry-run json", ["sync", "--dry-run", "--format", "json"], {}, {0}),
