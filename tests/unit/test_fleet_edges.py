@@ -1,0 +1,265 @@
+"""Pure decisions behind issue 19's fleet-edge guarantees: one strict settings parser, URL checks and redaction,
+capped remote waits, the file identity (ctime included) of tier checks, a warm key that every setting enters,
+and sync plans that cannot name sync's own records. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from catalog.errors import UsageError
+from catalog.settings import Settings
+from catalog.urls import check_endpoint, check_store_url, redact, same_endpoint
+
+
+# -- settings: one strict parser ---------------------------------------------------------------------
+@pytest.mark.parametrize(("env", "named"), [
+    ({"CATALOG_PART_SIZE": "\u00b9MiB"}, "CATALOG_PART_SIZE"),  # a superscript digit: isdigit() says yes, int() no
+    ({"CATALOG_CONCURRENCY": "\u00b2"}, "CATALOG_CONCURRENCY"),
+    ({"CATALOG_HUB_MAX_WAIT": "\u00b3"}, "CATALOG_HUB_MAX_WAIT"),
+    ({"CATALOG_CACHE_MAX_SIZE": "9" * 400}, "CATALOG_CACHE_MAX_SIZE"),  # float() would make it infinity
+    ({"CATALOG_PART_SIZE": "9" * 400 + "GiB"}, "CATALOG_PART_SIZE"),
+    ({"CATALOG_S3_READ_TIMEOUT": "9" * 30}, "CATALOG_S3_READ_TIMEOUT"),  # a socket timeout would overflow
+    ({"AWS_MAX_ATTEMPTS": "9" * 25}, "AWS_MAX_ATTEMPTS"),
+    ({"CATALOG_GPU_COUNT": "\u0663"}, "CATALOG_GPU_COUNT"),  # an Arabic-Indic three
+    ({"CATALOG_S3_UNSIGNED": "maybe"}, "CATALOG_S3_UNSIGNED"),  # never a silent false
+    ({"CATALOG_DEBUG": "sometimes"}, "CATALOG_DEBUG"),
+    ({"CATALOG_STREAM_PROOF_MAX_AGE": "-1"}, "CATALOG_STREAM_PROOF_MAX_AGE"),
+    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:99999"}, "endpoint"),
+    ({"AWS_ENDPOINT_URL": "http://[::1"}, "endpoint"),
+])
+def test_every_bad_setting_is_one_usage_error_naming_it(env: dict[str, str], named: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        Settings.build(env)
+    assert named in str(caught.value) and "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 300  # a 400-digit value is cut short, not echoed whole
+
+
+def test_flags_go_through_the_same_parser() -> None:
+    with pytest.raises(UsageError, match="--part-size"):
+        Settings.build({}, part_size="9" * 400)
+    with pytest.raises(UsageError, match="--concurrency"):
+        Settings.build({}, concurrency=10 ** 30)
+
+
+def test_sizes_and_flags_that_are_fine() -> None:
+    built = Settings.build({"CATALOG_PART_SIZE": "1.5GiB", "CATALOG_CACHE_MAX_SIZE": "200GiB", "CATALOG_S3_UNSIGNED": "TRUE"})
+    assert built.part_size == 3 << 29 and built.cache_max_size == 200 << 30 and built.s3.unsigned
+    assert not Settings.build({"CATALOG_S3_UNSIGNED": "0"}).s3.unsigned
+    assert Settings.build({}).stream_proof_max_age == 300
+
+
+def test_an_empty_home_never_puts_the_cache_at_the_root(tmp_path: Path) -> None:
+    import pwd
+
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    assert Settings.build({"HOME": ""}).cache_dir == home / ".cache" / "model-catalog"  # the user database's home
+    assert Settings.build({"HOME": "relative/dir"}).cache_dir == home / ".cache" / "model-catalog"
+    assert Settings.build({"HOME": str(tmp_path)}).cache_dir == tmp_path / ".cache" / "model-catalog"
+
+
+def test_a_relative_xdg_cache_home_is_ignored_and_said(tmp_path: Path) -> None:
+    built = Settings.build({"HOME": str(tmp_path), "XDG_CACHE_HOME": "cache-here"})
+    assert built.cache_dir == tmp_path / ".cache" / "model-catalog"
+    assert any("XDG_CACHE_HOME" in why for why in built.ignored)
+    assert Settings.build({"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "x")}).cache_dir == tmp_path / "x" / "model-catalog"
+
+
+# -- the warm key: every setting enters it --------------------------------------------------------------------
+CHANGED = {"catalog_dir": Path("/elsewhere"), "store": "s3://other/", "cache_dir": Path("/other-cache"), "source": "hf",
+           "offline": True, "part_size": 1 << 30, "concurrency": 3, "hub_endpoint": "http://hub", "hub_token": "t",
+           "s3_keys": ("a", "b"), "aws_files": ("/x", "/y"), "hub_max_wait": 1, "gpu_class": "h200", "gpu_count": 2,
+           "shared_caches": (Path("/tier"),), "mirrors": ("file:///m/",), "cache_max_size": 1, "stream_proof_max_age": 1}
+NOT_IN_KEY = {"debug", "ignored"}  # neither changes an answer
+
+
+def test_every_setting_that_can_change_an_answer_changes_the_warm_key() -> None:
+    base = Settings.build({"HOME": "/home/someone"})
+    names = {f.name for f in dataclasses.fields(Settings)}
+    assert names - NOT_IN_KEY <= set(CHANGED) | {"s3"}, "a new Settings field: add it here with a changed value"
+    for name, value in CHANGED.items():
+        assert dataclasses.replace(base, **{name: value}).fingerprint() != base.fingerprint(), name
+    for name in {f.name for f in dataclasses.fields(base.s3)}:
+        other = _another(getattr(base.s3, name))
+        assert dataclasses.replace(base, s3=dataclasses.replace(base.s3, **{name: other})).fingerprint() != base.fingerprint(), name
+
+
+def _another(value: object) -> object:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    return f"{value}-changed"
+
+
+def test_offline_enters_the_warm_key_and_a_streamed_entry_is_never_answered_offline() -> None:
+    from catalog_app.warm import ResolveRequest, index_key, proof_holds
+
+    online = Settings.build({"HOME": "/home/someone"})
+    offline = dataclasses.replace(online, offline=True)
+    request = ResolveRequest(("tiny-qwen2",))
+    assert index_key(request, online, Path("/c")) != index_key(request, offline, Path("/c"))
+    entry = {"records": [{"streamed": ["model.safetensors"]}], "proved_at": 1000.0}
+    assert proof_holds(entry, online, now=1000.0 + 299) and not proof_holds(entry, online, now=1000.0 + 301)
+    assert not proof_holds(entry, offline, now=1000.0)
+    assert proof_holds({"records": [{"streamed": []}], "proved_at": 0.0}, online, now=1e9)  # nothing streams
+
+
+# -- URLs -----------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "secret"), [
+    ("s3://user:hunter2@bucket/", "hunter2"), ("http://u:hunter2@host:9000/x/", "hunter2"),
+    ("s3://b/?endpoint=http://h&token=hunter2", "hunter2"), ("https://h/p?X-Amz-Signature=hunter2&x=1", "hunter2"),
+    ("http://h/?access_key=hunter2", "hunter2"), ("see 'https://a:b@c/?password=hunter2'", "hunter2"),
+])
+def test_credentials_in_urls_are_redacted(text: str, secret: str) -> None:
+    assert secret not in redact(text) and "***" in redact(text)
+
+
+def test_redaction_keeps_what_is_not_secret() -> None:
+    assert redact("s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path") == \
+        "s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path"
+
+
+@pytest.mark.parametrize("url", [
+    "http://mirror:99999/x/", "http://[::1/x/", "http://u:hunter2@mirror/x/", "http://mirror/x/?token=hunter2",
+    "s3://u:hunter2@bucket/", "s3://bucket/?token=hunter2", "s3://bucket/?endpoint=http://h:70000",
+    "s3://bucket/?endpoint=http://u:hunter2@h", "s3://bucket/?endpoint=ftp://h", "s3://Bad_Bucket/", "gopher://h/",
+    "s3://bucket/?addressing=sideways", "s3://bucket/?unsigned=perhaps",
+])
+def test_bad_store_urls_are_named_without_their_secrets(url: str) -> None:
+    problem = check_store_url(url)
+    assert problem is not None and "hunter2" not in problem
+
+
+def test_good_store_urls_pass() -> None:
+    for url in ("s3://bucket/", "s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path&unsigned=1",
+                "s3://bucket/?endpoint=https://h&profile=mirror-ro", "http://127.0.0.1:8080/buckets/b/", "file:///srv/m/", "/srv/m"):
+        assert check_store_url(url) is None, url
+    assert check_endpoint("http://127.0.0.1:9000") is None
+    assert same_endpoint("http://H:80", "http://h") and not same_endpoint("http://h:9000", "http://h:9001")
+
+
+# -- remote waits -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "expected"), [
+    ("5", 5.0), ("0", 0.0), ("100000", 100000.0), ("1e400", None), ("\u00b2", None), ("nan", None), ("inf", None),
+    ("-5", None), ("9" * 400, "max"), ("Fri, 31 Dec 9999 23:59:59 GMT", "far"), ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
+    ("garbage", None), (None, None),
+])
+def test_retry_after_values_never_crash(value: str | None, expected: object) -> None:
+    from resolver.waits import MAX_HINT, parse_retry_after
+
+    got = parse_retry_after(value, now=1_000_000.0)
+    if expected == "far":
+        assert got is not None and math.isfinite(got) and 1e10 > got > 1e8 and got <= MAX_HINT
+    elif expected == "max":
+        assert got == MAX_HINT
+    else:
+        assert got == expected
+
+
+@pytest.mark.parametrize("headers", [
+    {"Retry-After": "1e400"}, {"Retry-After": "\u00b2"}, {"RateLimit": '"api";r=0;t=' + "9" * 30},
+    {"RateLimit": '"api";r=0;t=99999999999999999999'}, {"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"},
+])
+def test_the_hubs_absurd_rate_limits_fail_as_one_line_not_a_crash(headers: dict[str, str]) -> None:
+    from resolver.hub import RateLimitedError, retry_delay
+
+    try:
+        delay = retry_delay("listing org/m", 429, headers, max_wait=60)
+    except RateLimitedError as exc:  # a far reset: named, with a date that exists
+        assert "resets in" in str(exc) and exc.hint is not None
+    else:
+        assert delay is None or 0 <= delay <= 60
+
+
+def test_a_hint_beyond_the_cap_ends_the_source_and_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    from resolver.waits import WaitTooLongError, hinted_delay
+
+    with pytest.raises(WaitTooLongError) as caught:
+        hinted_delay(100000.0, 60.0, "http://mirror/ (m/model.safetensors)")
+    assert "asked to retry in 100000s" in str(caught.value) and not caught.value.transient
+    with caplog.at_level("WARNING"):
+        assert hinted_delay(2.0, 60.0, "http://mirror/") == 2.0
+    assert "asked to retry in 2s" in caplog.text  # said, never a silent sleep
+    assert hinted_delay(None, 60.0, "x") is None
+
+
+# -- the tier check's identity ------------------------------------------------------------------------------------
+def _stat(base: os.stat_result, **changes: int) -> os.stat_result:
+    """`base` with some st_* fields changed (a real stat_result, as os.stat builds them)."""
+    fields = list(base)
+    extra = {name: getattr(base, name) for name in ("st_atime_ns", "st_mtime_ns", "st_ctime_ns")}
+    order = ["st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size"]
+    for name, value in changes.items():
+        if name in order:
+            fields[order.index(name)] = value
+        extra[name] = value
+    values = fields[:10] + [None, None, None] + [extra["st_atime_ns"], extra["st_mtime_ns"], extra["st_ctime_ns"]]
+    return os.stat_result(values)
+
+
+def test_a_tier_file_is_trusted_only_while_every_part_of_its_identity_holds(tmp_path: Path) -> None:
+    from resolver.cache import Cache
+    from resolver.tiers import CheckRecord
+
+    (tmp_path / "f").write_bytes(b"x")
+    st = os.stat(tmp_path / "f")
+    record = CheckRecord(Cache(tmp_path / "cache"))
+    sha = "a" * 64
+    record.remember(sha, st)
+    assert record.verdict(sha, st) is True
+    for field_name, value in (("st_mtime_ns", st.st_mtime_ns + 1), ("st_ctime_ns", st.st_ctime_ns + 1),
+                              ("st_size", st.st_size + 1), ("st_ino", st.st_ino + 1), ("st_dev", st.st_dev + 1)):
+        assert record.verdict(sha, _stat(st, **{field_name: value})) is None, field_name
+    record.remember(sha, _stat(st, st_ctime_ns=st.st_ctime_ns + 5), good=False)  # this one hashed wrong
+    assert record.verdict(sha, _stat(st, st_ctime_ns=st.st_ctime_ns + 5)) is False
+    assert record.verdict(sha, st) is True
+
+
+# -- sync plans: never sync's own records ---------------------------------------------------------------------------
+def test_an_edited_plan_naming_syncs_state_records_is_refused(bundled: object) -> None:
+    from resolver.sync import Action, PlanItem, SyncPlan, check_items
+
+    for action in (Action.ORPHAN, Action.EXTRA):
+        item = PlanItem(action, ".model-catalog/state/tiny-llama.json", 10, model="tiny-llama" if action is Action.EXTRA else "")
+        plan = SyncPlan("s3://b/", (item,), "f", prune=True, delete_orphans=True)
+        with pytest.raises(UsageError, match="sync's own state records"):
+            check_items(plan, bundled)  # type: ignore[arg-type]
+
+
+# -- the README's defaults ---------------------------------------------------------------------------------------------
+def test_the_log_heartbeat_comes_every_ten_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from catalog_app import progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    bar = progress.LogProgress(1000, stream=out)
+    clock[0] += 9.9
+    bar("m/f", 10)
+    assert out.getvalue() == ""
+    clock[0] += 0.1
+    bar("m/f", 10)
+    assert out.getvalue().startswith("... 20 B of 1000 B")
+
+
+def test_warm_entries_go_after_a_week_unused(tmp_path: Path) -> None:
+    import time
+
+    from resolver.cache import Cache
+    from resolver.maintenance import _stale_warm_entries
+
+    cache = Cache(tmp_path)
+    cache.warm_index.mkdir(parents=True)
+    now = time.time()
+    for name, age in (("old", 7 * 24 * 3600 + 60), ("recent", 7 * 24 * 3600 - 60)):
+        path = cache.warm_index / f"{name}.json"
+        path.write_text('{"markers": []}')
+        os.utime(path, (now - age, now - age))
+    assert [p.stem for p in _stale_warm_entries(cache, now)] == ["old"]
