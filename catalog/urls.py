@@ -20,7 +20,8 @@ from catalog import naming
 
 S3_OPTIONS = ("endpoint", "addressing", "unsigned", "profile")  # s3://bucket/base/?endpoint=...&...
 ADDRESSING = ("auto", "path", "virtual")
-SCHEMES = ("s3", "file", "http", "https")
+SCHEMES = ("s3", "file", "http", "https", "oci")
+OCI_OPTIONS = ("plain-http",)  # oci://host[:port]/namespace/?plain-http=1
 HIDDEN = "***"
 
 _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"]*@", re.IGNORECASE)
@@ -81,6 +82,16 @@ def check_store_url(url: str) -> str | None:
         return None
     if scheme == "file":
         return None
+    if scheme == "oci":
+        parts, problem = split(url)
+        if parts is None:
+            return problem
+        if parts.username is not None or parts.password is not None:
+            return f"{shown!r} carries credentials: they belong in CATALOG_OCI_USERNAME/PASSWORD or docker's config.json"
+        if not parts.hostname:
+            return f"{shown!r} has no registry: use oci://host[:port]/namespace/"
+        unknown = sorted(set(parse_qs(parts.query, keep_blank_values=True)) - set(OCI_OPTIONS))
+        return f"unknown oci:// URL option(s) {', '.join(k[:30] for k in unknown)}; known: plain-http" if unknown else None
     base, _, query = url.partition("?")
     if "@" in base.split("/", 3)[2]:
         return f"{shown!r} carries credentials: they belong in the AWS credential chain (or ?profile=NAME), never in a URL"

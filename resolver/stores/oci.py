@@ -83,7 +83,7 @@ class _BlobStream:
         response = self._response
         if response is None:
             return 0
-        count = response.readinto(buffer)
+        count = response.readinto1(buffer)  # one socket read at most: a trickle is seen as it comes (the rate guard)
         if response.length == 0 and self._conn is not None:
             self._response = None
             self._client.give_back(self._conn)
