@@ -73,19 +73,24 @@ def test_a_relative_xdg_cache_home_is_ignored_and_said(tmp_path: Path) -> None:
 CHANGED = {"catalog_dir": Path("/elsewhere"), "store": "s3://other/", "cache_dir": Path("/other-cache"), "source": "hf",
            "offline": True, "part_size": 1 << 30, "concurrency": 3, "hub_endpoint": "http://hub", "hub_token": "t",
            "s3_keys": ("a", "b"), "aws_files": ("/x", "/y"), "hub_max_wait": 1, "gpu_class": "h200", "gpu_count": 2,
-           "shared_caches": (Path("/tier"),), "mirrors": ("file:///m/",), "cache_max_size": 1, "stream_proof_max_age": 1}
+           "shared_caches": (Path("/tier"),), "mirrors": ("file:///m/",), "cache_max_size": 1, "stream_proof_max_age": 1,
+           "prefer": "stream", "require_signature": True, "trusted_keys": (Path("/k.pub"),), "trusted_roots": (Path("/r.pem"),)}
+NESTED = ("s3", "oci")  # option groups: each of their fields is changed in turn
 NOT_IN_KEY = {"debug", "ignored"}  # neither changes an answer
 
 
 def test_every_setting_that_can_change_an_answer_changes_the_warm_key() -> None:
     base = Settings.build({"HOME": "/home/someone"})
     names = {f.name for f in dataclasses.fields(Settings)}
-    assert names - NOT_IN_KEY <= set(CHANGED) | {"s3"}, "a new Settings field: add it here with a changed value"
+    assert names - NOT_IN_KEY <= set(CHANGED) | set(NESTED), "a new Settings field: add it here with a changed value"
     for name, value in CHANGED.items():
         assert dataclasses.replace(base, **{name: value}).fingerprint() != base.fingerprint(), name
-    for name in {f.name for f in dataclasses.fields(base.s3)}:
-        other = _another(getattr(base.s3, name))
-        assert dataclasses.replace(base, s3=dataclasses.replace(base.s3, **{name: other})).fingerprint() != base.fingerprint(), name
+    for group in NESTED:
+        options = getattr(base, group)
+        for name in {f.name for f in dataclasses.fields(options)}:
+            other = _another(getattr(options, name))
+            changed = dataclasses.replace(base, **{group: dataclasses.replace(options, **{name: other})})
+            assert changed.fingerprint() != base.fingerprint(), f"{group}.{name}"
 
 
 def _another(value: object) -> object:
@@ -93,6 +98,10 @@ def _another(value: object) -> object:
         return not value
     if isinstance(value, (int, float)):
         return value + 1
+    if isinstance(value, tuple):
+        return (*value, "changed")
+    if isinstance(value, Path):
+        return value / "changed"
     return f"{value}-changed"
 
 
@@ -128,7 +137,8 @@ def test_redaction_keeps_what_is_not_secret() -> None:
     "http://mirror:99999/x/", "http://[::1/x/", "http://u:hunter2@mirror/x/", "http://mirror/x/?token=hunter2",
     "s3://u:hunter2@bucket/", "s3://bucket/?token=hunter2", "s3://bucket/?endpoint=http://h:70000",
     "s3://bucket/?endpoint=http://u:hunter2@h", "s3://bucket/?endpoint=ftp://h", "s3://Bad_Bucket/", "gopher://h/",
-    "s3://bucket/?addressing=sideways", "s3://bucket/?unsigned=perhaps",
+    "s3://bucket/?addressing=sideways", "s3://bucket/?unsigned=perhaps", "oci://u:hunter2@registry/ns/",
+    "oci://registry:99999/ns/", "oci://registry/ns/?token=hunter2",
 ])
 def test_bad_store_urls_are_named_without_their_secrets(url: str) -> None:
     problem = check_store_url(url)
@@ -137,7 +147,8 @@ def test_bad_store_urls_are_named_without_their_secrets(url: str) -> None:
 
 def test_good_store_urls_pass() -> None:
     for url in ("s3://bucket/", "s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path&unsigned=1",
-                "s3://bucket/?endpoint=https://h&profile=mirror-ro", "http://127.0.0.1:8080/buckets/b/", "file:///srv/m/", "/srv/m"):
+                "s3://bucket/?endpoint=https://h&profile=mirror-ro", "http://127.0.0.1:8080/buckets/b/", "file:///srv/m/", "/srv/m",
+                "oci://127.0.0.1:5000/models/?plain-http=1"):
         assert check_store_url(url) is None, url
     assert check_endpoint("http://127.0.0.1:9000") is None
     assert same_endpoint("http://H:80", "http://h") and not same_endpoint("http://h:9000", "http://h:9001")

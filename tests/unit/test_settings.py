@@ -13,7 +13,7 @@ from catalog.settings import Settings
 def test_flags_beat_the_environment_which_beats_the_defaults(tmp_path: Path) -> None:
     env = {"CATALOG_CACHE": str(tmp_path / "env-cache"), "CATALOG_STORE": "s3://env-bucket/", "CATALOG_PART_SIZE": "8MiB",
            "CATALOG_CONCURRENCY": "3"}
-    assert Settings.build({}).cache_dir == Path.home() / ".cache" / "model-catalog"
+    assert Settings.build({"HOME": str(tmp_path)}).cache_dir == tmp_path / ".cache" / "model-catalog"  # HOME of `env`
     assert Settings.build({"XDG_CACHE_HOME": str(tmp_path)}).cache_dir == tmp_path / "model-catalog"
     from_env = Settings.build(env)
     assert (from_env.cache_dir, from_env.store, from_env.part_size, from_env.concurrency) == (
