@@ -90,6 +90,8 @@ RULES: tuple[Rule, ...] = (
     Rule("signature", "under `signatures: required`, a model without a signature; any signature that is unparseable, "
                       "made by an untrusted key, or whose resources differ from the pins (naming the first file)"),
     Rule("pin-changed", "with `--base REF`: a file's hash changed while name and revision stayed (pins are immutable)"),
+    Rule("mirror", "a catalog.yaml mirror URL that no runner could open: an unknown scheme, a bad port or `[`, credentials "
+                   "in the URL, unknown `?options`, a bad bucket"),
 )
 BY_ID = {rule.id: rule for rule in RULES}
 # What `catalog lock` may run despite: it rewrites the pinned files these rules judge.
