@@ -154,9 +154,15 @@ class Cache:
         """A fresh temp file owned by this process (O_EXCL), for a download in flight. An exclusive flock is
         held on it while the fd is open: gc removes only temp files it can lock itself, so a download in
         another PID namespace (a container sharing the cache volume) is never taken for a dead one."""
-        self.make_dirs(self.tmp)
         path = self.tmp / f"{os.getpid()}-{secrets.token_hex(6)}.part"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        for attempt in (1, 2):
+            self.make_dirs(self.tmp)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                break
+            except FileNotFoundError:  # another process removed the empty tmp/ just now (a publisher ending): again
+                if attempt == 2:
+                    raise
         _flock(fd)
         return fd, path
 
