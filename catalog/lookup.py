@@ -67,6 +67,10 @@ class Catalog:
         folded = repo_id.casefold()
         return sorted((m for m in self.models.values() if m.source.hf_repo.casefold() == folded), key=lambda m: m.name)
 
+    def store_key(self, manifest: ModelManifest, path: str = "") -> str:
+        """The key of `path` of `manifest` relative to the store root (its prefix minus catalog.yaml's store)."""
+        return manifest.s3_prefix[len(self.settings.store):] + path
+
     def repo_owner(self, repo_id: str, revision: str | None = None, *, repo_type: str = "model") -> ModelManifest | None:
         """The manifest that answers for a repo id (at `revision`, if given) where one id must mean one model's files:
         the redirect file, an hf-cache snapshot. The only manifest pinning it, else the one marked `primary: true`

@@ -160,12 +160,13 @@ class _Session:
                 import catalog
                 from catalog.settings import Settings
                 from resolver.cache import Cache
-                from resolver.resolve import ResolveOptions, open_catalog_store
+                from resolver.resolve import ResolveOptions
+                from resolver.stores import open_catalog_store
 
                 self.settings = settings = Settings.from_process()  # this plugin's entry point: read once
                 cat = catalog.load(settings.find_catalog_dir())
                 self.ready = (cat, open_catalog_store(cat, settings), Cache(settings.cache_dir),
-                              ResolveOptions.from_settings(settings))
+                              ResolveOptions.from_settings(settings, cat))
             return self.ready
 
     def this_machine(self) -> Machine:

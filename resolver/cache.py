@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog import formats, naming
-from catalog.errors import CacheWriteError, UnsafePathError
+from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
 from resolver import hashing
 from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name, staging_owner
 from resolver.identity import dir_identity
@@ -679,6 +679,17 @@ def note_marker_used(path: Path, marker: Marker | None, every: float = RESOLVED_
         atomic_write(path, dataclasses.replace(marker, resolved_at=now).to_json())
     except OSError:
         log.debug("could not record the resolve time of %s", marker.name, exc_info=True)
+
+
+def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
+    """One line for an OS error met in the cache (a file where a folder belongs, a read-only or vanished
+    cache, no permission); an error elsewhere keeps its own words."""
+    where = exc.filename if isinstance(exc.filename, str) else None
+    what = f"{exc.strerror or exc}" + (f": {where}" if where else "")
+    if where is not None and not Path(where).is_relative_to(cache.root):
+        return CatalogError(f"{name + ': ' if name else ''}{what}")
+    hint = write_hint(exc.errno)
+    return CacheWriteError(f"cannot use the cache at {cache.root}{' for ' + name if name else ''}: {what}", hint=hint)
 
 
 def write_hint(err: int | None) -> str:

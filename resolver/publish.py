@@ -29,7 +29,6 @@ from resolver import capacity
 from resolver.cache import Cache, idle_file
 from resolver.fsutil import atomic_write
 from resolver.hashing import hash_file
-from resolver.resolve import store_key
 from resolver.stores import Store
 from resolver.transfer import Progress, TransferConfig, Wanted, fetch
 
@@ -69,7 +68,7 @@ def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, con
             if target.has_blob(entry) and not (deep and not _blob_ok(target, entry)):
                 report.present.append(label)
                 continue
-            wanted.append(Wanted(manifest.name, entry, store_key(cat, manifest, entry.path)))
+            wanted.append(Wanted(manifest.name, entry, cat.store_key(manifest, entry.path)))
         plan.append(wanted)
     needed = sum({w.entry.sha256: w.entry.size for wanted in plan for w in wanted}.values())
     capacity.check_space(target, needed, f"publishing {sum(map(len, plan))} file(s)", where="the tier", hint=TIER_HINT)

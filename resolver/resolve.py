@@ -34,11 +34,11 @@ from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
 from resolver import capacity, hashing, mounts, signatures, stream_check, tiers
-from resolver.cache import Cache, write_hint
+from resolver.cache import Cache, cache_error
 from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
 from resolver.resolution import NoEngineArguments, Resolution, engine_target
-from resolver.stores import Store, open_store
+from resolver.stores import Store, bind_models, open_store
 from resolver.transfer import Progress, TransferConfig, Wanted, fetch
 
 log = logging.getLogger(__name__)
@@ -63,19 +63,21 @@ class ResolveOptions:
     # (check-load) hashes every streamed byte against the pin itself
     verify_stream: str = stream_check.LISTING
     tiers: tuple[Path, ...] = ()  # read-only shared cache tiers, consulted first
-    mirrors: tuple[Store, ...] = ()  # stores tried in order before the primary; empty: catalog.yaml's mirrors
+    mirrors: tuple[Store, ...] = ()  # stores tried in order before the primary (from_settings: the settings', else catalog.yaml's)
     max_size: int | None = None  # evict least recently resolved views before fetching, to stay under it
     # "local": a streamed format whose weights are all verified in the cache or a shared tier is answered with its
     # local folder (no byte read from the store, no proof of the streamed objects needed); "stream": the URI always
     prefer: str = "local"
-    settings: Settings | None = None  # to open catalog.yaml's mirrors with (None: this process's)
+    settings: Settings | None = None  # the command's (signature policy); None: a library caller's defaults
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: object) -> ResolveOptions:
-        """The options a command's settings imply; `overrides` are the command's own (layout, ...)."""
+    def from_settings(cls, settings: Settings, cat: Catalog | None = None, **overrides: object) -> ResolveOptions:
+        """The options a command's settings imply; `overrides` are the command's own (layout, ...). The mirrors are
+        the settings' (--mirror, CATALOG_MIRRORS), else `cat`'s catalog.yaml's, opened here once."""
+        urls = settings.mirrors or (cat.settings.mirrors if cat is not None else ())
         options = cls(offline=settings.offline, source=Source(settings.source),
                       transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings),
-                      tiers=settings.shared_caches, mirrors=tuple(open_store(url, settings) for url in settings.mirrors),
+                      tiers=settings.shared_caches, mirrors=tuple(open_store(url, settings) for url in urls),
                       max_size=settings.cache_max_size, prefer=settings.prefer, settings=settings)
         return dataclasses.replace(options, **overrides)  # type: ignore[arg-type]
 
@@ -89,24 +91,11 @@ class Fetched:
     sources: dict[str, str]
 
 
-_MIRRORS: dict[tuple[str, str], Store] = {}  # (url, settings fingerprint): by value, never by object identity
-_MIRRORS_LOCK = threading.Lock()
 
 
 def mirror_stores(cat: Catalog, options: ResolveOptions) -> tuple[Store, ...]:
-    """--mirror / CATALOG_MIRRORS when given, else catalog.yaml's `mirrors` (opened once per process)."""
-    if options.mirrors:
-        return tuple(bind_models(m, cat) for m in options.mirrors)
-    urls = cat.settings.mirrors
-    if not urls:
-        return ()
-    settings = options.settings if options.settings is not None else Settings.from_process()
-    key = settings.fingerprint()
-    with _MIRRORS_LOCK:
-        for url in urls:
-            if (url, key) not in _MIRRORS:
-                _MIRRORS[(url, key)] = open_store(url, settings)
-        return tuple(bind_models(_MIRRORS[(url, key)], cat) for url in urls)
+    """The mirrors, in order, each told where the catalog's models are (a registry addresses them by model)."""
+    return tuple(bind_models(m, cat) for m in options.mirrors)
 
 
 @dataclass(frozen=True)
@@ -130,23 +119,10 @@ def plan_files(manifest: ModelManifest, materialize_weights: bool) -> FilePlan:
     )
 
 
-def store_key(cat: Catalog, manifest: ModelManifest, path: str = "") -> str:
-    """The key of `path` relative to the store root (the manifest's prefix minus catalog.yaml's store)."""
-    return manifest.s3_prefix[len(cat.settings.store):] + path
 
 
-def open_catalog_store(cat: Catalog, settings: Settings) -> Store:
-    """The store: --store/CATALOG_STORE if given, else catalog.yaml's. Creating it does no I/O."""
-    return bind_models(open_store(settings.store or cat.settings.store, settings), cat)
 
 
-def bind_models(store: Store, cat: Catalog) -> Store:
-    """A store that addresses objects by model, not by key (an OCI registry: one repository per model), learns
-    where each model's keys are; any other store is returned as it is."""
-    bind = getattr(store, "bind_models", None)
-    if callable(bind):
-        bind({store_key(cat, m): m for m in cat})
-    return store
 
 
 def resolve(
@@ -233,15 +209,6 @@ def request_bytes(cat: Catalog, names: Sequence[str], options: ResolveOptions) -
     return sum(blobs.values())
 
 
-def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
-    """One line for an OS error met in the cache (a file where a folder belongs, a read-only or vanished
-    cache, no permission); an error elsewhere keeps its own words."""
-    where = exc.filename if isinstance(exc.filename, str) else None
-    what = f"{exc.strerror or exc}" + (f": {where}" if where else "")
-    if where is not None and not Path(where).is_relative_to(cache.root):
-        return CatalogError(f"{name + ': ' if name else ''}{what}")
-    hint = write_hint(exc.errno)
-    return CacheWriteError(f"cannot use the cache at {cache.root}{' for ' + name if name else ''}: {what}", hint=hint)
 
 
 def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Store, options: ResolveOptions,
@@ -266,7 +233,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         sources = {**again.sources, **{p: s for p, s in sources.items() if s != "cache"}}
     path = cache.view_dir(spec)
     tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, bool(plan.streamed), cache, store, options, progress)
-    weights_uri = store.stream_uri(store_key(cat, manifest)) if plan.streamed else None
+    weights_uri = store.stream_uri(cat.store_key(manifest)) if plan.streamed else None
     model, loader = str(path), dict(manifest.loader)
     if manifest.load_format.spec.engine:
         try:
@@ -311,7 +278,7 @@ def _verify_streamed(cat: Catalog, manifest: ModelManifest, streamed: tuple[File
     """Prove each streamed object is the one whose bytes were verified before its URI is handed out.
     True when it cannot be proven but --source fallback may bring the weights from the Hub instead."""
     try:
-        stream_check.verify_streamed(store, manifest.name, store_key(cat, manifest), streamed,
+        stream_check.verify_streamed(store, manifest.name, cat.store_key(manifest), streamed,
                                      mode=options.verify_stream, config=options.transfer)
     except (StoreUnavailableError, MissingObjectError, IntegrityError) as exc:
         if options.source is not Source.FALLBACK:
@@ -369,7 +336,7 @@ def _fetch_missing(
     still = _from_mirrors(cat, manifest, still, cache, mirror_stores(cat, options), options, progress, sources)
     try:
         if still:
-            got = fetch(store, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in still], cache,
+            got = fetch(store, [Wanted(manifest.name, e, cat.store_key(manifest, e.path)) for e in still], cache,
                         options.transfer, progress)
             sources |= _served(still, got, store.url)
             still = []
@@ -407,7 +374,7 @@ def _from_mirrors(
         if not still:
             break
         try:
-            fetch(mirror, [Wanted(manifest.name, e, store_key(cat, manifest, e.path)) for e in still], cache, config, progress)
+            fetch(mirror, [Wanted(manifest.name, e, cat.store_key(manifest, e.path)) for e in still], cache, config, progress)
         except CacheWriteError:
             raise  # our disk, not the mirror: no other store would do better
         except (CatalogError, OSError) as exc:

@@ -30,7 +30,6 @@ from resolver import hashing
 from resolver.cache import Cache
 from resolver.hub import HubOptions, HubStore
 from resolver.last_copy import refuse_last_copy_deletion
-from resolver.resolve import store_key
 from resolver.stream_check import STATE_PREFIX, cached_state, parse_state, read_small, remember_state, write_state
 from resolver.stores import LocalStore, ObjectInfo, Store
 from resolver.stores.base import delete_many
@@ -160,7 +159,7 @@ def fingerprint(listing: Iterable[ObjectInfo]) -> str:
 
 def catalog_fingerprint(cat: Catalog) -> str:
     """Of what a plan is decided from: every manifest's name, prefix key and pinned files (path, size, sha256)."""
-    pins = sorted((m.name, store_key(cat, m), sorted((e.path, e.size, e.sha256) for e in m.files)) for m in cat)
+    pins = sorted((m.name, cat.store_key(m), sorted((e.path, e.size, e.sha256) for e in m.files)) for m in cat)
     return hashlib.sha256(json.dumps([cat.settings.store, pins]).encode()).hexdigest()
 
 
@@ -173,8 +172,8 @@ def check_items(plan_: SyncPlan, cat: Catalog) -> None:
     own state records (the planner never emits one). A hand-edited plan therefore cannot delete or overwrite
     another model's files, nor the records that vouch for them.
     """
-    prefixes = {m.name: store_key(cat, m) for m in cat}
-    pinned = {store_key(cat, m, e.path): (m.name, e) for m in cat for e in m.files}
+    prefixes = {m.name: cat.store_key(m) for m in cat}
+    pinned = {cat.store_key(m, e.path): (m.name, e) for m in cat for e in m.files}
     longest_first = sorted(prefixes.values(), key=len, reverse=True)
 
     def owner(key: str) -> str | None:
@@ -292,8 +291,8 @@ class SyncScope:
 
 def scope_of(cat: Catalog, names: Sequence[str]) -> SyncScope:
     manifests = [cat.get(n) for n in names] if names else list(cat)
-    return SyncScope(manifests, {m.name: store_key(cat, m) for m in manifests}, whole_store=not names,
-                     all_prefixes=[store_key(cat, m) for m in cat])
+    return SyncScope(manifests, {m.name: cat.store_key(m) for m in manifests}, whole_store=not names,
+                     all_prefixes=[cat.store_key(m) for m in cat])
 
 
 def list_scope(store: Store, scope: SyncScope) -> list[ObjectInfo]:

@@ -22,7 +22,6 @@ from resolver.cache import Cache
 from resolver.hf_tier import HfTier
 from resolver.hub import HubOptions
 from resolver.last_copy import copy_record
-from resolver.resolve import store_key
 from resolver.stores import Store
 from resolver.sync import ApplyReport, PlanItem, SourceOfBytes, SyncPlan, apply, make_plan
 from resolver.tiers import take_from_tiers
@@ -59,7 +58,7 @@ class StoreBytes(SourceOfBytes):
     def blob(self, item: PlanItem) -> Path:
         entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
         if not self.cache.has_blob(entry):
-            key = store_key(self.cat, self.cat.get(item.model), item.path)
+            key = self.cat.store_key(self.cat.get(item.model), item.path)
             fetch(self.origin, [Wanted(item.model, entry, key)], self.cache, self.config)
         return self.cache.blob_path(entry.sha256)
 

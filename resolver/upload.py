@@ -20,7 +20,6 @@ from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from resolver import hashing
 from resolver.cache import safe_join
-from resolver.resolve import store_key
 from resolver.stores import Store
 from resolver.stream_check import record, write_state
 
@@ -56,7 +55,7 @@ def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> Uplo
     recorded: dict[str, dict[str, object]] = {}
     try:
         for entry in manifest.files:
-            key = store_key(cat, manifest, entry.path)
+            key = cat.store_key(manifest, entry.path)
             existing = store.head(key)
             if existing is not None and existing.size == entry.size and existing.metadata.get(SHA256_META) == entry.sha256:
                 report.skipped.append(entry.path)

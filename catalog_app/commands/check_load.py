@@ -15,7 +15,8 @@ from catalog_app.markdown import table
 from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.loaders import LoadReport, check_load
-from resolver.resolve import ResolveOptions, open_catalog_store
+from resolver.resolve import ResolveOptions
+from resolver.stores import open_catalog_store
 
 
 @click.command("check-load")
@@ -43,7 +44,7 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
         cat.get(name)  # unknown names fail before anything loads
     cache = Cache(current.cache_dir)
     the_store = open_catalog_store(cat, current)
-    options = ResolveOptions.from_settings(current)
+    options = ResolveOptions.from_settings(current, cat)
     reports: list[LoadReport] = []
     if engine is not None:
         from resolver.loaders.vllm_engine import check_with_engine

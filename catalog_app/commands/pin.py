@@ -135,13 +135,14 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
 def tensorize_command(ctx: click.Context, name: str, out: Path, store: str | None, cache_dir: str | None) -> int:
     """Write a byte-deterministic model.tensors from a model's safetensors (needs the loaders extra)."""
     from resolver.cache import Cache
-    from resolver.resolve import ResolveOptions, open_catalog_store
+    from resolver.resolve import ResolveOptions
+    from resolver.stores import open_catalog_store
     from resolver.tensorize import tensorize
 
     current = settings(ctx, store=store, cache_dir=cache_dir)
     cat = load_catalog(ctx)  # whole: the safetensors and tensorizer manifests of one repo and revision pair up
     target = tensorize(cat, name, out, cache=Cache(current.cache_dir), store=open_catalog_store(cat, current),
-                       options=ResolveOptions.from_settings(current))
+                       options=ResolveOptions.from_settings(current, cat))
     click.echo(str(target))
     return 0
 

@@ -10,7 +10,7 @@ from catalog.errors import UsageError
 from catalog_app.context import load_catalog, settings, store_options
 from catalog_app.progress import for_terminal, human_bytes
 from resolver.publish import clean_tier, publish, verify_tier
-from resolver.resolve import open_catalog_store
+from resolver.stores import open_catalog_store
 from resolver.transfer import TransferConfig
 
 

@@ -13,10 +13,11 @@ from catalog_app import outputs, warm
 from catalog_app.context import cache_option, catalog_dir, load_catalog, settings, store_options
 from catalog_app.progress import for_terminal, human_bytes
 from catalog_app.trust import trust_options
-from resolver.cache import Cache
+from resolver.cache import Cache, cache_error
 from resolver.views import Layout
 from resolver.resolution import Resolution
-from resolver.resolve import ResolveOptions, Source, command_in_use, open_catalog_store, resolve, snapshot_owners
+from resolver.resolve import ResolveOptions, Source, command_in_use, resolve, snapshot_owners
+from resolver.stores import open_catalog_store
 from resolver.signatures import require as require_signatures
 
 log = logging.getLogger("catalog.resolve")
@@ -69,7 +70,7 @@ def resolve_command(
     cat = load_catalog(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names)
     cache = Cache(current.cache_dir)
     the_store = open_catalog_store(cat, current)
-    options = ResolveOptions.from_settings(current, layout=Layout(layout), materialize_weights=materialize_weights,
+    options = ResolveOptions.from_settings(current, cat, layout=Layout(layout), materialize_weights=materialize_weights,
                                            verify_stream=verify_stream)
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
@@ -125,7 +126,6 @@ def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, check
     models' signatures)."""
     from catalog.signing import policy_of
     from resolver.maintenance import verify
-    from resolver.resolve import cache_error
     from resolver.signatures import load_anchors
 
     current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None)
@@ -163,7 +163,6 @@ def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_fre
     from resolver.capacity import evict
     from resolver.maintenance import gc
     from resolver.publish import refuse_tier
-    from resolver.resolve import cache_error
 
     limit = parse_size(max_size, "--max-size") if max_size is not None else None
     free = parse_size(keep_free, "--keep-free") if keep_free is not None else None

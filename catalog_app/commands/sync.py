@@ -15,8 +15,7 @@ from catalog_app.markdown import table
 from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.hub import HubOptions
-from resolver.resolve import open_catalog_store
-from resolver.stores import Store, open_store
+from resolver.stores import Store, open_catalog_store, open_store
 from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
 from resolver.sync_sources import HfCacheBytes, replicate
 from resolver.transfer import TransferConfig

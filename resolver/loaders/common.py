@@ -29,7 +29,6 @@ from catalog.tensor_tables import TensorTables
 from resolver.cache import Cache
 from resolver.headers import read_file_header, read_store_header
 from resolver.resolution import Resolution
-from resolver.resolve import store_key
 from resolver.stores import Store
 
 if TYPE_CHECKING:
@@ -199,7 +198,7 @@ def read_header(cat: Catalog, manifest: ModelManifest, entry: FileEntry, store: 
     try:
         if cache.has_blob(entry):
             return read_file_header(cache.blob_path(entry.sha256), model=manifest.name, path=entry.path, size=entry.size)
-        return read_store_header(store, store_key(cat, manifest, entry.path), model=manifest.name, path=entry.path,
+        return read_store_header(store, cat.store_key(manifest, entry.path), model=manifest.name, path=entry.path,
                                  size=entry.size)
     except HeaderError as exc:
         where = f"{manifest.name}/{entry.path}"

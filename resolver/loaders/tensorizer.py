@@ -20,7 +20,7 @@ from catalog.schema import ModelManifest
 from resolver.cache import Cache
 from resolver.loaders.common import LoadedWeights, LoadError, StreamTarget, _terse, scoped_environ, stream_target
 from resolver.resolution import Resolution
-from resolver.resolve import ResolveOptions, store_key
+from resolver.resolve import ResolveOptions
 from resolver.stores import Store
 from resolver.transfer import TransferConfig, Wanted, fetch_digest
 
@@ -63,7 +63,7 @@ def check_pin(cat: Catalog, manifest: ModelManifest, resolution: Resolution, uri
         return []  # materialized by resolve: size and sha256 were verified before it entered the cache
     where = f"{manifest.name}/{entry.path}"
     try:
-        got = fetch_digest(store, Wanted(manifest.name, entry, store_key(cat, manifest, entry.path)), config)
+        got = fetch_digest(store, Wanted(manifest.name, entry, cat.store_key(manifest, entry.path)), config)
     except IntegrityError as exc:  # the object's size differs from the pin
         return [f"{where}: the object in the store has {exc.what} {exc.got}, the pin says {exc.expected}: the object "
                 f"changed under its pin (`catalog sync` re-uploads it)"]

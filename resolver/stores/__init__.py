@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from catalog.errors import UsageError
+from catalog.lookup import Catalog
 from catalog.settings import S3Options, Settings
 from resolver.stores import http, local, oci, s3
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
@@ -50,11 +51,26 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
     return factory(url, settings)
 
 
+def open_catalog_store(cat: Catalog, settings: Settings) -> Store:
+    """A catalog's store: --store/CATALOG_STORE if given, else catalog.yaml's, told where the catalog's models are.
+    Creating it does no I/O."""
+    return bind_models(open_store(settings.store or cat.settings.store, settings), cat)
+
+
+def bind_models(store: Store, cat: Catalog) -> Store:
+    """A store that addresses objects by model, not by key (an OCI registry: one repository per model), learns
+    where each model's keys are; any other store is returned as it is."""
+    bind = getattr(store, "bind_models", None)
+    if callable(bind):
+        bind({cat.store_key(m): m for m in cat})
+    return store
+
+
 register("file", lambda url, settings: local.from_url(url))
 register("s3", s3.from_url)
 register("http", http.from_settings)
 register("https", http.from_settings)
 register("oci", oci.from_url)
 
-__all__ = ["HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
+__all__ = ["bind_models", "open_catalog_store", "HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
            "check_key", "make_s3_client", "open_store", "register", "schemes"]

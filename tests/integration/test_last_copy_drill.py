@@ -19,7 +19,6 @@ from servers import SeaweedServer, new_bucket
 
 from catalog.lookup import Catalog
 from resolver.last_copy import RECORD_KEY
-from resolver.resolve import store_key
 from resolver.stores import S3Options, make_s3_client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,8 +100,8 @@ def test_the_drill(hub: HubDouble, bundled: Catalog, s3_server: SeaweedServer, t
     # What a cleanup would delete: an object under tiny-llama's prefix no manifest pins, and (its manifest removed
     # from the catalog) every object of tiny-llama-tensorizer, orphans now.
     llama = bundled.get("tiny-llama")
-    tensorizer = {store_key(bundled, bundled.get("tiny-llama-tensorizer"), e.path) for e in bundled.get("tiny-llama-tensorizer").files}
-    extra = store_key(bundled, llama, "notes.txt")
+    tensorizer = {bundled.store_key(bundled.get("tiny-llama-tensorizer"), e.path) for e in bundled.get("tiny-llama-tensorizer").files}
+    extra = bundled.store_key(llama, "notes.txt")
     client: Any = make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path"))
     client.put_object(Bucket=bucket, Key=extra, Body=b"kept by hand")
     (run.catalog / "tiny-llama-tensorizer.yaml").unlink()
@@ -126,7 +125,7 @@ def test_the_drill(hub: HubDouble, bundled: Catalog, s3_server: SeaweedServer, t
     second = new_bucket(s3_server.url)  # keep two copies of what only we still have
     copied = run.cli("sync", "--replicate-to", f"s3://{second}/", "tiny-llama", "--format", "json")
     assert copied.returncode == 0, copied.stderr
-    assert {store_key(bundled, llama, e.path) for e in llama.files} | {RECORD_KEY} <= keys(s3_server, second)
+    assert {bundled.store_key(llama, e.path) for e in llama.files} | {RECORD_KEY} <= keys(s3_server, second)
     assert run.cli("resolve", "tiny-llama", "--store", f"s3://{second}/").returncode == 0
     assert hub.hub_requests() - asked == 4  # the audit's; replication and the resolve asked nothing
 

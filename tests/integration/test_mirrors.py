@@ -15,7 +15,7 @@ from servers import SeaweedServer, free_port, new_bucket
 
 from catalog.lookup import Catalog, load
 from resolver.cache import Cache
-from resolver.resolve import ResolveOptions, resolve, store_key
+from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import HttpStore, open_store
 from resolver.upload import upload_from_dir
 
@@ -40,8 +40,8 @@ def test_mirrors_are_tried_in_order_per_file(bundled: Catalog, sources: dict[str
     mirror = open_store(f"s3://{mirror_bucket}/")
     upload_from_dir(bundled, NAME, sources[NAME], mirror)
     # The mirror bucket: tokenizer.json missing, model.safetensors rewritten with other bytes of the same size.
-    mirror.delete(store_key(bundled, manifest, "tokenizer.json"))
-    mirror.put(store_key(bundled, manifest, "model.safetensors"), corrupt_copy(sources[NAME] / "model.safetensors", tmp_path))
+    mirror.delete(bundled.store_key(manifest, "tokenizer.json"))
+    mirror.put(bundled.store_key(manifest, "model.safetensors"), corrupt_copy(sources[NAME] / "model.safetensors", tmp_path))
     # First in line: a dead HTTP mirror (nothing listens), then the filer's plain HTTP view of the mirror bucket,
     # then the same bucket over S3, then the primary.
     dead = open_store(f"http://127.0.0.1:{free_port()}/nothing/")
@@ -72,7 +72,7 @@ def test_a_mirror_in_catalog_yaml_and_the_cli_json(bundled: Catalog, sources: di
     upload_from_dir(cat, NAME, sources[NAME], open_store(str(primary_dir)))
     mirror = open_store(str(mirror_dir))
     upload_from_dir(cat, NAME, sources[NAME], mirror)
-    mirror.delete(store_key(cat, cat.get(NAME), "config.json"))
+    mirror.delete(cat.store_key(cat.get(NAME), "config.json"))
     env = {**os.environ, "CATALOG_CACHE": str(tmp_path / "cache")}
     env.pop("CATALOG_MIRRORS", None)
     command = [sys.executable, "-m", "catalog", "--catalog", str(catalog_dir), "resolve", NAME, "--store", str(primary_dir),

@@ -20,7 +20,8 @@ from catalog.errors import StoreUnavailableError
 from catalog.lookup import Catalog
 from catalog.settings import Settings
 from resolver.cache import Cache
-from resolver.resolve import open_catalog_store, resolve
+from resolver.resolve import resolve
+from resolver.stores import open_catalog_store
 from resolver.stores.oci import OciStore
 
 ROOT = Path(__file__).resolve().parents[2]

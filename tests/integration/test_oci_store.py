@@ -28,8 +28,8 @@ from catalog.lookup import Catalog, load
 from catalog.settings import Settings
 from resolver.cache import Cache
 from resolver.hub import HubOptions
-from resolver.resolve import ResolveOptions, open_catalog_store, resolve
-from resolver.stores import LocalStore, open_store
+from resolver.resolve import ResolveOptions, resolve
+from resolver.stores import LocalStore, open_catalog_store, open_store
 from resolver.stores.modelpack import FILEPATH, WEIGHT
 from resolver.stores.oci import LayerMismatchError, ManifestDigestError, OciStore
 from resolver.sync import Action, SourceOfBytes, SyncPlan, apply, make_plan

@@ -15,7 +15,7 @@ from catalog.errors import IntegrityError, MissingObjectError, NotCachedError, S
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry
 from resolver.cache import Cache
-from resolver.resolve import ResolveOptions, resolve, store_key
+from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import S3Options, S3Store, open_store
 from resolver.transfer import MiB, TransferConfig
 from resolver.upload import upload_from_dir
@@ -32,7 +32,7 @@ def fill(cat: Catalog, store_url: str, sources: dict[str, Path], name: str = MOD
 def replace_object(cat: Catalog, store_url: str, tmp_path: Path, data: bytes, path: str = WEIGHTS) -> None:
     bad = tmp_path / "bad-object"
     bad.write_bytes(data)
-    open_store(store_url).put(store_key(cat, cat.get(MODEL), path), bad)
+    open_store(store_url).put(cat.store_key(cat.get(MODEL), path), bad)
 
 
 def assert_no_trace(cache: Cache, sha256: str) -> None:
@@ -81,7 +81,7 @@ def test_damaged_object_fails_cleanly_and_recovers_after_repair(
 
 def test_missing_object_names_model_file_and_store(bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
     fill(bundled, store_url, sources)
-    open_store(store_url).delete(store_key(bundled, bundled.get(MODEL), WEIGHTS))
+    open_store(store_url).delete(bundled.store_key(bundled.get(MODEL), WEIGHTS))
     cache = Cache(tmp_path / "cache")
     with pytest.raises(MissingObjectError) as caught:
         resolve(bundled, MODEL, cache=cache, store=open_store(store_url))
@@ -129,7 +129,7 @@ def test_dropped_connection_resumes_from_the_last_byte(bundled: Catalog, sources
     config = TransferConfig(part_size=32 * MiB, concurrency=4, backoff=0.01)
     result = resolve(bundled, "all-minilm-l6-v2", cache=cache, store=store, options=ResolveOptions(transfer=config))
     assert proxy.cuts_done == 2
-    key = store_key(bundled, bundled.get("all-minilm-l6-v2"), "model.safetensors")
+    key = bundled.store_key(bundled.get("all-minilm-l6-v2"), "model.safetensors")
     gets = proxy.requests[f"GET /{url[5:]}{key}"]
     assert gets > 3  # 3 parts plus the resumed requests
     assert (result.path / "model.safetensors").read_bytes() == (sources["all-minilm-l6-v2"] / "model.safetensors").read_bytes()
@@ -181,7 +181,7 @@ def test_concurrent_processes_resolve_once_with_identical_results(bundled: Catal
     assert [p.returncode for p in procs] == [0] * 6, [o[1] for o in outputs]
     results = [json.loads(out) for out, _ in outputs]
     assert all(r["path"] == results[0]["path"] for r in results)
-    key = store_key(bundled, bundled.get("all-minilm-l6-v2"), "model.safetensors")
+    key = bundled.store_key(bundled.get("all-minilm-l6-v2"), "model.safetensors")
     assert proxy.requests[f"GET /{url[5:]}{key}"] <= 2  # about once, not six times
     cache = Cache(tmp_path / "cache")
     for entry in bundled.get("all-minilm-l6-v2").files:

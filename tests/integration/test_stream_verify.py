@@ -18,7 +18,6 @@ import pytest
 
 from catalog.lookup import Catalog
 from catalog.settings import S3Options
-from resolver.resolve import store_key
 from resolver.stores import LocalStore, make_s3_client, open_store
 from resolver.stream_check import state_key
 from resolver.upload import upload_from_dir
@@ -70,7 +69,7 @@ def resolve_cli(store: str, name: str, tmp_path: Path, *extra: str) -> subproces
 def uploaded(bundled: Catalog, sources: dict[str, Path], target: Bucketish, name: str) -> str:
     """Upload `name` verified (which records its state) and return its prefix key."""
     upload_from_dir(bundled, name, sources[name], open_store(target.url))
-    return store_key(bundled, bundled.get(name))
+    return bundled.store_key(bundled.get(name))
 
 
 def flipped(sources: dict[str, Path], name: str) -> bytes:

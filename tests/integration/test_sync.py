@@ -14,7 +14,6 @@ from hubdouble import HubDouble
 from servers import FaultProxy, SeaweedServer
 
 from catalog.lookup import Catalog
-from resolver.resolve import store_key
 from resolver.stores import S3Options, make_s3_client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +45,8 @@ def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, s3_
     stored = keys(s3_server, bucket)
     for m in bundled:
         for e in m.files:
-            assert stored[store_key(bundled, m, e.path)] == e.size
-    head = s3(s3_server).head_object(Bucket=bucket, Key=store_key(bundled, bundled.get("tiny-llama"), "model.safetensors"))
+            assert stored[bundled.store_key(m, e.path)] == e.size
+    head = s3(s3_server).head_object(Bucket=bucket, Key=bundled.store_key(bundled.get("tiny-llama"), "model.safetensors"))
     assert head["Metadata"]["sha256"] == bundled.get("tiny-llama").file("model.safetensors").sha256  # type: ignore[union-attr]
     assert head["Metadata"]["hf-repo"] == "model-catalog/tiny-llama"
 
@@ -84,10 +83,10 @@ def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, s3_ser
     assert run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2").returncode == 0
     client = s3(s3_server)
     llama, qwen = bundled.get("tiny-llama"), bundled.get("tiny-qwen2")
-    deleted = store_key(bundled, llama, "config.json")
-    corrupt = store_key(bundled, llama, "model.safetensors")
-    truncated = store_key(bundled, qwen, "config.json")
-    extra = store_key(bundled, qwen, "stray.bin")
+    deleted = bundled.store_key(llama, "config.json")
+    corrupt = bundled.store_key(llama, "model.safetensors")
+    truncated = bundled.store_key(qwen, "config.json")
+    extra = bundled.store_key(qwen, "stray.bin")
     orphan = "someone-else/model/weights.bin"
     client.delete_object(Bucket=bucket, Key=deleted)
     body = client.get_object(Bucket=bucket, Key=corrupt)["Body"].read()
@@ -102,7 +101,7 @@ def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, s3_ser
     actions = {i["key"]: i["action"] for i in json.loads(check.stdout)["plan"]["items"] if i["action"] != "ok"}
     expected = {deleted: "upload", corrupt: "verify", truncated: "replace", extra: "extra", orphan: "orphan"}
     assert {k: actions.get(k) for k in expected} == expected
-    synced = (store_key(bundled, llama), store_key(bundled, qwen))
+    synced = (bundled.store_key(llama), bundled.store_key(qwen))
     assert {k for k in actions if k.startswith(synced)} == set(expected) - {orphan}  # nothing else drifted
     # --deep hashes what is there: the same-size corruption is then a replace, not a verify.
     deep = run(hub, bucket, tmp_path, "sync", "tiny-llama", "--check", "--deep", "--format", "json")
@@ -128,7 +127,7 @@ def test_max_delete_aborts_with_nothing_deleted(hub: HubDouble, bucket: str, s3_
     assert run(hub, bucket, tmp_path, "sync", "tiny-llama").returncode == 0
     client = s3(s3_server)
     for i in range(5):
-        client.put_object(Bucket=bucket, Key=store_key(bundled, bundled.get("tiny-llama"), f"junk-{i}.txt"), Body=b"j")
+        client.put_object(Bucket=bucket, Key=bundled.store_key(bundled.get("tiny-llama"), f"junk-{i}.txt"), Body=b"j")
     before = keys(s3_server, bucket)
     done = run(hub, bucket, tmp_path, "sync", "tiny-llama", "--prune", "--max-delete", "3")
     assert done.returncode == 2 and "deletes 5 objects, more than --max-delete 3; nothing was deleted" in done.stderr
@@ -141,7 +140,7 @@ def test_saved_plan_applies_exactly_and_is_refused_after_the_bucket_changed(
     plan = tmp_path / "plan.json"
     assert run(hub, bucket, tmp_path, "sync", "tiny-qwen2", "--out", str(plan)).returncode == 0
     assert keys(s3_server, bucket) == {}  # --out changes nothing
-    intruder = store_key(bundled, bundled.get("tiny-qwen2"), "x")
+    intruder = bundled.store_key(bundled.get("tiny-qwen2"), "x")
     s3(s3_server).put_object(Bucket=bucket, Key=intruder, Body=b"new")
     stale = run(hub, bucket, tmp_path, "sync", "--apply", str(plan))
     assert stale.returncode == 2 and "the bucket changed since the plan was made" in stale.stderr
@@ -158,7 +157,7 @@ def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(hub: HubDouble, 
     done = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--format", "json")
     assert done.returncode == 1
     out = json.loads(done.stdout)
-    bad = store_key(bundled, bundled.get("tiny-llama"), "model.safetensors")
+    bad = bundled.store_key(bundled.get("tiny-llama"), "model.safetensors")
     assert [e["key"] for e in out["errors"]] == [bad]
     assert "tiny-llama/model.safetensors" in out["errors"][0]["error"]
     stored = keys(s3_server, bucket)
@@ -170,7 +169,7 @@ def test_a_sync_killed_mid_upload_leaves_nothing_partial_and_a_rerun_completes(
     hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path
 ) -> None:
     proxy = FaultProxy(int(s3_server.url.rsplit(":", 1)[1]))
-    key = store_key(bundled, bundled.get("all-minilm-l6-v2"), "model.safetensors")
+    key = bundled.store_key(bundled.get("all-minilm-l6-v2"), "model.safetensors")
     proc = subprocess.Popen(
         [sys.executable, "-m", "catalog", "sync", "all-minilm-l6-v2", "--part-size", "8MiB", "--concurrency", "2"],
         env={**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "cache"),

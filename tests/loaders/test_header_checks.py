@@ -15,7 +15,6 @@ from resolver.cache import Cache
 from resolver.hub import HubOptions
 from resolver.loaders import check_load
 from resolver.lock import lock_manifest
-from resolver.resolve import store_key
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
 
@@ -50,7 +49,7 @@ def test_a_streamed_shard_whose_header_changed_at_the_same_size_is_refused_namin
     changed = original.replace(old, old.replace(f"[{rows},{columns}]".encode(), f"[{columns},{rows}]".encode()))  # same size
     assert len(changed) == len(original)
     (tmp_path / "changed").write_bytes(changed)
-    store.put(store_key(cat, cat.get("tiny-qwen2"), SHARD), tmp_path / "changed")
+    store.put(cat.store_key(cat.get("tiny-qwen2"), SHARD), tmp_path / "changed")
 
     report = check_load(cat, "tiny-qwen2", store=store, cache=Cache(tmp_path / "cache2"))
     assert not report.ok

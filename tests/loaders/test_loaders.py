@@ -22,7 +22,7 @@ from resolver.cache import Cache
 from resolver.views import Layout
 from resolver.hashing import hash_file
 from resolver.loaders import LoadError, check_load, load_weights
-from resolver.resolve import ResolveOptions, resolve, store_key
+from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import S3Options, S3Store, make_s3_client, open_store
 from resolver.upload import upload_from_dir
 from servers import SeaweedServer, free_port
@@ -58,7 +58,7 @@ def test_runai_streams_every_bundled_streaming_model(bundled: Catalog, sources: 
     store = open_store(store_url)
     cache = Cache(tmp_path / "cache")
     loaded = load_weights(bundled, name, store=store, cache=cache)
-    prefix = store.stream_uri(store_key(bundled, bundled.get(name)))
+    prefix = store.stream_uri(bundled.store_key(bundled.get(name)))
     assert loaded.uri == prefix and not loaded.problems
     weights = [f.path for f in bundled.get(name).files if f.path.endswith(".safetensors")]
     assert sorted(loaded.files) == sorted(weights)
@@ -129,7 +129,7 @@ def test_an_object_changed_under_its_pin_is_caught_while_streaming(
     shard = "model-00002-of-00002.safetensors"
     data = bytearray((sources["tiny-qwen2"] / shard).read_bytes())
     data[-1] ^= 0xFF  # one byte of the last tensor: same size, same header, still a valid file
-    key = store_key(bundled, bundled.get("tiny-qwen2"), shard)
+    key = bundled.store_key(bundled.get("tiny-qwen2"), shard)
     make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path")).put_object(Bucket=bucket, Key=key, Body=bytes(data))
     report = check_load(bundled, "tiny-qwen2", store=open_store(f"s3://{bucket}/"), cache=Cache(tmp_path / "cache"))
     assert len(report.problems) == 1, report.problems
@@ -157,7 +157,7 @@ def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
     with pytest.raises(LoadError) as caught:
         check_load(bundled, name, store=store, cache=cache)
     message = str(caught.value)
-    assert f"s3://{bucket}/{store_key(bundled, bundled.get(name))}" in message
+    assert f"s3://{bucket}/{bundled.store_key(bundled.get(name))}" in message
     assert f"(endpoint {dead})" in message and "\n" not in message
     assert caught.value.hint
     assert time.monotonic() - started < 20

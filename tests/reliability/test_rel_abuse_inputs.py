@@ -19,7 +19,6 @@ import pytest
 
 import catalog
 from catalog.loading import load_dir
-from resolver.resolve import store_key
 from resolver.stores import open_store
 from resolver.stream_check import read_small
 
@@ -94,7 +93,7 @@ def test_a_non_ascii_file_name_syncs_and_resolves(store_url: str, tmp_path: Path
     assert done.returncode == 0, explain(done)
     cat = catalog.load(manifests)
     store = open_store(store_url)
-    info = store.head(store_key(cat, cat.get(names[0]), path))
+    info = store.head(cat.store_key(cat.get(names[0]), path))
     assert info is not None and unquote(info.metadata["path"]) == path and info.metadata["path"].isascii()
     assert run_catalog(["sync", "--check"], env).returncode == 0
     resolved = run_catalog(["resolve", names[0]], env)
@@ -112,7 +111,7 @@ def test_a_pinned_part_file_is_listed_by_the_folder_store(tmp_path: Path) -> Non
     again = run_catalog(["sync", "--check"], env)
     assert again.returncode == 0, explain(again)  # once uploaded it is seen: no endless re-upload
     cat = catalog.load(manifests)
-    assert read_small(open_store(str(store_dir)), store_key(cat, cat.get(names[0]), "weights.part")) == b"part of the model"
+    assert read_small(open_store(str(store_dir)), cat.store_key(cat.get(names[0]), "weights.part")) == b"part of the model"
     assert not any((store_dir / ".catalog-tmp").iterdir())  # temp files live apart and are gone
 
 

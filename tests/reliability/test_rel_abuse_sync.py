@@ -20,7 +20,6 @@ import pytest
 import catalog
 from catalog.lookup import Catalog
 from resolver.cache import Cache
-from resolver.resolve import store_key
 from resolver.stores import Store, open_store
 from resolver.stream_check import read_small, read_state
 
@@ -67,7 +66,7 @@ def test_a_blob_flipped_in_the_cache_is_not_uploaded_and_sync_heals_it(store_url
     big = m.files[-1]
     assert big.size == 12 * MiB
     store = open_store(store_url)
-    key = store_key(cat, m, big.path)
+    key = cat.store_key(m, big.path)
     store.delete(key)
     flip_byte(Cache(tmp_path / "cache").blob_path(big.sha256), 7 * MiB)
 
@@ -84,7 +83,7 @@ def test_a_corrupt_blob_with_no_good_source_fails_and_records_nothing(store_url:
     m = cat.get(names[0])
     big = m.files[-1]
     store = open_store(store_url)
-    key = store_key(cat, m, big.path)
+    key = cat.store_key(m, big.path)
     recorded_before = read_state(store, m.name)[big.path]
     store.delete(key)
     flip_byte(Cache(tmp_path / "cache").blob_path(big.sha256), 7 * MiB)
@@ -118,24 +117,24 @@ def test_an_edited_extra_key_cannot_delete_another_models_pinned_weights(tmp_pat
     store_url = str(tmp_path / "store")
     manifests, data, names, cat, env = synced_catalog(tmp_path, store_url)
     store = open_store(store_url)
-    put_stray(tmp_path, store, store_key(cat, cat.get(names[0]), "stray.bin"))
+    put_stray(tmp_path, store, cat.store_key(cat.get(names[0]), "stray.bin"))
     plan = tmp_path / "plan.json"
     assert run_catalog(["sync", "--prune", "--out", str(plan)], env).returncode == 0
-    victim = store_key(cat, cat.get(names[1]), cat.get(names[1]).files[-1].path)
+    victim = cat.store_key(cat.get(names[1]), cat.get(names[1]).files[-1].path)
     edit_plan(plan, "extra", victim)
 
     done = run_catalog(["sync", "--apply", str(plan)], env)
     assert done.returncode == 2, explain(done)
     assert victim in done.stderr and "nothing was done" in done.stderr
     assert store.head(victim) is not None
-    assert store.head(store_key(cat, cat.get(names[0]), "stray.bin")) is not None
+    assert store.head(cat.store_key(cat.get(names[0]), "stray.bin")) is not None
 
 
 def test_an_edited_upload_key_cannot_overwrite_another_models_file(tmp_path: Path) -> None:
     store_url = str(tmp_path / "store")
     manifests, data, names, cat, env = synced_catalog(tmp_path, store_url)
     store = open_store(store_url)
-    mine, theirs = store_key(cat, cat.get(names[0]), "config.json"), store_key(cat, cat.get(names[1]), "config.json")
+    mine, theirs = cat.store_key(cat.get(names[0]), "config.json"), cat.store_key(cat.get(names[1]), "config.json")
     before = read_small(store, theirs)
     store.delete(mine)
     plan = tmp_path / "plan.json"
@@ -155,7 +154,7 @@ def test_a_plan_made_before_a_pr_pinned_an_extra_object_is_refused(tmp_path: Pat
     store = open_store(store_url)
     stray = tmp_path / "extra.json"
     stray.write_bytes(b'{"extra": true}\n')
-    key = store_key(cat, cat.get(names[0]), "extra.json")
+    key = cat.store_key(cat.get(names[0]), "extra.json")
     store.put(key, stray)
     plan = tmp_path / "plan.json"
     assert run_catalog(["sync", "--prune", "--out", str(plan)], env).returncode == 0
@@ -175,8 +174,8 @@ def test_an_unedited_plan_still_applies(tmp_path: Path) -> None:
     store_url = str(tmp_path / "store")
     manifests, data, names, cat, env = synced_catalog(tmp_path, store_url)
     store = open_store(store_url)
-    put_stray(tmp_path, store, store_key(cat, cat.get(names[0]), "stray.bin"))
-    store.delete(store_key(cat, cat.get(names[1]), "config.json"))
+    put_stray(tmp_path, store, cat.store_key(cat.get(names[0]), "stray.bin"))
+    store.delete(cat.store_key(cat.get(names[1]), "config.json"))
     plan = tmp_path / "plan.json"
     assert run_catalog(["sync", "--prune", "--out", str(plan)], env).returncode == 0
     done = run_catalog(["sync", "--apply", str(plan), "--from-dir", str(data)], env)
@@ -199,7 +198,7 @@ def test_a_symlinked_manifest_folder_outside_the_catalog_is_refused_not_skipped(
     pruned = run_catalog(["sync", "--prune", "--delete-orphans", "--max-delete", "100"], env)
     assert pruned.returncode != 0, explain(pruned)
     m = cat.get(names[1])
-    assert all(open_store(store_url).head(store_key(cat, m, e.path)) is not None for e in m.files)
+    assert all(open_store(store_url).head(cat.store_key(m, e.path)) is not None for e in m.files)
 
 
 def test_a_symlinked_manifest_folder_inside_the_catalog_is_followed_once(tmp_path: Path) -> None:
@@ -223,7 +222,7 @@ def test_pruning_thousands_of_objects_uses_batched_deletes(s3_server: Any, bucke
     store_url = f"s3://{bucket}/"
     manifests, data, names, cat, env = synced_catalog(tmp_path, store_url, models=1)
     client = s3_client(s3_server.url)
-    prefix = store_key(cat, cat.get(names[0]))
+    prefix = cat.store_key(cat.get(names[0]))
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: client.put_object(Bucket=bucket, Key=f"{prefix}extra/{i:05d}", Body=b"x"), range(count)))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from catalog.lookup import Catalog
 from resolver.cache import Cache
-from resolver.resolve import resolve, store_key
+from resolver.resolve import resolve
 from resolver.stores import LocalStore, open_store
 from resolver.upload import upload_from_dir
 
@@ -104,7 +104,7 @@ def test_two_syncs_at_once_fill_then_repair_one_bucket(
     bundled: Catalog, hub, s3_server, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
     base = {"HF_ENDPOINT": hub.url, "CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": f"s3://{bucket}/", "HOME": str(tmp_path / "home")}
-    pins = {store_key(bundled, m, f.path): f for m in bundled for f in m.files}
+    pins = {bundled.store_key(m, f.path): f for m in bundled for f in m.files}
     client = s3_client(s3_server.url)
 
     def both(*args: str) -> None:
@@ -125,8 +125,8 @@ def test_two_syncs_at_once_fill_then_repair_one_bucket(
 
     both()  # from an empty bucket
     consistent()
-    deleted = store_key(bundled, bundled.get("tiny-llama"), "config.json")
-    corrupt = store_key(bundled, bundled.get("tiny-qwen2"), "model-00001-of-00002.safetensors")
+    deleted = bundled.store_key(bundled.get("tiny-llama"), "config.json")
+    corrupt = bundled.store_key(bundled.get("tiny-qwen2"), "model-00001-of-00002.safetensors")
     client.delete_object(Bucket=bucket, Key=deleted)
     body = client.get_object(Bucket=bucket, Key=corrupt)["Body"].read()
     client.put_object(Bucket=bucket, Key=corrupt, Body=body[:50] + bytes([body[50] ^ 1]) + body[51:])  # same size

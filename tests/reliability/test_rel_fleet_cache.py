@@ -26,7 +26,7 @@ from resolver import capacity
 from resolver.cache import Cache
 from resolver.maintenance import verify
 from resolver.publish import publish
-from resolver.resolve import ResolveOptions, resolve, store_key
+from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import LocalStore, open_store
 from resolver.sync import Action, SourceOfBytes, apply, make_plan
 from resolver.hub import HubOptions
@@ -115,7 +115,7 @@ def test_the_folder_stores_etag_sees_a_same_size_rewrite_with_the_mtime_put_back
                                                                                  tmp_path: Path) -> None:
     manifest = bundled.get("tiny-qwen2")
     weight = largest(bundled, "tiny-qwen2")
-    edit_in_place(store_dir / store_key(bundled, manifest, weight.path))
+    edit_in_place(store_dir / bundled.store_key(manifest, weight.path))
     env = env_for(tmp_path)
     check = run_catalog(["sync", "tiny-qwen2", "--check", "--store", str(store_dir)], env)
     assert check.returncode == 1, explain(check)  # drift: the object is no longer the one sync verified
@@ -145,10 +145,10 @@ def test_a_warm_stream_answer_rests_on_a_proof_of_bounded_age(bundled: Catalog, 
     [entry] = sorted((tmp_path / "cache" / "warm-index").glob("*.json"))
     weight = largest(bundled, "tiny-qwen2")
     other = tmp_path / "other"
-    data = bytearray((store_dir / store_key(bundled, bundled.get("tiny-qwen2"), weight.path)).read_bytes())
+    data = bytearray((store_dir / bundled.store_key(bundled.get("tiny-qwen2"), weight.path)).read_bytes())
     data[len(data) // 2] ^= 0xFF
     other.write_bytes(bytes(data))
-    open_store(str(store_dir)).put(store_key(bundled, bundled.get("tiny-qwen2"), weight.path), other)  # replaced
+    open_store(str(store_dir)).put(bundled.store_key(bundled.get("tiny-qwen2"), weight.path), other)  # replaced
     record = json.loads(entry.read_bytes())
     record["proved_at"] -= 301  # the default bound is 300 s: this proof is too old to answer from
     entry.write_text(json.dumps(record))
@@ -197,12 +197,12 @@ def test_sync_records_the_etag_of_the_get_it_hashed(bundled: Catalog, sources: d
     folder = tmp_path / "store"
     plain = open_store(str(folder))
     for entry in manifest.files:  # put there by another tool: nothing vouches for them yet
-        plain.put(store_key(bundled, manifest, entry.path), sources["tiny-llama"] / entry.path)
+        plain.put(bundled.store_key(manifest, entry.path), sources["tiny-llama"] / entry.path)
     config = TransferConfig()
     plan = make_plan(bundled, ["tiny-llama"], plain, prune=False, delete_orphans=False, deep=False, config=config)
     assert {i.action for i in plan.items} == {Action.VERIFY}
     victim = largest(bundled, "tiny-llama")
-    key = store_key(bundled, manifest, victim.path)
+    key = bundled.store_key(manifest, victim.path)
     data = bytearray((folder / key).read_bytes())
     data[0] ^= 0xFF
     racing = _ReplacedAfterRead(folder, key, bytes(data))
@@ -490,7 +490,7 @@ def test_folder_store_objects_are_readable_by_another_users_resolve(bundled: Cat
     upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], open_store(str(folder)))
     manifest = bundled.get("tiny-llama")
     for entry in manifest.files:
-        mode = os.stat(folder / store_key(bundled, manifest, entry.path)).st_mode
+        mode = os.stat(folder / bundled.store_key(manifest, entry.path)).st_mode
         assert mode & 0o044 == 0o044, oct(mode)  # group and others may read (0644 under the usual umask)
     cache = shared_tmp / "their-cache"
     cache.mkdir()

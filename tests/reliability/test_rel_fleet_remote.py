@@ -21,7 +21,7 @@ from catalog.lookup import Catalog
 from resolver.cache import Cache
 from resolver.hub import HubOptions
 from resolver.lock import lock_manifest
-from resolver.resolve import ResolveOptions, resolve, store_key
+from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.transfer import TransferConfig
 from resolver.upload import upload_from_dir
@@ -266,7 +266,7 @@ def test_sync_deletes_at_most_ten_objects_unless_told(bundled: Catalog, sources:
     cat = catalog.load(manifests)
     folder = tmp_path / "store"
     upload_from_dir(cat, "tiny-llama", sources["tiny-llama"], open_store(str(folder)))
-    prefix = folder / store_key(cat, cat.get("tiny-llama"))
+    prefix = folder / cat.store_key(cat.get("tiny-llama"))
     for i in range(11):
         (prefix / f"stray-{i:02d}.bin").write_bytes(b"x")
     env = env_for(tmp_path, CATALOG_DIR=str(manifests))

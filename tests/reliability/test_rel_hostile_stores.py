@@ -21,7 +21,7 @@ from catalog.errors import CatalogError, StoreUnavailableError
 from catalog.lookup import Catalog
 from resolver.cache import Cache
 from resolver.hub import HubOptions
-from resolver.resolve import ResolveOptions, resolve, store_key
+from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import LocalStore, S3Options, S3Store, open_store
 from resolver.sync import Action, SourceOfBytes, apply, make_plan
 from resolver.transfer import TransferConfig
@@ -91,7 +91,7 @@ def plant_odd_keys(bundled: Catalog, sources: dict[str, Path], server, bucket: s
     """The model in the bucket, plus hostile keys under its prefix and two outside any prefix."""
     url = f"s3://{bucket}/"
     fill(bundled, url, sources)
-    prefix = store_key(bundled, bundled.get(MODEL))
+    prefix = bundled.store_key(bundled.get(MODEL))
     odd = hostile_keys(prefix)
     outside = {"/absolute/key.json": b"abs", "../root-escape": b"up"}
     client = s3_client(server.url)
@@ -162,7 +162,7 @@ def test_local_store_with_case_twins_and_links_out_of_the_store(
 ) -> None:
     store_dir = tmp_path / "store"
     fill(bundled, str(store_dir), sources)
-    prefix = store_key(bundled, bundled.get(MODEL))
+    prefix = bundled.store_key(bundled.get(MODEL))
     model_dir = store_dir / prefix
     (model_dir / "CONFIG.JSON").write_text('{"not": "the pinned config"}')
     outside = tmp_path / "outside"
@@ -232,7 +232,7 @@ def test_a_model_nested_in_another_models_prefix_is_not_seen_by_it(
     store = open_store(url)
     fill(cat, url, sources, MODEL)
     fill(cat, url, sources, "tiny-qwen2")
-    inner_prefix = store_key(cat, cat.get("tiny-qwen2"))
+    inner_prefix = cat.store_key(cat.get("tiny-qwen2"))
     inner_keys = {inner_prefix + f.path for f in cat.get("tiny-qwen2").files}
     assert inner_keys <= set(bucket_objects(s3_server.url, bucket))
 
@@ -271,7 +271,7 @@ def faulty(s3_server, bucket: str, bundled: Catalog, sources: dict[str, Path]): 
 
 
 def weights_key(cat: Catalog, name: str = MODEL, path: str = WEIGHTS) -> str:
-    return store_key(cat, cat.get(name), path)
+    return cat.store_key(cat.get(name), path)
 
 
 @pytest.mark.parametrize(("kind", "after", "times"), [("short", 20_000, 3), ("short", 1, 4), ("reset", 30_000, 2), ("reset", 0, 2)],
@@ -322,7 +322,7 @@ def test_500_then_200_resolves_and_lists(bundled: Catalog, sources: dict[str, Pa
     assert_sound(tmp_path, cache, {"cache"})
 
     listing = proxy.add(Fault("status", status=503, times=2, path_contains=f"/{bucket}", method="GET"))
-    prefix = store_key(bundled, bundled.get(MODEL))
+    prefix = bundled.store_key(bundled.get(MODEL))
     keys = sorted(o.key for o in via(proxy.url, bucket, max_attempts=3).list(prefix))
     assert listing.served == 2
     assert keys == sorted(prefix + f.path for f in bundled.get(MODEL).files)

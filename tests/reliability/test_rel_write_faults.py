@@ -23,7 +23,6 @@ from pathlib import Path
 from catalog.lookup import Catalog
 from resolver.cache import Cache, hf_repo_folder
 from resolver.views import Layout, ViewSpec
-from resolver.resolve import store_key
 from resolver.stores import LocalStore, open_store
 from resolver.upload import upload_from_dir
 
@@ -104,7 +103,7 @@ def test_sync_killed_mid_upload_shows_no_partial_object_and_a_rerun_is_clean(
     bundled: Catalog, hub, s3_server, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
 ) -> None:
     manifest = bundled.get(MINILM)
-    prefix = store_key(bundled, manifest)
+    prefix = bundled.store_key(manifest)
     pins = {prefix + f.path: f for f in manifest.files}
     key = prefix + WEIGHTS
     cache_dir = tmp_path / "cache"
