@@ -5,13 +5,16 @@
     <root>/locks/<sha256>.lock          large downloads in flight, only to avoid duplicate work; removed after
     <root>/models/<name>/<view>/...     `--layout dir`: hard links to blobs (copies where links fail)
     <root>/hub/models--org--name/...    `--layout hf-cache`: the Hugging Face cache layout (datasets--org--name
-                                        for datasets), with trees/<revision>.json and refs/main (see _build_hf_view)
+                                        for datasets), with trees/<revision>.json and refs/main (resolver/hf_layout.py)
     <root>/markers/<name>/<view>.json   written last and atomically: size, mtime_ns, inode, ctime_ns, sha256 per
                                         file, the mtime of every folder of the view, and the catalog that made it
     <root>/blob-stamps/<aa>/<sha256>    size, mtime_ns, inode, ctime_ns of a blob when the cache last verified or
                                         linked it: a blob whose stamp no longer holds is re-hashed before use
     <root>/warm-index/<key>.json        the warm resolve's answers (the application layer writes them)
     <root>/sync-state/<name>/<tag>.json what sync last read of a model's state object, by its ETag
+    <root>/tier-checks/<sha256>.json    shared-tier files that hashed right, by file identity (resolver/tiers.py)
+    <root>/active/<token>.json          resolves in progress, each record under its writer's flock (resolver/capacity.py)
+    <root>/signature-checks/<aa>/<key>  signature verifications that held, by the bytes they rested on (signatures.py)
 
 `catalog gc` cleans every one of them. A warm resolve reads one marker and stats each file: no byte of
 any weight is read. What a view and a marker are, and the pure decisions over them, are in resolver/views.py.
@@ -23,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -34,27 +36,24 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from catalog import formats, naming
+from catalog import naming
 from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
-from resolver import hashing
-from resolver.fsutil import atomic_write, link_or_copy, pid_alive, staging_name, staging_owner
+from resolver import hashing, hf_layout
+from resolver.fsutil import atomic_write, link_or_copy, pid_alive, safe_join, staging_name, staging_owner
 from resolver.identity import dir_identity
 from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths, stamp_holds,
                             worth_rehash)
 
 if TYPE_CHECKING:
-    from catalog.schema import FileEntry, ModelManifest
+    from catalog.schema import FileEntry
 
 log = logging.getLogger(__name__)
 
 STALE_TEMP_SECONDS = 3600
 RESOLVED_AT_EVERY = 3600.0  # a marker's resolved_at is refreshed at most this often (one small write)
-TREE_FORMAT_VERSION = 1  # huggingface_hub's trees/<commit>.json (huggingface_hub/_tree_cache.py)
-SMALL_FILE = 10 * 1024 * 1024  # a file with no recorded blob id that is not a weight: git sha1 of its bytes
 IN_FLIGHT_LINK_SECONDS = 600  # an hf-cache snapshot link a concurrent builder made but has not listed yet
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -69,16 +68,6 @@ def read_blob_record(root: Path, sha256: str) -> FileStamp | None:
         return None
 
 
-def safe_join(root: Path, relative: str) -> Path:
-    """root/relative, proven to stay inside root (no '..', no absolute path, no symlinked parent)."""
-    if (message := naming.check_relative_path(relative)) is not None:
-        raise UnsafePathError(f"refusing to write {relative!r}: {message}")
-    target = root / relative
-    parent = target.parent
-    real_root = root.resolve()
-    if not parent.resolve().is_relative_to(real_root):
-        raise UnsafePathError(f"refusing to write {relative!r}: {parent} leads outside {root}")
-    return target
 
 
 class Cache:
@@ -93,6 +82,9 @@ class Cache:
         self.warm_index = self.root / "warm-index"
         self.sync_state = self.root / "sync-state"
         self.blob_stamps = self.root / "blob-stamps"
+        self.tier_checks = self.root / "tier-checks"  # resolver/tiers.py: tier files that hashed right, by identity
+        self.active = self.root / "active"  # resolver/capacity.py: resolves in progress, each under its flock
+        self.signature_checks = self.root / "signature-checks"  # resolver/signatures.py: verifications that held
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
@@ -252,7 +244,7 @@ class Cache:
 
     def view_dir(self, spec: ViewSpec) -> Path:
         if spec.layout is Layout.HF_CACHE:
-            return self.hub / hf_repo_folder(spec.hf_repo, spec.repo_type) / "snapshots" / spec.revision
+            return self.hub / hf_layout.hf_repo_folder(spec.hf_repo, spec.repo_type) / "snapshots" / spec.revision
         return self.models / spec.name / spec.view_id
 
     def marker_holds(self, marker: Marker) -> bool:
@@ -449,7 +441,7 @@ class Cache:
 
         check_view(spec.name, spec.files, lambda entry: self.blob_path(entry.sha256).read_bytes())
         if spec.layout is Layout.HF_CACHE:
-            path = self._build_hf_view(spec)
+            path = hf_layout.build_snapshot(self, spec)
         else:
             path = self._build_dir_view(spec)
         for sha256 in sorted({e.sha256 for e in spec.files}):
@@ -474,84 +466,6 @@ class Cache:
                 shutil.rmtree(staging, ignore_errors=True)
         return final
 
-    def _build_hf_view(self, spec: ViewSpec) -> Path:
-        """{models,datasets}--org--name/{blobs/<sha256>, snapshots/<revision>/<path> -> ../../blobs/<sha256>,
-        trees/<revision>.json, refs/main}.
-
-        A snapshot holds exactly one manifest's pinned files (the one answering for the repo id: resolve refuses
-        the others in this layout), so a load by repo id never mixes two manifests' weights; files of any other
-        view found there are removed (`_drop_extras`). `trees/<revision>.json` is huggingface_hub's cached tree
-        listing: `snapshot_download` checks a snapshot against it and `get_cached_repo_tree` reads it, offline.
-        It lists exactly the snapshot's files, so a snapshot is never reported incomplete for files the catalog
-        chose not to pin.
-
-        `refs/main` is written only while exactly one revision of the repo is in the cache: a request by repo
-        id alone then gets the one pin there is. A second revision (another manifest pinning the same repo)
-        removes it rather than pointing it at either pin: loading by id alone then fails loudly instead of
-        silently giving one of two pins; each still loads by its revision.
-        """
-        repo_dir = self.hub / hf_repo_folder(spec.hf_repo, spec.repo_type)
-        blobs = repo_dir / "blobs"
-        snapshot = repo_dir / "snapshots" / spec.revision
-        blobs.mkdir(parents=True, exist_ok=True)
-        snapshot.mkdir(parents=True, exist_ok=True)
-        self.contained(blobs)
-        self.contained(snapshot)
-        for entry in spec.files:
-            hf_blob = blobs / entry.sha256
-            # Always re-link from the verified blob: an hf blob left from before may have been corrupted
-            # in place (it shares the inode) and dropped from blobs/ by `verify --deep` since.
-            staged = blobs / staging_name(entry.sha256)
-            link_or_copy(self.blob_path(entry.sha256), staged)
-            os.replace(staged, hf_blob)
-            # rename() between two links to one inode does nothing and leaves the source name behind.
-            staged.unlink(missing_ok=True)
-            link = safe_join(snapshot, entry.path)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            relative = os.path.relpath(hf_blob, link.parent)
-            staged_link = link.parent / staging_name(link.name)
-            os.symlink(relative, staged_link)
-            os.replace(staged_link, link)
-        self._drop_extras(spec)
-        self._write_tree(repo_dir, snapshot, spec)
-        self._update_main_ref(repo_dir, spec)
-        return snapshot
-
-    def _drop_extras(self, spec: ViewSpec) -> None:
-        """Remove from an hf-cache snapshot what no view of the revision put there (a file dropped in)."""
-        snapshot = self.view_dir(spec)
-        for rel in self.extra_files(spec):
-            path = snapshot / rel
-            log.warning("%s: removing %s from the cache's snapshot: no manifest pins it", spec.name, rel)
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-
-    def _write_tree(self, repo_dir: Path, snapshot: Path, spec: ViewSpec) -> None:
-        trees = repo_dir / "trees"
-        trees.mkdir(exist_ok=True)
-        self.contained(trees)
-        path = trees / f"{spec.revision}.json"
-        files = {entry.path: tree_entry(entry, self.blob_path(entry.sha256)) for entry in spec.files}
-        body = {"format_version": TREE_FORMAT_VERSION, "files": {p: files[p] for p in sorted(files)}}
-        atomic_write(path, json.dumps(body, indent=1).encode())
-
-    def _update_main_ref(self, repo_dir: Path, spec: ViewSpec) -> None:
-        refs = repo_dir / "refs"
-        refs.mkdir(exist_ok=True)
-        main = refs / "main"
-        if hf_revisions(repo_dir) == [spec.revision]:
-            atomic_write(main, spec.revision.encode())  # no trailing newline, as huggingface_hub writes it
-        # Checked again after writing: a builder of another revision may have added its snapshot meanwhile.
-        revisions = hf_revisions(repo_dir)
-        if len(revisions) > 1 and main.exists():
-            log.warning("%s: the cache holds %d revisions of %s (%s); removed refs/main so a request without a "
-                        "revision fails instead of loading one of them", spec.name, len(revisions), spec.hf_repo,
-                        ", ".join(r[:12] for r in revisions))
-            main.unlink(missing_ok=True)
-
     def remove_view(self, spec: ViewSpec) -> None:
         self.marker_path(spec).unlink(missing_ok=True)
         if spec.layout is Layout.DIR:
@@ -563,51 +477,6 @@ class Cache:
             return
         for path in sorted(self.markers.glob("*/*.json")):
             yield path, Marker.read(path)
-
-
-def hf_repo_folder(repo: str, repo_type: str = "model") -> str:
-    """huggingface_hub's folder name for a repo: models--org--name, datasets--org--name."""
-    if repo_type not in ("model", "dataset"):
-        raise UnsafePathError(f"unknown repo type {repo_type!r}")
-    return f"{repo_type}s--" + repo.replace("/", "--")
-
-
-def hf_revisions(repo_dir: Path) -> list[str]:
-    """The commits with a snapshot folder in an hf-cache repo folder."""
-    try:
-        return sorted(d.name for d in (repo_dir / "snapshots").iterdir() if _COMMIT.fullmatch(d.name) and d.is_dir())
-    except OSError:
-        return []
-
-
-def git_blob_id(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def lfs_pointer_blob_id(sha256: str, size: int) -> str:
-    """The git blob id of an LFS file: the sha1 of its pointer file, computed from the pin alone."""
-    return git_blob_id(f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode())
-
-
-def tree_entry(entry: FileEntry, blob: Path) -> dict[str, Any]:
-    """One file of huggingface_hub's tree listing ({size, blob_id, lfs_sha256, lfs_size, xet_hash}).
-
-    The blob id and Xet hash are the manifest's when lock recorded them. Without them, a weight file or a
-    large one is taken as LFS (its blob id follows from sha256 and size), a small one is hashed as git does.
-    """
-    pointer_id = lfs_pointer_blob_id(entry.sha256, entry.size)
-    if entry.blob_id is not None:
-        blob_id, lfs = entry.blob_id, entry.blob_id == pointer_id
-    elif entry.xet_hash is not None or formats.is_weight_file(entry.path) or entry.size > SMALL_FILE:
-        blob_id, lfs = pointer_id, True
-    else:
-        blob_id, lfs = git_blob_id(blob.read_bytes()), False
-    info: dict[str, Any] = {"size": entry.size, "blob_id": blob_id}
-    if lfs or entry.xet_hash is not None:
-        info |= {"lfs_sha256": entry.sha256, "lfs_size": entry.size}
-    if entry.xet_hash is not None:
-        info["xet_hash"] = entry.xet_hash
-    return info
 
 
 def _swap_dir(staging: Path, final: Path) -> None:

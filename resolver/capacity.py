@@ -94,7 +94,7 @@ def active(cache: Cache, names: Iterable[str], blobs: Iterable[str]) -> Iterator
     exclusive flock held on it until the body ends (taken before the record gets its name, so it is never
     seen unlocked while its writer lives). Best effort: a cache that cannot be written (read-only, say) fails
     later with the real error, or answers without writing, not here."""
-    folder = cache.root / "active"
+    folder = cache.active
     path = folder / f"{secrets.token_hex(8)}.json"
     body = {"names": sorted(set(names)), "blobs": sorted(set(blobs)), "started": time.time(),
             "host": socket.gethostname(), "pid": os.getpid()}  # host and pid: for people reading it, never judged
@@ -159,7 +159,7 @@ def in_use(cache: Cache, now: float | None = None) -> InUse:
     """What running resolves use, by the records someone holds a lock on; and the records nobody holds."""
     now = time.time() if now is None else now
     found = InUse()
-    folder = cache.root / "active"
+    folder = cache.active
     try:
         entries = list(folder.iterdir())
     except OSError:

@@ -8,6 +8,9 @@ import secrets
 import shutil
 from pathlib import Path
 
+from catalog import naming
+from catalog.errors import UnsafePathError
+
 STAGING_MARK = "~catalog"  # reserved: a pinned path segment never contains it (see staging_name)
 STAGING = re.compile(r"^\..+~catalog\.(\d+)-[0-9a-f]+$")  # validation refuses it in pinned paths: catalog.naming.CACHE_STAGING
 _LEGACY_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")  # what versions before the mark wrote
@@ -60,3 +63,14 @@ def link_or_copy(source: Path, target: Path) -> None:
     except OSError:
         shutil.copyfile(source, target)
         os.chmod(target, 0o444)
+
+def safe_join(root: Path, relative: str) -> Path:
+    """root/relative, proven to stay inside root (no '..', no absolute path, no symlinked parent)."""
+    if (message := naming.check_relative_path(relative)) is not None:
+        raise UnsafePathError(f"refusing to write {relative!r}: {message}")
+    target = root / relative
+    parent = target.parent
+    real_root = root.resolve()
+    if not parent.resolve().is_relative_to(real_root):
+        raise UnsafePathError(f"refusing to write {relative!r}: {parent} leads outside {root}")
+    return target

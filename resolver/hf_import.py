@@ -39,7 +39,7 @@ from catalog.formats import LoadFormat
 from catalog.loading import ManifestDoc, discover, load_manifest
 from catalog.schema import CatalogSettings, FileEntry
 from resolver.add import choose_load_format, derive_name, derive_prefix, manifest_head, refuse_collisions
-from resolver.cache import hf_revisions, lfs_pointer_blob_id
+from resolver.hf_layout import hf_revisions, lfs_pointer_blob_id
 from resolver.completeness import index_shards
 from resolver.hashing import CHUNK, hash_file
 from resolver.hub import RemoteFile

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from catalog import naming
 from catalog.schema import FileEntry, Source
-from resolver.cache import hf_repo_folder
+from resolver.hf_layout import hf_repo_folder
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,7 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
         remove(record)
     for state in _stale_sync_states(cache, cat):
         remove(state)
-    tier_checks = cache.root / "tier-checks"  # resolver/tiers.py: identities of tier files that hashed right
+    tier_checks = cache.tier_checks
     for record in sorted(tier_checks.glob("*.json")) if tier_checks.is_dir() else ():
         if record.stem not in referenced:
             remove(record)

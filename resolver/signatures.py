@@ -29,6 +29,7 @@ from catalog.rules import signature_problem
 from catalog.signing import (PAYLOAD_TYPE, Bundle, Finding, Flaw, Policy, SignatureError, SignatureFormatError,
                              Statement, first_difference, parse_bundle, parse_statement, policy_of, signature_path,
                              statement_of)
+from resolver.cache import Cache
 from resolver import ecdsa
 from resolver.fsutil import atomic_write, pid_alive, staging_owner
 
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKS_DIR = "signature-checks"  # under the cache root
 RECORD_VERSION = 1
 INSTALL_HINT = "install the signing extra: pip install 'model-catalog[signing]'"
 
@@ -224,7 +224,7 @@ class Records:
     """Verifications that held, by what they compared: the pins, the signature's bytes, the anchors' bytes."""
 
     def __init__(self, cache_root: Path) -> None:
-        self.root = cache_root / CHECKS_DIR
+        self.root = Cache(cache_root).signature_checks
 
     @staticmethod
     def key(manifest: ModelManifest, signature: bytes, anchors: Anchors) -> str:
@@ -382,7 +382,7 @@ RECORD_MAX_COUNT = 10_000
 
 def stale_records(cache_root: Path, now: float) -> list[Path]:
     """Records older than a week and any beyond the newest 10,000, for gc (a live writer's staging file stays)."""
-    root = cache_root / CHECKS_DIR
+    root = Cache(cache_root).signature_checks
     if not root.is_dir():
         return []
     dated: list[tuple[float, Path]] = []

@@ -91,7 +91,7 @@ class CheckRecord:
     match nothing, so those files are hashed once more."""
 
     def __init__(self, cache: Cache) -> None:
-        self.folder = cache.root / "tier-checks"
+        self.folder = cache.tier_checks
 
     def _path(self, sha256: str) -> Path:
         return self.folder / f"{sha256}.json"

@@ -19,7 +19,7 @@ from catalog.errors import IntegrityError, MissingObjectError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from resolver import hashing
-from resolver.cache import safe_join
+from resolver.fsutil import safe_join
 from resolver.stores import Store
 from resolver.stream_check import record, write_state
 

@@ -21,7 +21,8 @@ from servers import SeaweedServer, new_bucket
 
 import catalog
 from catalog.lookup import Catalog
-from resolver.cache import Cache, hf_repo_folder
+from resolver.cache import Cache
+from resolver.hf_layout import hf_repo_folder
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir

@@ -21,7 +21,8 @@ import catalog
 from catalog.formats import LoadFormat
 from catalog.loading import load_dir
 from catalog.lookup import Catalog
-from resolver.cache import Cache, hf_repo_folder
+from resolver.cache import Cache
+from resolver.hf_layout import hf_repo_folder
 from resolver.views import Layout, ViewSpec
 from resolver.hub import HubOptions, HubStore
 from resolver.lock import lock_manifest

@@ -18,7 +18,8 @@ from hubdouble import HubDouble
 
 import catalog
 from catalog.lookup import Catalog
-from resolver.cache import Cache, hf_repo_folder
+from resolver.cache import Cache
+from resolver.hf_layout import hf_repo_folder
 from resolver.examples import safetensors_bytes
 from resolver.views import Layout
 from resolver.lock import files_from_dir, render_files_block

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -305,11 +306,27 @@ def test_a_locks_folder_that_is_a_file_only_costs_the_lock(tmp_path: Path) -> No
     assert run_catalog(["gc"], env).returncode == 0
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through any permission: run as another user to check this")
-def test_a_cache_folder_this_user_cannot_write_is_one_line(llama: dict[str, str], tmp_path: Path) -> None:
-    (tmp_path / "cache").mkdir(mode=0o555)
-    done = run_catalog(["resolve", "tiny-llama"], llama)
-    assert done.returncode == 1 and one_line_error(done.stderr), explain(done)
+def test_a_cache_folder_this_user_cannot_write_is_one_line(bundled: Catalog, sources: dict[str, Path]) -> None:
+    """Root writes through any permission, so as root the resolve runs as another user (setpriv to nobody) in a
+    folder every user can enter; as anyone else, as this user."""
+    shared = Path(tempfile.mkdtemp(prefix="catalog-shared-"))
+    try:
+        os.chmod(shared, 0o755)
+        upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], LocalStore(shared / "store"))
+        shutil.copytree(BUNDLED, shared / "manifests")
+        (shared / "cache").mkdir()
+        os.chmod(shared / "cache", 0o555)
+        (shared / "home").mkdir()
+        os.chmod(shared / "home", 0o777)
+        env = env_for(shared / "manifests", shared / "store", shared / "cache", shared / "home")
+        command = [sys.executable, "-m", "catalog", "resolve", "tiny-llama"]
+        if os.geteuid() == 0:
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 1 and one_line_error(done.stderr), explain(done)
+        assert "not writable by this user" in done.stderr, explain(done)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_the_cache_deleted_during_a_resolve_is_one_error(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from catalog.lookup import Catalog
-from resolver.cache import Cache, hf_repo_folder
+from resolver.cache import Cache
+from resolver.hf_layout import hf_repo_folder
 from resolver.views import Layout, ViewSpec
 from resolver.stores import LocalStore, open_store
 from resolver.upload import upload_from_dir

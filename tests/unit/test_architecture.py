@@ -4,6 +4,7 @@ no module below the settings reads the environment. Checked by parsing every mod
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,3 +166,19 @@ def test_every_declared_variable_is_read_by_the_settings() -> None:
     body = source.split("ENV: tuple[EnvVar, ...] = (", 1)[1].split("\n)\n", 1)[1]
     unread = [v.name for v in ENV if f'"{v.name}"' not in body]
     assert not unread, f"declared but never read: {unread}"
+
+
+CACHE_FOLDER = re.compile(r"""(\bcache\.root|\bcache_root|\bcache\.root\.resolve\(\))\s*/\s*["']""")
+
+
+def test_the_cache_module_names_every_folder_of_the_cache() -> None:
+    """resolver/cache.py owns the cache's layout: no other module joins a literal folder name to a cache root."""
+    offenders = []
+    for package in ("resolver", "catalog_app"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == "resolver/cache.py":
+                continue
+            offenders += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
+                          if CACHE_FOLDER.search(line)]
+    assert not offenders, "name the folder in resolver/cache.py (a Cache attribute) instead:\n" + "\n".join(offenders)
