@@ -284,9 +284,13 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
             path.unlink(missing_ok=True)  # the marker first: nothing trusts the view from here on
             if marker.layout == Layout.DIR.value and view.resolve().is_relative_to(cache.models):
                 shutil.rmtree(view, ignore_errors=True)
+                _remove_empty(view.parent, cache.models)
             elif marker.layout == Layout.HF_CACHE.value and view.resolve().is_relative_to(cache.hub):
                 for rel in marker.files:
                     (view / rel).unlink(missing_ok=True)
+                    _remove_empty((view / rel).parent, view)
+                _remove_empty(view, cache.hub)
+            _remove_empty(path.parent, cache.markers)
         for stamp in marker.files.values():
             remaining_refs[stamp.sha256] -= 1
             if remaining_refs[stamp.sha256] == 0 and stamp.sha256 not in busy.blobs:
@@ -299,6 +303,17 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
                if result.kept_in_use else "nothing evictable is left")
         result.unmet = (f"could not reach {wanted}: {human(size)} in the cache, {human(free)} free after evicting; {why}")
     return result
+
+
+def _remove_empty(folder: Path, stop: Path) -> None:
+    """Remove `folder` and its parents up to (not including) `stop` while they are empty: an evicted view leaves no
+    empty folders behind (a folder someone writes into meanwhile is simply not empty, and stays)."""
+    while folder != stop and folder.is_relative_to(stop):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
 
 
 def evict_for(cache: Cache, max_size: int, needed: int) -> Eviction:

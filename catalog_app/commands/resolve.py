@@ -11,7 +11,7 @@ import click
 from catalog.errors import UsageError
 from catalog_app import outputs, warm
 from catalog_app.context import cache_option, catalog_dir, load_catalog, settings, store_options
-from catalog_app.progress import for_terminal, human_bytes
+from catalog_app.progress import for_terminal, human_bytes, plural
 from catalog_app.trust import trust_options
 from resolver.cache import Cache, cache_error
 from resolver.views import Layout
@@ -171,6 +171,7 @@ def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_fre
     cache = Cache(current.cache_dir)
     refuse_tier(cache)
     unmet = ""
+    evicted: list[str] = []
     try:
         result = gc(cat, cache, dry_run=dry_run, all_catalogs=all_catalogs)
         removed, freed = list(result.removed), result.bytes
@@ -179,13 +180,17 @@ def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_fre
             removed += eviction.removed
             freed += eviction.bytes
             unmet = eviction.unmet
+            evicted = [v.split(" ")[0] for v in eviction.views]
             for view in eviction.kept_in_use:
                 log.warning("kept %s: a running resolve uses it", view)
     except OSError as exc:
         raise cache_error(cache, exc) from None
     for path in removed:
         click.echo(f"{'would remove' if dry_run else 'removed'} {path}")
-    click.echo(f"{len(removed)} item(s), {human_bytes(freed)}{' (dry run)' if dry_run else ''}", err=True)
+    if evicted:
+        click.echo(f"{'would evict' if dry_run else 'evicted'} {plural(len(evicted), 'view')}, least recently resolved "
+                   f"first: {', '.join(evicted)}", err=True)
+    click.echo(f"{plural(len(removed), 'item')}, {human_bytes(freed)}{' (dry run)' if dry_run else ''}", err=True)
     if unmet:
         click.echo(f"error: {unmet}", err=True)
         return 1

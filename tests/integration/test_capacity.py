@@ -117,3 +117,7 @@ def test_resolve_evicts_under_cache_max_size_and_gc_keep_free(bundled: Catalog, 
     done = subprocess.run([*base, "gc", "--max-size", "0"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert list(cache.markers_all()) == [] and capacity.cache_size(cache) == 0
+    # It says which models went, and leaves no empty folder behind.
+    assert "evicted 2 views, least recently resolved first: " in done.stderr
+    assert all(name in done.stderr for name in ("tiny-llama-sharded", "all-minilm-l6-v2"))
+    assert [p for p in (cache.models, cache.markers) if p.is_dir() and any(p.iterdir())] == []
