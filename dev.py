@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -46,6 +47,29 @@ def _fingerprint(profile: str) -> str:
     return digest.hexdigest()
 
 
+# Servers some tests run on loopback, from Debian's packages: (binary, package, what needs it). Installing starts no
+# server (each test session runs its own); done as root with apt-get, else said once, naming what to install.
+SYSTEM = {"test": [("nginx", "nginx-light", "the pull-through cache tests (tests/cluster/)"),
+                   ("docker-registry", "docker-registry", "the oci:// store tests")]}
+
+
+def ensure_system(profile: str) -> None:
+    missing = [(binary, package, why) for binary, package, why in SYSTEM.get(profile, [])
+               if shutil.which(binary) is None and shutil.which(binary, path="/usr/sbin:/usr/bin") is None]
+    if not missing:
+        return
+    packages = [package for _, package, _ in missing]
+    if os.name == "posix" and os.geteuid() == 0 and shutil.which("apt-get"):
+        print(f"dev: installing {', '.join(packages)} (Debian packages; no server is started)", file=sys.stderr)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *packages], env=env, check=True)
+        return
+    for binary, package, why in missing:
+        print(f"dev: {binary} is missing, which {why} need: install Debian's {package} (as root, dev.py does)",
+              file=sys.stderr)
+
+
 def ensure_env(profile: str) -> None:
     if not PYTHON.exists():
         print(f"dev: creating {VENV.name}/", file=sys.stderr)
@@ -75,6 +99,7 @@ def main(argv: list[str]) -> int:
         return 2
     command, rest = argv[0], argv[1:]
     ensure_env(command)
+    ensure_system(command)
     env = dict(os.environ)
     if command == "demo":
         cmd = [str(PYTHON), str(ROOT / "scripts" / "demo.py"), *rest]

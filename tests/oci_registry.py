@@ -35,7 +35,7 @@ REGISTRY_BINARY = "docker-registry"
 def registry_binary() -> str:
     found = shutil.which(REGISTRY_BINARY) or (f"/usr/bin/{REGISTRY_BINARY}" if Path(f"/usr/bin/{REGISTRY_BINARY}").exists() else None)
     if found is None:
-        raise RuntimeError("Debian's docker-registry not found: `apt-get install -y docker-registry` (.ci/run does it)")
+        raise RuntimeError("Debian's docker-registry is not installed (`python3 dev.py test` installs it, as root)")
     return found
 
 

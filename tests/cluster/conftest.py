@@ -1,7 +1,7 @@
 """Fixtures of the cluster tests: a SeaweedFS cluster (tests/servers.py) and nginx as a pull-through cache.
 
-nginx comes from Debian's nginx-light. `.ci/run` installs it; when it is missing here the fixture installs
-it (as root, with apt-get) and skips the nginx tests, saying why, only when that is impossible.
+nginx comes from Debian's nginx-light, which `python3 dev.py test` installs (as root); the fixture fails, naming the
+package, when it is missing.
 """
 
 from __future__ import annotations
@@ -31,20 +31,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedCluster
     server.stop()
 
 
-def nginx_binary() -> str | None:
-    """nginx from PATH (or /usr/sbin), installing nginx-light with apt-get when missing and allowed."""
+def nginx_binary() -> str:
+    """nginx from PATH (or /usr/sbin): Debian's nginx-light, which `python3 dev.py test` installs as root."""
     found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
-    if found is not None:
-        return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return None
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "nginx-light"]):
-        try:
-            subprocess.run(command, env=env, capture_output=True, timeout=300, check=True)
-        except (OSError, subprocess.SubprocessError):
-            return None
-    return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
+    if found is None:
+        raise RuntimeError("nginx is not installed: install Debian's nginx-light (`python3 dev.py test` does, as root)")
+    return found
 
 
 class Nginx:
@@ -116,9 +108,6 @@ def filer_proxy(cluster: SeaweedCluster) -> Iterator[FaultProxy]:
 @pytest.fixture
 def nginx(filer_proxy: FaultProxy, tmp_path: Path) -> Iterator[Nginx]:
     binary = nginx_binary()
-    if binary is None:
-        pytest.skip("nginx is not installed and cannot be installed here (needs root and apt-get: "
-                    "`apt-get update && apt-get install -y nginx-light`, as .ci/run does)")
     root = tmp_path / "nginx"
     root.mkdir()
     server = Nginx(binary, filer_proxy.port, root)

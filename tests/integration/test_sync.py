@@ -151,6 +151,26 @@ def test_saved_plan_applies_exactly_and_is_refused_after_the_bucket_changed(
     assert len(json.loads(applied.stdout)["uploaded"]) == len(json.loads(plan.read_text())["items"])
 
 
+def test_a_plan_made_from_a_folder_is_applied_from_that_folder_with_no_hub_request(
+    hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    made = run(hub, bucket, tmp_path, "sync", "tiny-llama", "--from-dir", str(sources["tiny-llama"]), "--out", str(plan))
+    assert made.returncode == 0, made.stderr
+    assert json.loads(plan.read_text())["from_dir"] == str(sources["tiny-llama"].resolve())
+    before = hub.hub_requests()
+    applied = run(hub, bucket, tmp_path, "sync", "--apply", str(plan))  # no --from-dir: the plan says where
+    assert applied.returncode == 0, applied.stderr
+    assert hub.hub_requests() == before
+    assert sorted(keys(s3_server, bucket)) == sorted(
+        [bundled.store_key(bundled.get("tiny-llama"), f.path) for f in bundled.get("tiny-llama").files]
+        + [k for k in keys(s3_server, bucket) if k.startswith(".model-catalog/")])
+    moved = json.loads(plan.read_text()) | {"from_dir": str(tmp_path / "gone")}
+    plan.write_text(json.dumps(moved))
+    gone = run(hub, bucket, tmp_path, "sync", "--apply", str(plan))
+    assert gone.returncode == 2 and "which is no folder now" in gone.stderr
+
+
 def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
     hub.fail(429, times=1, retry_after=0.3, path_contains="tiny-qwen2")
     hub.truncate("tiny-llama/resolve/" + bundled.get("tiny-llama").source.revision + "/model.safetensors", after_bytes=0, times=100)
