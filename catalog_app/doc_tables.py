@@ -66,10 +66,25 @@ def synopsis() -> str:
     from catalog_app.cli import cli
 
     lines = ["catalog [--catalog DIR] [-v] COMMAND"]
+    groups = {name: [_usage(p) for p in params] for name, params in OPTION_GROUPS.items()}
     for name in sorted(cli.commands):
         parts = [name, *(_usage(param) for param in cli.commands[name].params if param.name != "help")]
+        for group, usages in groups.items():  # a group of options several commands share, named once below
+            if all(u in parts for u in usages):
+                parts = [p for p in parts if p not in usages] + [f"[{group}]"]
         lines.extend(_wrap([p for p in parts if p]))
+    lines += [f"{group}: {' '.join(usages)}" for group, usages in groups.items()]
     return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def _store_and_trust_options() -> dict[str, list[click.Parameter]]:
+    from catalog_app.context import store_options
+    from catalog_app.trust import trust_options
+
+    def params(decorator: Callable[[Callable[..., None]], Callable[..., None]]) -> list[click.Parameter]:
+        return click.command()(decorator(lambda **_: None)).params
+
+    return {"STORE OPTIONS": params(store_options), "TRUST OPTIONS": params(trust_options)}
 
 
 def _usage(param: click.Parameter) -> str:
@@ -104,6 +119,8 @@ def _wrap(parts: list[str], width: int = 116) -> list[str]:
         current += " " + part
     return [*out, current]
 
+
+OPTION_GROUPS = _store_and_trust_options()
 
 TABLES: dict[str, Callable[[], str]] = {"rules": rules, "settings": settings, "formats": formats, "outputs": outputs,
                                         "commands": synopsis}
