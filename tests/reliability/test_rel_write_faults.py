@@ -74,9 +74,17 @@ def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recove
         evict(cache_dir, big.sha256)
         proc = subprocess.Popen(catalog_cmd("resolve", MINILM, "--part-size", "8MiB", "--concurrency", "2"), env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        delay = rng.uniform(0.15, 0.95) * span
+        launched = time.monotonic()
+        timeout = rng.uniform(0.15, 0.95) * span
+        if round_ % 2:
+            # Every other round waits for this process's download to be in flight, then kills it a moment later: on a
+            # busy machine start-up time varies more than the download takes, and a kill drawn from the calibrated
+            # span alone may never land inside the download.
+            while proc.poll() is None and not any((cache_dir / "tmp").glob(f"{proc.pid}-*.part")):
+                time.sleep(0.005)
+            timeout = rng.uniform(0.0, 0.05)
         try:
-            out, err = proc.communicate(timeout=delay)
+            out, err = proc.communicate(timeout=timeout)
             assert proc.returncode == 0, f"round {round_}: an unkilled resolve failed:\n{err}"
         except subprocess.TimeoutExpired:
             in_flight = any((cache_dir / "tmp").glob(f"{proc.pid}-*.part"))  # its own download, not debris
@@ -85,7 +93,7 @@ def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recove
             killed += 1
             mid_download += in_flight
         verified = run_catalog(["verify", "--deep"], env)
-        assert verified.returncode == 0, f"round {round_} (killed after {delay:.2f}s): {explain(verified)}"
+        assert verified.returncode == 0, f"round {round_} (killed after {time.monotonic() - launched:.2f}s): {explain(verified)}"
         assert blob_mismatches(cache_dir) == [], f"round {round_}"
     print(f"resolve kill loop: {rounds} rounds, {killed} killed, {mid_download} of them mid-download")
     assert mid_download >= max(1, rounds // 3), f"only {mid_download} of {rounds} kills landed mid-download ({killed} kills)"
