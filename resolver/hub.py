@@ -307,41 +307,52 @@ def _next_page(link_header: str | None) -> str | None:
     return None
 
 
-def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: HubOptions,
-              sleep: Callable[[float], None] = time.sleep) -> tuple[Any, str | None]:
-    """GET one JSON page of the Hub's API with our own rate-limit handling: (the body, the next page's URL)."""
+def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callable[[float], None] = time.sleep, *,
+            follow_redirects: bool = True) -> Any:
+    """One GET of the Hub's API, again after a 429/5xx (waiting what its headers ask, within options.max_wait, and
+    saying so; RateLimitedError past it) or a dropped connection, up to options.attempts: the last response (any
+    status), or the name of the transport error when no response came."""
     from huggingface_hub import get_session
 
     session = get_session()
+    error = ""
     for attempt in range(1, options.attempts + 1):
         try:
-            response = session.get(url, params=dict(params or {}), headers=_hub_headers(options, {}), follow_redirects=True)
+            response = session.get(url, params=params, headers=_hub_headers(options, {}), follow_redirects=follow_redirects)
         except OSError as exc:
-            error: str = type(exc).__name__
+            error = type(exc).__name__
         except Exception as exc:  # noqa: BLE001 - httpx's transport errors are not OSErrors
             if not type(exc).__module__.startswith(("httpx", "httpcore")):
                 raise
             error = type(exc).__name__
         else:
             status = response.status_code
-            if status == 200:
-                return response.json(), _next_page(response.headers.get("Link"))
-            if (status == 429 or status >= 500) and attempt < options.attempts:
-                delay = retry_delay(what, status, response.headers, options.max_wait)
-                _announce(what, status, delay)
-                sleep(delay if delay is not None else 0.5 * 2 ** (attempt - 1))
-                continue
-            if status == 429:
-                retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself
-            hint = ("set HF_TOKEN (or `hf auth login`) for gated or private repos" if status in (401, 403)
-                    else "check the repo id and revision, HF_ENDPOINT and HF_TOKEN")
-            raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}", hint=hint,
-                                        transient=status == 429 or status >= 500)
+            if not (status == 429 or status >= 500) or attempt == options.attempts:
+                return response
+            delay = retry_delay(what, status, response.headers, options.max_wait)
+            _announce(what, status, delay)
+            sleep(delay if delay is not None else 0.5 * 2 ** (attempt - 1))
+            continue
         if attempt < options.attempts:
             sleep(0.5 * 2 ** (attempt - 1))
-            continue
-        raise StoreUnavailableError(f"{what}: cannot reach the Hub at {options.endpoint}: {error}")
-    raise AssertionError("unreachable")
+    return error
+
+
+def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: HubOptions,
+              sleep: Callable[[float], None] = time.sleep) -> tuple[Any, str | None]:
+    """GET one JSON page of the Hub's API with our own rate-limit handling: (the body, the next page's URL)."""
+    response = api_get(url, dict(params or {}), what, options, sleep)
+    if isinstance(response, str):
+        raise StoreUnavailableError(f"{what}: cannot reach the Hub at {options.endpoint}: {response}")
+    status = response.status_code
+    if status == 200:
+        return response.json(), _next_page(response.headers.get("Link"))
+    if status == 429:
+        retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself
+    hint = ("set HF_TOKEN (or `hf auth login`) for gated or private repos" if status in (401, 403)
+            else "check the repo id and revision, HF_ENDPOINT and HF_TOKEN")
+    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}", hint=hint,
+                                transient=status == 429 or status >= 500)
 
 
 def list_repo_files(repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> list[RemoteFile]:

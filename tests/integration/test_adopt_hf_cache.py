@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import tree_state
 import yaml
 from hubdouble import HubDouble
 from servers import SeaweedServer, new_bucket
@@ -81,15 +82,6 @@ def filled_bucket(s3_server: SeaweedServer, bundled: Catalog, sources: dict[str,
         upload_from_dir(bundled, name, folder, store)
     return bucket
 
-
-def tree_state(root: Path) -> dict[str, tuple[int, int, int, int]]:
-    """Every path under `root` with (inode, size, mtime_ns, mode): what a reader must never change."""
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            st = os.lstat(os.path.join(dirpath, name))
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
-    return found
 
 
 def blob_of(hf_cache: Path, cat: Catalog, name: str, path: str) -> Path:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import tree_state
 
 from catalog.lookup import Catalog
 from resolver.cache import Cache
@@ -34,15 +35,6 @@ def store_dir(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> Pat
     return folder
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int, int, int]]:
-    """Every path under `root` with (inode, size, mtime_ns, mode): what a runner must never change."""
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            st = os.lstat(os.path.join(dirpath, name))
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
-    return found
-
 
 @pytest.fixture
 def read_only() -> Iterator[list[Path]]:
@@ -61,7 +53,7 @@ def test_a_full_tier_serves_everything_with_zero_store_requests(bundled: Catalog
     assert verify_tier(bundled, MODELS, tier).problems == []
     subprocess.run(["chmod", "-R", "a-w", str(tier)], check=True)
     read_only.append(tier)
-    before = snapshot(tier)
+    before = tree_state(tier)
     for run in ("first", "second"):  # the second runner process finds the tier check recorded
         store = open_store(str(store_dir))
         cache = Cache(tmp_path / f"cache-{run}")
@@ -74,7 +66,7 @@ def test_a_full_tier_serves_everything_with_zero_store_requests(bundled: Catalog
         assert sum(store.requests.values()) == 0, store.requests
         again = resolve(bundled, "tiny-llama", cache=cache, store=store, options=ResolveOptions(tiers=(tier,)))
         assert again.source == "cache" and set(again.sources.values()) == {"cache"}
-    assert snapshot(tier) == before  # nothing written, renamed, chmod-ed or locked in the tier
+    assert tree_state(tier) == before  # nothing written, renamed, chmod-ed or locked in the tier
 
 
 def test_a_corrupt_tier_blob_is_fetched_from_the_store_and_the_tier_is_left_alone(
@@ -90,7 +82,7 @@ def test_a_corrupt_tier_blob_is_fetched_from_the_store_and_the_tier_is_left_alon
     blob.write_bytes(bytes(data))
     subprocess.run(["chmod", "-R", "a-w", str(tier)], check=True)
     read_only.append(tier)
-    before = snapshot(tier)
+    before = tree_state(tier)
     store = open_store(str(store_dir))
     cache = Cache(tmp_path / "cache")
     result = resolve(bundled, "tiny-llama", cache=cache, store=store, options=ResolveOptions(tiers=(tier,)))
@@ -98,7 +90,7 @@ def test_a_corrupt_tier_blob_is_fetched_from_the_store_and_the_tier_is_left_alon
     assert {p for p, s in result.sources.items() if s == Tier(tier).url} == {e.path for e in manifest.files} - {victim.path}
     assert store.requests["GetObject"] == 1
     assert (result.path / victim.path).read_bytes() == (store_dir / manifest.s3_prefix[len(bundled.settings.store):] / victim.path).read_bytes()
-    assert snapshot(tier) == before
+    assert tree_state(tier) == before
     assert verify_tier(bundled, ["tiny-llama"], tier).problems[0].startswith(f"tiny-llama/{victim.path}: expected sha256")
 
 
