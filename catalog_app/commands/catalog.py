@@ -148,7 +148,8 @@ def show(ctx: click.Context, name: str, fmt: str) -> int:
         click.echo(json.dumps({**data, "tensors": found.to_json()}, indent=2))
     else:
         click.echo(f"# {display_path(cat.sources[name])}", err=True)
-        click.echo(yaml.safe_dump(data, sort_keys=False, width=120), nl=False)
+        shown = model.model_dump(mode="json", by_alias=True, exclude_none=True)  # as a manifest reads: no empty keys
+        click.echo(yaml.safe_dump(shown, sort_keys=False, width=120), nl=False)
         click.echo("".join(f"# {line}\n" for line in inventory_lines(name, found)), nl=False)  # comments: still the manifest
     return 0
 
