@@ -15,6 +15,7 @@ header, sha256 of the streamed bytes against the pin). Each run starts from an e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -117,8 +118,7 @@ def main() -> None:
         s3_uris = [f"s3://{BUCKET}/{PREFIX}{n}" for n in weights]
         s3_target = stream_target(store)
         # moto copies the whole object for every ranged GET; runai's default is one GET per 8 MiB block.
-        one_range = StreamTarget({**s3_target.env, "RUNAI_STREAMER_CHUNK_BYTESIZE": str(args.file_mib * MiB)},
-                                 s3_target.endpoint, s3_target.region, s3_target.unsigned, s3_target.where)
+        one_range = dataclasses.replace(s3_target, env={**s3_target.env, "RUNAI_STREAMER_CHUNK_BYTESIZE": str(args.file_mib * MiB)})
 
         resolve_cmd = [sys.executable, "-m", "catalog", "--catalog", str(manifests), "resolve", "bench-stream",
                        "--materialize-weights", "--cache", str(cache)]

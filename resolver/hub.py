@@ -30,7 +30,7 @@ from urllib.parse import quote
 from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
 from resolver import waits
-from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream
+from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream, Store
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +169,10 @@ class _HttpStream:
         self._response.close()
 
 
-class HubStore:
+class HubStore(Store):
     """One repo at one revision, read-only; keys are paths in the repo."""
+
+    engine_streamable = False  # a model fetched from the Hub is fully local
 
     def __init__(self, repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> None:
         self.repo = repo
@@ -225,16 +227,22 @@ class HubStore:
     def delete(self, key: str) -> None:
         raise UsageError("the Hub is a read-only source here")
 
-    def stream_env(self) -> dict[str, str]:
-        return {}  # never streamed from: a model fetched from the Hub is fully local
-
     def stream_uri(self, prefix: str) -> str:
         raise UsageError("weights cannot be streamed from the Hub; resolve with --materialize-weights")
+
+    def transient(self, exc: BaseException) -> bool:
+        """The default, plus httpx's transport failures (huggingface_hub's HTTP client) while a body streams."""
+        if super().transient(exc):
+            return True
+        import httpx
+
+        return isinstance(exc, httpx.TransportError)
 
 
 class _EmptyStream:
     def __init__(self, total: int) -> None:
         self.total = total
+        self.etag: str | None = None
 
     def readinto(self, buffer: memoryview) -> int:
         return 0

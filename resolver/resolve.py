@@ -216,7 +216,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
     # A store engines cannot stream from (an OCI registry) gives local weights; so does --prefer local when they
     # are all at hand (see _local_weights for the rest).
     at_hand = _weights_at_hand(manifest, cache, options)
-    plan = plan_files(manifest, _local_weights(options) or not getattr(store, "engine_streamable", True)
+    plan = plan_files(manifest, _local_weights(options) or not store.engine_streamable
                       or at_hand is not None)
     spec = ViewSpec.of(manifest, options.layout, plan.local)
     fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
@@ -247,7 +247,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         files=tuple(e.path for e in plan.local), streamed=tuple(e.path for e in plan.streamed),
         bytes=sum(e.size for e in plan.local), source=source, layout=options.layout,
         hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
-        stream_env=store.stream_env() if plan.streamed else {},
+        stream_env=dict(store.stream_target().env) if plan.streamed else {},
         tensor_parallel=formats.tensor_parallel_ranks(manifest.load_format.spec, [f.path for f in manifest.files]),
         primary=manifest.primary, sources=sources, weights_uri=weights_uri,
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),

@@ -32,7 +32,6 @@ from resolver.hub import HubOptions, HubStore
 from resolver.last_copy import refuse_last_copy_deletion
 from resolver.stream_check import STATE_PREFIX, cached_state, parse_state, read_small, remember_state, write_state
 from resolver.stores import LocalStore, ObjectInfo, Store
-from resolver.stores.base import delete_many
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest, fetch_digest_etag
 from resolver.upload import provenance
 
@@ -326,10 +325,8 @@ def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, 
     scope = scope_of(cat, names)
     listing = list_scope(store, scope)
     states = read_states(store, scope, listing, cache)
-    deep_hashes = None
-    listed = getattr(store, "listed_sha256", None)  # a content-addressed store (oci://): its listing names each sha256
-    if callable(listed):
-        deep_hashes = dict(listed(listing))
+    # A content-addressed store (oci://): its listing names each object's sha256.
+    deep_hashes: dict[str, str] | None = dict(store.listed_sha256(listing)) or None
     if deep:
         objects = {o.key: o for o in listing}
         deep_hashes = deep_hashes or {}
@@ -460,19 +457,18 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
         recorded.setdefault(item.model, {})[item.path] = _record(item, info)
         (report.uploaded if uploaded else report.verified).append(item)
     # Batched where the store can (S3: 1,000 keys a request); a key that fails is reported, the rest deleted.
-    failed = delete_many(store, [i.key for i in deletions]) if deletions else {}
+    failed = store.delete_many([i.key for i in deletions]) if deletions else {}
     for item in deletions:
         if item.key in failed:
             report.errors.append((item, failed[item.key]))
         else:
             report.deleted.append(item)
-    publish = getattr(store, "publish_model", None)  # oci://: the model's manifest, pushed after its blobs, is the record
     broken = {i.model for i, _ in report.errors}
     for name, files in recorded.items():
-        if not callable(publish):
+        if not store.content_addressed:
             write_state(store, name, files, source.cache)
-        elif name not in broken:  # a model with a failed file is not published: its artifact would be incomplete
-            publish(name)
+        elif name not in broken:  # oci://: the model's manifest, pushed after its blobs, is the record; never a partial one
+            store.publish_model(name)
     return report
 
 

@@ -325,7 +325,7 @@ def fetch(
         futures: list[Future[bool]] = []
         try:
             for item in unique.values():
-                if len(config.part_bounds(item.entry.size)) == 1 or not getattr(store, "ranged", True):
+                if len(config.part_bounds(item.entry.size)) == 1 or not store.ranged:
                     futures.append(gets.submit(_fetch_whole, store, item, cache, config, progress, sleep, stop))
                 else:
                     futures.append(files.submit(_fetch_parts, store, item, cache, config, progress, sleep, gets, stop))
@@ -349,13 +349,10 @@ def fetch(
 
 def _prepare(store: Store) -> None:
     """Let the store build its client in the background (an S3 store imports boto3: ~0.1-0.2 s)."""
-    prepare = getattr(store, "prepare", None)
-    if not callable(prepare):
-        return
 
     def run() -> None:
         try:
-            prepare()
+            store.prepare()
         except Exception:  # noqa: BLE001 - the first real request builds it again and reports the error
             log.debug("preparing %s failed", store.url, exc_info=True)
 
@@ -507,8 +504,9 @@ def _fetch_part(
 def _retry_delay(store: Store, wanted: Wanted, exc: Exception, attempt: int, config: TransferConfig, position: int) -> float:
     """Seconds before the next attempt after `exc` (attempt `attempt`, counting from 0), or raise: a failure that
     is final, the last attempt spent, or a server hint beyond `config.max_wait` (said, and final for this source)."""
-    if not _is_transient(exc) or attempt + 1 >= config.attempts:
-        if isinstance(exc, CatalogError) and not _is_transient(exc):
+    transient = _is_transient(store, exc)
+    if not transient or attempt + 1 >= config.attempts:
+        if isinstance(exc, CatalogError) and not transient:
             raise exc
         raise StoreUnavailableError(
             f"giving up on {wanted.label} from {store.url} after {attempt + 1} attempts: {_describe(exc)}",
@@ -540,7 +538,7 @@ def fetch_digest_etag(store: Store, item: Wanted, config: TransferConfig,
         try:
             stream = _open(store, item, position, None)
             try:
-                got = getattr(stream, "etag", None)
+                got = stream.etag
                 if position and got != etag:
                     log.warning("%s changed in %s while it was read (ETag %s -> %s); reading it again from the start",
                                 item.label, store.url, etag, got)
@@ -582,15 +580,9 @@ def _open(store: Store, item: Wanted, start: int, end: int | None) -> ObjectStre
         raise MissingObjectError(item.model, item.entry.path, store.url) from None
 
 
-def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, StoreUnavailableError):
-        return exc.transient
-    if isinstance(exc, (_Transient, ConnectionError, TimeoutError)) or hasattr(exc, "retry_after"):
-        return True
-    if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError)):
-        return True
-    module = type(exc).__module__
-    return module.startswith(("botocore", "urllib3", "http.client", "httpx", "httpcore"))
+def _is_transient(store: Store, exc: BaseException) -> bool:
+    """The transfer's own retryable failures (a dropped connection, a trickle), else what the store says of its own."""
+    return isinstance(exc, _Transient) or store.transient(exc)
 
 
 def _describe(exc: BaseException) -> str:

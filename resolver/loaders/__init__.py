@@ -25,11 +25,12 @@ from catalog.schema import ModelManifest
 from resolver.cache import Cache
 from resolver.loaders import runai, safetensors, tensorizer
 from resolver.loaders.common import (
-    LOCAL, MiB, LoadedWeights, LoadError, LoadReport, StreamTarget, TensorSpec, _need, compare_tensors,
-    parse_header, read_header, scoped_environ, stream_target,
+    MiB, LoadedWeights, LoadError, LoadReport, TensorSpec, _need, compare_tensors, parse_header, read_header,
+    scoped_environ, stream_target,
 )
 from resolver.loaders.runai import stream_safetensors
 from resolver.loaders.tensorizer import deserialize_tensorizer
+from resolver.stores import LOCAL, StreamTarget
 from resolver.resolution import Resolution
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import Store

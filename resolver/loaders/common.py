@@ -24,12 +24,11 @@ from catalog.loading import load_tables
 from catalog.lookup import Catalog
 from catalog.safetensors_header import Header, HeaderError, TensorInfo, parse
 from catalog.schema import FileEntry, ModelManifest
-from catalog.settings import S3Options
 from catalog.tensor_tables import TensorTables
 from resolver.cache import Cache
 from resolver.headers import read_file_header, read_store_header
 from resolver.resolution import Resolution
-from resolver.stores import Store
+from resolver.stores import LOCAL, Store, StreamTarget
 
 if TYPE_CHECKING:
     import torch
@@ -99,36 +98,13 @@ class LoadedWeights:
 # where a streaming loader reads from, and the environment it reads it in
 
 
-@dataclass(frozen=True)
-class StreamTarget:
-    """How a streaming loader reaches the store. `env` holds endpoint settings, never credentials: those
-    come from the standard AWS variables of the process, as they would for the engine."""
-
-    env: Mapping[str, str]
-    endpoint: str | None  # None: the loader's default (AWS), or local files
-    region: str | None
-    unsigned: bool
-    where: str  # for messages
-
-    @property
-    def s3(self) -> bool:
-        return self.where != "local files"
-
-
-LOCAL = StreamTarget({}, None, None, False, "local files")
-
-
 def stream_target(store: Store, resolution: Resolution | None = None) -> StreamTarget:
-    """What `catalog resolve --format env` hands the engine: the store's own `stream_env()`, nothing else.
-    `resolution` None: the store's objects themselves (benchmarks), whether or not a model streams."""
+    """Where a streaming loader reads: the store's own target (what `catalog resolve --format env` hands the engine),
+    or local files when `resolution` materialized the weights. `resolution` None: the store's objects themselves
+    (benchmarks), whether or not a model streams."""
     if resolution is not None and not resolution.streams:
         return LOCAL  # weights materialized into the cache
-    env = store.stream_env()
-    if not env and not isinstance(getattr(store, "options", None), S3Options):
-        return LOCAL  # a folder store: engines read the folder directly
-    endpoint = env.get("AWS_ENDPOINT_URL") or None
-    return StreamTarget(env, endpoint, env.get("AWS_REGION") or None, env.get("RUNAI_STREAMER_S3_UNSIGNED") == "1",
-                        f"endpoint {endpoint or 'the default AWS endpoint'}")
+    return store.stream_target()
 
 
 def quiet_defaults() -> dict[str, str]:

@@ -19,12 +19,12 @@ from catalog.safetensors_header import Header
 from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache
 from resolver.loaders.common import (
-    LoadedWeights, LoadError, StreamTarget, _terse, header_problems, pinned_tables, read_header, scoped_environ,
+    LoadedWeights, LoadError, _terse, header_problems, pinned_tables, read_header, scoped_environ,
     stream_target,
 )
 from resolver.resolution import Resolution
 from resolver.resolve import ResolveOptions
-from resolver.stores import Store
+from resolver.stores import Store, StreamTarget
 
 if TYPE_CHECKING:
     import torch
@@ -89,7 +89,7 @@ def stream_safetensors(uris: Sequence[str], target: StreamTarget,
 
     owner = {n: i for i, h in enumerate(headers or []) for n in h.by_name()}
     out: list[dict[str, torch.Tensor]] = [{} for _ in uris]
-    credentials = S3Credentials(endpoint=target.endpoint, region_name=target.region) if target.s3 and target.endpoint else None
+    credentials = S3Credentials(endpoint=target.endpoint, region_name=target.region) if target.scheme == "s3" and target.endpoint else None
     try:
         with scoped_environ(target.env), SafetensorsStreamer() as streamer:
             streamer.stream_files(list(uris), s3_credentials=credentials, device="cpu")

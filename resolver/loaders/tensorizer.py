@@ -18,10 +18,10 @@ from catalog.errors import CatalogError, IntegrityError
 from catalog.lookup import Catalog
 from catalog.schema import ModelManifest
 from resolver.cache import Cache
-from resolver.loaders.common import LoadedWeights, LoadError, StreamTarget, _terse, scoped_environ, stream_target
+from resolver.loaders.common import LoadedWeights, LoadError, _terse, scoped_environ, stream_target
 from resolver.resolution import Resolution
 from resolver.resolve import ResolveOptions
-from resolver.stores import Store
+from resolver.stores import Store, StreamTarget
 from resolver.transfer import TransferConfig, Wanted, fetch_digest
 
 if TYPE_CHECKING:
@@ -75,14 +75,14 @@ def check_pin(cat: Catalog, manifest: ModelManifest, resolution: Resolution, uri
 
 def deserialize_tensorizer(model: str, uri: str, target: StreamTarget,
                            kwargs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Every tensor of a .tensors file (local path or s3:// URI), with tensorizer's per-tensor hashes checked.
-    `kwargs` are the manifest's deserialization_kwargs, exactly as the engine would pass them."""
+    """Every tensor of a .tensors file (a local path, or a URI on `target`), with tensorizer's per-tensor hashes
+    checked. `kwargs` are the manifest's deserialization_kwargs, exactly as the engine would pass them."""
     from tensorizer import TensorDeserializer
     from tensorizer.serialization import HashMismatchError
     from tensorizer.stream_io import open_stream
 
     s3: dict[str, Any] = {}
-    if uri.startswith("s3://"):
+    if target.scheme == "s3":  # tensorizer's own S3 client: the endpoint and signing as arguments
         if target.endpoint:
             s3["s3_endpoint"] = target.endpoint
             # tensorizer refuses a plain-http endpoint unless told; an https one must stay https.

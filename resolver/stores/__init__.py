@@ -1,8 +1,9 @@
 """Stores, a registry by URL scheme: `open_store(url, settings)` picks the store that owns the scheme.
 
-Each store owns its specifics (how it lists, opens ranges and puts; which of its errors are worth a
-retry; what a streaming engine needs to reach it: `stream_env()`), so code above never asks which
-kind of store it holds. A new store is one module here plus one `register()` line below.
+Each store owns its specifics through the `Store` interface (base.py: how it lists, opens ranges and puts;
+which of its errors are worth a retry: `transient()`; what a streaming engine needs to reach it:
+`stream_target()`; batched deletes, a content-addressed listing, binding a catalog's models), so code above
+never asks which kind of store it holds. A new store is one module plus one `register()` line below.
 
     file:///dir/ or a plain folder    LocalStore  (the embedded default; no server, no credentials)
     s3://bucket/[base/]               S3Store     (any S3-compatible endpoint, boto3 imported on first use)
@@ -21,7 +22,7 @@ from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import S3Options, Settings
 from resolver.stores import http, local, oci, s3
-from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
+from resolver.stores.base import LOCAL, ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
 from resolver.stores.http import HttpStore
 from resolver.stores.local import LocalStore
 from resolver.stores.s3 import S3Store, make_s3_client
@@ -33,6 +34,11 @@ _SCHEMES: dict[str, StoreFactory] = {}
 def register(scheme: str, factory: StoreFactory) -> None:
     """Make `scheme://...` URLs open with `factory(url, settings)`."""
     _SCHEMES[scheme] = factory
+
+
+def unregister(scheme: str) -> None:
+    """Forget `scheme` (a test's own store)."""
+    _SCHEMES.pop(scheme, None)
 
 
 def schemes() -> list[str]:
@@ -58,11 +64,9 @@ def open_catalog_store(cat: Catalog, settings: Settings) -> Store:
 
 
 def bind_models(store: Store, cat: Catalog) -> Store:
-    """A store that addresses objects by model, not by key (an OCI registry: one repository per model), learns
-    where each model's keys are; any other store is returned as it is."""
-    bind = getattr(store, "bind_models", None)
-    if callable(bind):
-        bind({cat.store_key(m): m for m in cat})
+    """`store`, told where the catalog's models' keys are (a store that addresses objects by model, an OCI registry,
+    needs it; the others ignore it)."""
+    store.bind_models({cat.store_key(m): m for m in cat})
     return store
 
 
@@ -72,5 +76,5 @@ register("http", http.from_settings)
 register("https", http.from_settings)
 register("oci", oci.from_url)
 
-__all__ = ["bind_models", "open_catalog_store", "HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options", "S3Store", "Store", "StoreFactory",
-           "check_key", "make_s3_client", "open_store", "register", "schemes"]
+__all__ = ["LOCAL", "bind_models", "open_catalog_store", "HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options",
+           "S3Store", "Store", "StoreFactory", "StreamTarget", "check_key", "make_s3_client", "open_store", "register", "schemes", "unregister"]

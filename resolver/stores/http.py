@@ -21,7 +21,7 @@ from pathlib import Path
 from catalog import urls
 from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
-from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, RangesIgnored, check_key
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, RangesIgnored, Store, check_key
 from resolver.waits import parse_retry_after
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:([0-9]{1,20})-([0-9]{1,20})|\*)/([0-9]{1,20})", re.ASCII)
@@ -71,7 +71,7 @@ class _Stream:
             self._conn.close()  # not read to its end: the connection cannot be reused
 
 
-class HttpStore:
+class HttpStore(Store):
     """`http(s)://host[:port]/base/`, read-only."""
 
     def __init__(self, base_url: str, *, connect_timeout: float = 10.0, read_timeout: float = 60.0) -> None:
@@ -202,9 +202,6 @@ class HttpStore:
 
     def stream_uri(self, prefix: str) -> str:
         return self.url + prefix
-
-    def stream_env(self) -> dict[str, str]:
-        return {}
 
 
 def from_url(url: str, *, connect_timeout: float = 10.0, read_timeout: float = 60.0) -> HttpStore:

@@ -19,7 +19,7 @@ from pathlib import Path
 from catalog import naming
 from catalog.errors import StoreUnavailableError, UnsafePathError
 from resolver.identity import FileIdentity
-from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 
 
 class _FileStream:
@@ -42,7 +42,7 @@ class _FileStream:
         self._file.close()
 
 
-class LocalStore:
+class LocalStore(Store):
     """A folder as the bucket. Writes go to a temp file in TMP_DIR (at the root), renamed into place."""
 
     META_DIR = ".catalog-meta"  # sidecar metadata, the local stand-in for x-amz-meta-*
@@ -142,10 +142,7 @@ class LocalStore:
         (self.root / self.META_DIR / (key + ".json")).unlink(missing_ok=True)
 
     def stream_uri(self, prefix: str) -> str:
-        return str(self.root / prefix) + "/"
-
-    def stream_env(self) -> dict[str, str]:
-        return {}  # engines read the folder directly
+        return str(self.root / prefix) + "/"  # engines read the folder directly (the default stream target)
 
 
 def from_url(url: str) -> LocalStore:

@@ -33,7 +33,7 @@ from catalog.errors import CatalogError, IntegrityError, MissingObjectError, Sto
 from catalog.schema import ModelManifest
 from catalog.settings import Settings
 from resolver import hashing
-from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_TAG, Layer, NotAModelManifest, Parsed,
                                        build_config, build_manifest, canonical, digest_of, layer_path, layer_problem,
                                        parse_manifest, repository_name)
@@ -78,6 +78,7 @@ class _BlobStream:
         self._conn: http.client.HTTPConnection | None = conn
         self._response: http.client.HTTPResponse | None = response
         self.total = total
+        self.etag: str | None = None  # a blob is named by its digest; the transfer checks its bytes against the pin
 
     def readinto(self, buffer: memoryview) -> int:
         response = self._response
@@ -99,10 +100,11 @@ class _BlobStream:
         self._conn = None
 
 
-class OciStore:
+class OciStore(Store):
     """`oci://host[:port]/namespace/`: one repository per model, one raw layer per pinned file."""
 
     engine_streamable = False  # engines read files, not registries: resolve brings streamed weights local
+    content_addressed = True  # each layer is named by its sha256, and the pushed manifest is sync's record
 
     def __init__(self, client: RegistryClient, namespace: str, url: str, *, part_size: int = 64 * 1024 * 1024,
                  concurrency: int = 8) -> None:
@@ -495,13 +497,11 @@ class OciStore:
         raise UsageError(f"engines cannot stream weights from a registry ({self.url})",
                          hint="resolve makes them local (or pass --materialize-weights)")
 
-    def stream_env(self) -> dict[str, str]:
-        return {}
-
 
 class _EmptyStream:
     def __init__(self, total: int) -> None:
         self.total = total
+        self.etag: str | None = None
 
     def readinto(self, buffer: memoryview) -> int:
         return 0

@@ -14,7 +14,7 @@ from typing import Any
 from catalog import naming, urls
 from catalog.errors import CatalogError, StoreUnavailableError, UsageError
 from catalog.settings import S3Options, Settings
-from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, check_key
+from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class _S3Stream:
             self._body.close()  # after release_conn this closes no pooled connection
 
 
-class S3Store:
+class S3Store(Store):
     """A bucket (and optional base prefix) on any S3-compatible endpoint."""
 
     def __init__(self, bucket: str, base: str, options: S3Options, client_factory: Callable[[S3Options], Any] = make_s3_client,
@@ -300,8 +300,8 @@ class S3Store:
                 style = "path"  # an S3-compatible endpoint named by a host rarely serves virtual-host buckets
         return endpoint, style
 
-    def stream_env(self) -> dict[str, str]:
-        """The endpoint and addressing the resolver used, in the variables runai and tensorizer read."""
+    def stream_target(self) -> StreamTarget:
+        """The endpoint and addressing the resolver used; `env` spells them in the variables runai and tensorizer read."""
         env: dict[str, str] = {}
         endpoint, style = self.endpoint()
         if endpoint:
@@ -312,7 +312,20 @@ class S3Store:
             env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "1" if style == "virtual" else "0"
         if self.options.unsigned:
             env["RUNAI_STREAMER_S3_UNSIGNED"] = "1"  # a public bucket: the streamer must not sign either
-        return env
+        return StreamTarget("s3", endpoint, style if style in ("path", "virtual") else None, self.options.region,
+                            self.options.unsigned, env)
+
+    def transient(self, exc: BaseException) -> bool:
+        """The default, plus botocore's and urllib3's own failures while a body streams (a reset, a read timeout, an
+        incomplete read); a refused request arrives here as a StoreUnavailableError that says whether to retry."""
+        if super().transient(exc):
+            return True
+        if isinstance(exc, CatalogError):
+            return False
+        from botocore.exceptions import BotoCoreError
+        from urllib3.exceptions import HTTPError
+
+        return isinstance(exc, (BotoCoreError, HTTPError))
 
 
 def _b64(sha256_hex: str) -> str:

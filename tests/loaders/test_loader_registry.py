@@ -80,10 +80,12 @@ def test_stream_target_comes_from_the_store_alone(bundled: Catalog, sources: dic
     s3 = S3Store("bucket", "", S3Options(endpoint_url="http://127.0.0.1:1", region="eu-west-3", addressing_style="path",
                                          unsigned=True))
     target = stream_target(s3)
-    assert target.s3 and target.endpoint == "http://127.0.0.1:1" and target.region == "eu-west-3" and target.unsigned
-    assert dict(target.env) == s3.stream_env() and target.where == "endpoint http://127.0.0.1:1"
+    assert target.scheme == "s3" and target.endpoint == "http://127.0.0.1:1" and target.region == "eu-west-3" and target.unsigned
+    assert target.addressing == "path" and target.where == "endpoint http://127.0.0.1:1"
+    assert dict(target.env) == {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_REGION": "eu-west-3",
+                                "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0", "RUNAI_STREAMER_S3_UNSIGNED": "1"}
     default = stream_target(S3Store("bucket", "", S3Options()))  # AWS itself: nothing to say, still S3
-    assert default.s3 and default.endpoint is None and default.where == "endpoint the default AWS endpoint"
+    assert default.remote and default.endpoint is None and default.where == "the default s3:// endpoint"
     # Weights materialized into the cache are local files, whatever the store.
     folder = tmp_path / "folder-store"
     upload_from_dir(bundled, "tiny-qwen2", sources["tiny-qwen2"], open_store(str(folder)))
