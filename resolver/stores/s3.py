@@ -1,20 +1,27 @@
-"""Any S3-compatible endpoint through boto3 (imported only when an S3 store is actually used)."""
+"""Any S3-compatible endpoint: boto3 for credentials and the control calls (list, head, put, delete), obstore for
+GETs (s3_gets.py says why); each imported only when an S3 store is actually used."""
 
 from __future__ import annotations
 
 import dataclasses
 import http.client
+import datetime
 import logging
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from catalog import naming, urls
 from catalog.errors import CatalogError, StoreUnavailableError, UsageError
 from catalog.settings import S3Options, Settings
+from resolver.stores.s3_gets import Credentials, DataPlane, available as gets_available, transient as get_transient
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
+
+if TYPE_CHECKING:
+    from obstore.store import S3Credential
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +33,32 @@ CREDENTIAL_CHAIN = ("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and th
 
 
 def make_s3_client(options: S3Options, fallback_keys: tuple[str, str] | None = None, fallbacks: bool = True) -> Any:
-    """A client for `options`. Credentials: the AWS chain; when it finds none, `fallback_keys` (the s3cmd
+    """A client for `options`, with the credentials of `make_s3_session`."""
+    return s3_client(make_s3_session(options, fallback_keys, fallbacks), options)
+
+
+def make_s3_session(options: S3Options, fallback_keys: tuple[str, str] | None = None, fallbacks: bool = True) -> Any:
+    """A boto3 session for `options`. Credentials: the AWS chain; when it finds none, `fallback_keys` (the s3cmd
     spelling S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY), then ~/.s3cfg's access_key/secret_key (as tensorizer);
     with `fallbacks` False, neither (a mirror's own profile: nothing meant for the primary store)."""
     import boto3
+
+    region = options.region or "us-east-1"
+    try:
+        session = boto3.session.Session(profile_name=options.profile, region_name=region)
+    except Exception as exc:  # noqa: BLE001 - botocore's ProfileNotFound and config parse errors
+        raise UsageError(f"AWS_PROFILE={options.profile!r}: {exc}", hint="name a profile of the AWS config file") from None
+    if not options.unsigned and session.get_credentials() is None and fallbacks:
+        keys = fallback_keys or s3cfg_keys()
+        if keys is not None:
+            session = boto3.session.Session(aws_access_key_id=keys[0], aws_secret_access_key=keys[1], region_name=region)
+    elif fallback_keys is not None:
+        log.warning("ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials")
+    return session
+
+
+def s3_client(session: Any, options: S3Options) -> Any:
+    """The S3 client of `session` for `options`."""
     from botocore import UNSIGNED
     from botocore.config import Config
 
@@ -45,17 +74,6 @@ def make_s3_client(options: S3Options, fallback_keys: tuple[str, str] | None = N
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    region = options.region or "us-east-1"
-    try:
-        session = boto3.session.Session(profile_name=options.profile, region_name=region)
-    except Exception as exc:  # noqa: BLE001 - botocore's ProfileNotFound and config parse errors
-        raise UsageError(f"AWS_PROFILE={options.profile!r}: {exc}", hint="name a profile of the AWS config file") from None
-    if not options.unsigned and session.get_credentials() is None and fallbacks:
-        keys = fallback_keys or s3cfg_keys()
-        if keys is not None:
-            session = boto3.session.Session(aws_access_key_id=keys[0], aws_secret_access_key=keys[1], region_name=region)
-    elif fallback_keys is not None:
-        log.warning("ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials")
     return session.client("s3", endpoint_url=options.endpoint_url, config=config)
 
 
@@ -115,8 +133,8 @@ class _S3Stream:
 class S3Store(Store):
     """A bucket (and optional base prefix) on any S3-compatible endpoint."""
 
-    def __init__(self, bucket: str, base: str, options: S3Options, client_factory: Callable[[S3Options], Any] = make_s3_client,
-                 *, part_size: int = 64 * 1024 * 1024, concurrency: int = 8) -> None:
+    def __init__(self, bucket: str, base: str, options: S3Options, session_factory: Callable[[S3Options], Any] = make_s3_session,
+                 *, part_size: int = 64 * 1024 * 1024, concurrency: int = 8, fast_gets: bool = True) -> None:
         self.bucket = bucket
         self.base = base
         self.options = options
@@ -124,27 +142,85 @@ class S3Store(Store):
         self.part_size = part_size  # uploads larger than this go multipart
         self.concurrency = concurrency
         self.requests: Counter[str] = Counter()
-        self._client_factory = client_factory
+        self._session_factory = session_factory
+        self._session: Any = None
         self._client: Any = None
-        self._client_lock = threading.Lock()
+        self._plane: DataPlane | None = None
+        self._fast_gets = fast_gets  # False: every GET through botocore (no obstore, or a test of that path)
+        self._lock = threading.RLock()
+
+    @property
+    def session(self) -> Any:
+        """The boto3 session: the credentials (boto3's import and the chain: ~0.3 s here)."""
+        if self._session is None:
+            with self._lock:
+                if self._session is None:
+                    self._session = self._session_factory(self.options)
+        return self._session
 
     @property
     def client(self) -> Any:
         """One client for all threads (botocore clients are thread-safe; building one costs ~100 ms)."""
-        with self._client_lock:
-            if self._client is None:
-                client = self._client_factory(self.options)
-                client.meta.events.register("before-call.s3", self._count)
-                self._client = client
-            return self._client
+        if self._client is None:  # read without the lock once built: 16 threads asking at once contended on it
+            with self._lock:
+                if self._client is None:
+                    client = s3_client(self.session, self.options)
+                    client.meta.events.register("before-call.s3", self._count)
+                    self._client = client
+        return self._client
+
+    def _gets(self) -> DataPlane | None:
+        """The GET data plane, built on first use (None: GETs go through botocore)."""
+        if self._plane is None and self._fast_gets:
+            with self._lock:
+                if self._plane is None and self._fast_gets:
+                    self._plane = self._make_plane()
+                    self._fast_gets = self._plane is not None
+        return self._plane
+
+    def _make_plane(self) -> DataPlane | None:
+        options = self.options
+        if not gets_available():
+            return None
+        if options.endpoint_url is not None and options.profile is None:
+            endpoint: str | None = options.endpoint_url
+            style = "path" if options.addressing_style == "auto" else options.addressing_style
+        elif options.endpoint_url is None and options.region is None:
+            return None  # AWS itself in a region not named: botocore follows the bucket's region, obstore would not
+        else:
+            endpoint, style = self.endpoint()  # a profile's endpoint_url and addressing, as the client sees them
+        return DataPlane(self.bucket, endpoint, "path" if style == "path" else "virtual",
+                                 options.region or "us-east-1", self._credentials(),
+                                 connect_timeout=options.connect_timeout, read_timeout=options.read_timeout)
+
+    def _credentials(self) -> Credentials | None:
+        """What obstore signs with: the session's credentials (refreshed by botocore when they are temporary)."""
+        if self.options.unsigned:
+            return None
+        found = self.session.get_credentials()
+        if found is None:
+            raise StoreUnavailableError(f"no credentials for {self._where()}; tried {CREDENTIAL_CHAIN}",
+                                        hint="set one of those, or CATALOG_S3_UNSIGNED=1 for a public bucket", transient=False)
+        refreshable = hasattr(found, "refresh_needed")
+
+        def provide() -> S3Credential:
+            frozen = found.get_frozen_credentials()
+            return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key, "token": frozen.token,
+                    "expires_at": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)
+                    if refreshable else None}
+
+        return provide
 
     def prepare(self) -> None:
-        """Build the client now (boto3's import and the service model: ~0.1-0.2 s), e.g. in a background
-        thread while the caller sets up, rather than on the first request while other threads wait."""
-        _ = self.client
+        """Build what the first request needs now (boto3's import and the credentials, the GET data plane or the
+        client: ~0.3 s), e.g. in a background thread while the caller sets up, rather than on the first request
+        while other threads wait."""
+        if self._gets() is None:
+            _ = self.client
 
     def _count(self, model: Any, **_: Any) -> None:
-        self.requests[str(model.name)] += 1
+        with self._lock:
+            self.requests[str(model.name)] += 1
 
     def _where(self) -> str:
         return f"{self.url} (endpoint {self.options.describe()})"
@@ -195,6 +271,22 @@ class S3Store(Store):
                           metadata=dict(out.get("Metadata", {})))
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
+        plane = self._gets()
+        if plane is None:
+            return self._open_botocore(key, start, end)
+        full_key = self.base + check_key(key)
+        with self._lock:
+            self.requests["GetObject"] += 1
+        try:
+            stream = plane.open(full_key, start, end, self._where())
+        except FileNotFoundError:
+            raise ObjectNotFound(key) from None
+        if stream is None:  # shorter than we asked for
+            info = self.head(key)
+            return _S3Stream(None, info.size if info else 0)
+        return stream
+
+    def _open_botocore(self, key: str, start: int, end: int | None) -> ObjectStream:
         from botocore.exceptions import ClientError
 
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.base + check_key(key)}
@@ -316,16 +408,19 @@ class S3Store(Store):
                             self.options.unsigned, env)
 
     def transient(self, exc: BaseException) -> bool:
-        """The default, plus botocore's and urllib3's own failures while a body streams (a reset, a read timeout, an
-        incomplete read); a refused request arrives here as a StoreUnavailableError that says whether to retry."""
+        """The default, plus obstore's failures without an answer or with a 5xx/429, and botocore's and urllib3's own
+        while a body streams (a reset, a read timeout, an incomplete read); a refused request arrives here as a
+        StoreUnavailableError that says whether to retry."""
         if super().transient(exc):
             return True
         if isinstance(exc, CatalogError):
             return False
-        from botocore.exceptions import BotoCoreError
-        from urllib3.exceptions import HTTPError
-
-        return isinstance(exc, (BotoCoreError, HTTPError))
+        if get_transient(exc):
+            return True
+        # Only a library that is loaded can have raised: classifying never imports botocore (0.3 s) for nothing.
+        botocore, urllib3 = sys.modules.get("botocore.exceptions"), sys.modules.get("urllib3.exceptions")
+        return (botocore is not None and isinstance(exc, botocore.BotoCoreError)) or \
+            (urllib3 is not None and isinstance(exc, urllib3.HTTPError))
 
 
 def _b64(sha256_hex: str) -> str:
@@ -357,10 +452,10 @@ def from_url(url: str, settings: Settings) -> S3Store:
     if "unsigned" in given:
         options = dataclasses.replace(options, unsigned=given["unsigned"].lower() in ("1", "true", "yes"))
     keys = settings.s3_keys
-    factory: Callable[[S3Options], Any] = lambda o: make_s3_client(o, keys)  # noqa: E731
+    factory: Callable[[S3Options], Any] = lambda o: make_s3_session(o, keys)  # noqa: E731
     if "profile" in given:  # that profile's credentials, and nothing meant for the primary store
         options = dataclasses.replace(options, profile=given["profile"], unsigned=False)
-        factory = lambda o: make_s3_client(o, None, fallbacks=False)  # noqa: E731
+        factory = lambda o: make_s3_session(o, None, fallbacks=False)  # noqa: E731
     elif "endpoint" in given and not urls.same_endpoint(given["endpoint"], settings.s3.endpoint_url):
         if "unsigned" in given and not options.unsigned:
             raise UsageError(f"bad store URL: {urls.redact(url)!r} asks for signed requests to another endpoint "

@@ -59,3 +59,37 @@ def test_a_put_whose_checksum_is_wrong_leaves_nothing_visible(s3_server, bucket:
     except Exception:  # noqa: BLE001 - the server refuses the body; the point is what is visible after
         pass
     assert store.head("f.bin") is None
+
+
+def test_gets_through_the_data_plane_read_what_botocore_reads(s3_server, bucket: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """GETs go through obstore (s3_gets.py) when the endpoint is known; the botocore path stays for the rest (AWS in
+    a region not named). Both give the same bytes, sizes and ETags, ranges and the edges included."""
+    import pytest
+
+    from resolver.stores import ObjectNotFound
+
+    data = os.urandom(3 * MiB + 7)
+    source = tmp_path / "o.bin"
+    source.write_bytes(data)
+    fast = open_store(f"s3://{bucket}/planes/")
+    assert isinstance(fast, S3Store)
+    fast.put("o bin+1.json", source)  # a key with a space and a plus: the same object through both planes
+    slow = S3Store(bucket, "planes/", fast.options, fast_gets=False)
+
+    def read(store: S3Store, start: int = 0, end: int | None = None) -> tuple[bytes, int, str | None]:
+        stream = store.open("o bin+1.json", start, end)
+        out, buffer = bytearray(), memoryview(bytearray(64 * 1024))
+        while count := stream.readinto(buffer):
+            out += buffer[:count]
+        stream.close()
+        return bytes(out), stream.total, stream.etag
+
+    for start, end in ((0, None), (5, 70_000), (3 * MiB, None), (len(data) + 10, None)):
+        got_fast, got_slow = read(fast, start, end), read(slow, start, end)
+        assert got_fast == got_slow, (start, end)
+        assert got_fast[0] == data[start:end] and got_fast[1] == len(data)
+    assert fast._plane is not None and slow._plane is None  # each took its own path
+    assert fast.requests["GetObject"] == 4 and slow.requests["GetObject"] == 4
+    for store in (fast, slow):
+        with pytest.raises(ObjectNotFound):
+            store.open("missing.bin")

@@ -1,0 +1,162 @@
+"""The S3 store's data plane: GETs through obstore (the Python binding of the Rust `object_store` crate), while
+boto3 keeps credentials and the control calls (list, head, put, delete).
+
+Why: a botocore GET costs about 3 ms of CPU here (building, signing, sending it, then parsing every response header
+into Python objects, dateutil's Last-Modified alone about 1 ms), which made 1,000 small files take 3.2 CPU-s of GETs
+alone; the same 1,000 GETs through obstore take 0.4 CPU-s (bench/resolve_cold.py small and the profile in
+docs/benchmarks.md), with the request and the headers handled in Rust outside the GIL. A body streams as it arrives
+(`min_chunk_size=1`), so the transfer's minimum-rate guard still sees a trickle.
+
+obstore retries nothing here (the transfer retries and resumes, and says why); a failure is mapped to what the
+transfer understands: FileNotFoundError (no such object), a final StoreUnavailableError (403, other 4xx), None for
+416 (the object is shorter than asked: the caller reports the size), or a one-line `GetFailed` naming the endpoint
+and what went wrong (a status, a Timeout, a refused connection), worth a retry for 5xx, 429 and no answer at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from catalog.errors import StoreUnavailableError
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
+    from obstore.store import ClientConfig, S3Credential
+
+_STATUS = re.compile(r"status code: ([0-9]{3})")
+_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
+_OS_MESSAGE = re.compile(r'message: "([^"]{1,80})"')
+
+Credentials = Callable[[], "S3Credential"]
+
+
+def available() -> bool:
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class GetFailed(Exception):
+    """A GET that brought no usable answer, in one line; `transient`: worth a retry from where it stopped."""
+
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def failure(exc: BaseException, where: str) -> GetFailed:
+    """obstore's error (a multi-line debug dump) as one line: the endpoint, then the status or the kind of failure."""
+    text = str(exc)
+    status = status_of(exc)
+    if status is not None:
+        return GetFailed(f"{where} answered {status}", status >= 500 or status == 429)
+    kind = _KIND.search(text)
+    detail = _OS_MESSAGE.search(text)
+    reason = (kind.group(1) if kind else type(exc).__name__) + (f" ({detail.group(1)})" if detail else "")
+    return GetFailed(f"{where}: {reason}", True)  # no answer at all: a connection, a timeout, a body cut short
+
+
+class Stream:
+    """A GET's body as obstore streams it: each chunk as it arrives, copied once into the caller's buffer."""
+
+    def __init__(self, chunks: Iterator[bytes] | None, total: int, etag: str | None, where: str = "") -> None:
+        self._chunks = chunks
+        self._where = where
+        self._pending = memoryview(b"")
+        self.total = total
+        self.etag = etag
+
+    def readinto(self, buffer: memoryview) -> int:
+        if not self._pending:
+            if self._chunks is None:
+                return 0
+            try:
+                chunk = next(self._chunks, None)
+            except Exception as exc:  # noqa: BLE001 - the body broke off (a stall past the read timeout, a reset)
+                self._chunks = None
+                raise failure(exc, self._where) from None
+            if chunk is None:
+                self._chunks = None
+                return 0
+            self._pending = memoryview(chunk)
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+    def close(self) -> None:
+        self._chunks = None  # dropping the stream drops the request
+        self._pending = memoryview(b"")
+
+
+class DataPlane:
+    """One obstore store for a bucket; thread-safe (its requests run on obstore's own runtime)."""
+
+    def __init__(self, bucket: str, endpoint: str | None, addressing: str, region: str, credentials: Credentials | None,
+                 *, connect_timeout: float, read_timeout: float) -> None:
+        from obstore.store import S3Store as ObjectStore
+
+        options: ClientConfig = {
+            "allow_http": True,  # the endpoint the user named, http or https; AWS itself is https
+            "connect_timeout": datetime.timedelta(seconds=connect_timeout),
+            "read_timeout": datetime.timedelta(seconds=read_timeout),  # no byte for this long: the transfer resumes
+            "timeout": datetime.timedelta(hours=24),  # whole GETs of large parts; a trickle is the rate guard's
+        }
+        config: dict[str, Any] = {"region": region, "virtual_hosted_style_request": addressing == "virtual"}
+        if endpoint is not None:
+            # object_store wants the bucket in a virtual-hosted endpoint's host name itself.
+            config["endpoint"] = _with_bucket(endpoint, bucket) if addressing == "virtual" else endpoint.rstrip("/")
+        if credentials is None:
+            config["skip_signature"] = True
+        self._store = ObjectStore(bucket, client_options=options, retry_config={"max_retries": 0},
+                                  credential_provider=credentials, **config)
+
+    def open(self, key: str, start: int, end: int | None, where: str) -> Stream | None:
+        """GET `key` (a full key in the bucket) from `start` to `end` (None: the end of the object). None: the object
+        is shorter than `start` (416); FileNotFoundError: there is no such object."""
+        import obstore
+        from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+
+        options: GetOptions = {}
+        if start or end is not None:
+            options["range"] = {"offset": start} if end is None else (start, end)
+        try:
+            result = obstore.get(self._store, key, options=options or None)
+        except FileNotFoundError:
+            raise
+        except (PermissionDeniedError, UnauthenticatedError) as exc:
+            raise StoreUnavailableError(f"{where} refused the GET ({status_of(exc) or 403})", transient=False,
+                                        hint="check the bucket name, endpoint and credentials (the standard AWS chain: "
+                                             "env, profile, instance role)") from None
+        except Exception as exc:  # noqa: BLE001 - obstore's GenericError carries the status in its text
+            status = status_of(exc)
+            if status == 416:
+                return None
+            if status is not None and 400 <= status < 500 and status != 429:
+                raise StoreUnavailableError(f"{where} answered {status}", transient=False,
+                                            hint="check the bucket name, endpoint and credentials") from None
+            raise failure(exc, where) from None
+        meta = result.meta
+        etag = str(meta.get("e_tag") or "").strip('"') or None
+        return Stream(iter(result.stream(min_chunk_size=1)), int(meta["size"]), etag, where)
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status an obstore error names (None: no answer at all, a connection or timeout failure)."""
+    match = _STATUS.search(str(exc).split("\n", 1)[0])
+    return int(match.group(1)) if match else None
+
+
+def transient(exc: BaseException) -> bool:
+    """A GET failure worth a retry: 5xx, 429, or no answer (connection, timeout, a body cut short)."""
+    return isinstance(exc, GetFailed) and exc.transient
+
+
+def _with_bucket(endpoint: str, bucket: str) -> str:
+    scheme, _, rest = endpoint.rstrip("/").partition("://")
+    return f"{scheme}://{bucket}.{rest}"
