@@ -35,3 +35,15 @@ def copy_hashing(source: Path, fd: int) -> tuple[int, str]:
             out.write(view[:count])
             size += count
     return size, digest.hexdigest()
+
+
+def hash_range(path: Path, offset: int, length: int) -> str:
+    """sha256 hex of `length` bytes of the file from `offset` (a multipart upload's part), read in CHUNKs."""
+    digest = hashlib.sha256()
+    view = memoryview(bytearray(CHUNK))
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        while length > 0 and (count := f.readinto(view[: min(CHUNK, length)])):
+            digest.update(view[:count])
+            length -= count
+    return digest.hexdigest()
