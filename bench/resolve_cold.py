@@ -5,6 +5,11 @@
     .venv/bin/python bench/resolve_cold.py small [--runs 7] [--count 1000]                 # 1,000 x 4 KiB
     .venv/bin/python bench/resolve_cold.py warm  [--runs 7]
 
+warm measures two installs, each against its own `python -c pass`: this venv's (an editable install, whose
+import finder slows every Python start) and a wheel of the working tree installed into a fresh venv in the
+bench's temp folder (the product as users get it; its dependencies are reached through a .pth line to this
+venv's site-packages, whose own .pth files, the editable finder among them, are not processed from there).
+
 Every tool is a child process fetching the same prefix into an empty folder (an empty cache for
 `catalog resolve`), at its own defaults and at matched settings (the part size and parallelism the
 resolver picks for that model by itself). The peers only download, except `s5cmd cp && sha256sum -c`;
@@ -24,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_one_model_catalog  # noqa: E402
-from seaweed import MiB, Tool, aws, catalog, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
+from seaweed import ROOT, MiB, Tool, aws, catalog, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
 
 BUCKET = "bench-models"
 NAME = "bench-model"
@@ -117,6 +122,9 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     if args.what == "warm":
         reset()
         subprocess.run(resolve, env=cenv, check=True, capture_output=True)
+        venv = wheel_venv(work)
+        wenv = {k: v for k, v in cenv.items() if k != "PYTHONPATH"}  # the wheel's code, not the working tree's
+        wheel = [str(venv / "bin" / "catalog"), "--catalog", str(manifests), "resolve", NAME]
         spellings = [
             Tool("catalog resolve NAME", resolve, cenv),
             Tool("catalog resolve NAME --format path", [*resolve, "--format", "path"], cenv),
@@ -124,11 +132,18 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
             Tool("catalog resolve NAME --format json", [*resolve, "--format", "json"], cenv),
             Tool("python -c pass", [sys.executable, "-c", "pass"], env),
         ]
-        for tool in spellings[:-1]:  # the first call of each spelling records it in the warm index
+        wheels = [
+            Tool("wheel: catalog resolve NAME", wheel, wenv),
+            Tool("wheel: catalog resolve NAME --format json", [*wheel, "--format", "json"], wenv),
+            Tool("wheel: python -c pass", [str(venv / "bin" / "python"), "-c", "pass"], wenv),
+        ]
+        for tool in spellings[:-1] + wheels[:-1]:  # the first call of each spelling records it in the warm index
             subprocess.run(tool.argv(0), env=tool.env, check=True, capture_output=True)
-        rounds(spellings, args.runs * 3)
+        rounds(spellings + wheels, args.runs * 3)
         print(f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n")
-        print(table(spellings, "python -c pass", "warm"))
+        print(table(wheels, "wheel: python -c pass", "warm, wheel install"))
+        print()
+        print(table(spellings, "python -c pass", "warm, editable install"))
         return
 
     defaults = [
@@ -157,6 +172,32 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     print(table(defaults, "s5cmd cp", "defaults"))
     print()
     print(table(matched, matched[1].label, f"{part_mib} MiB parts x {workers}"))
+
+
+def wheel_venv(work: Path) -> Path:
+    """A fresh venv holding a wheel of the working tree (built from a copy, so no build/ is left in the tree),
+    byte-compiled by pip as any install is; dependencies through a .pth line to this venv's site-packages."""
+    import site
+    import subprocess
+    import sysconfig
+
+    src = work / "wheel-src"
+    for part in ("catalog", "catalog_app", "resolver"):
+        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / part, src / part)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "wheel"), str(src)],
+                   check=True, capture_output=True)
+    venv = work / "wheel-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
+                    *map(str, (work / "wheel").glob("*.whl"))], check=True, capture_output=True)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    deps = sysconfig.get_paths()["purelib"] if not site.getsitepackages() else site.getsitepackages()[0]
+    (Path(purelib) / "bench-deps.pth").write_text(deps + "\n")
+    return venv
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """Shared by the SeaweedFS benchmarks: the server (tests/servers.py's `SeaweedServer`), peers' paths, and a
 round-robin runner that measures every tool as a child process (wall time, CPU seconds, peak RSS).
 
-Each run is one child started with Popen and reaped with os.wait4, whose rusage is that child's (and its
-waited-for descendants'): user+system CPU seconds and the largest resident set. Every round runs every
-tool once, in turn, so a noisy minute on a shared machine hits them all alike.
+Each run is one child of `/usr/bin/time`, a small parent: its user+system CPU seconds (its waited-for
+descendants' included) and its largest resident set come from time's wait4. A tool started from this (large)
+Python process directly would report this process's high-water mark as its own peak RSS (Linux carries the
+exec'ing process's high-water mark over, vfork or fork alike), hence the small parent. Every round runs every tool once, in turn, so a noisy
+minute on a shared machine hits them all alike. The project's sources are compiled first, as an install would
+have them (no run pays for compiling them).
 """
 
 from __future__ import annotations
@@ -51,7 +54,15 @@ def catalog() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "catalog"]
 
 
+def compile_sources() -> None:
+    """Byte-compile the project (as pip does on install): a run never pays for compiling its imports."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(ROOT / p) for p in ("catalog", "catalog_app", "resolver"))],
+                   env=env, check=True)
+
+
 def start_server() -> tuple[SeaweedServer, dict[str, str]]:
+    compile_sources()
     server = SeaweedServer().start()
     env = {**os.environ, **s3_env(server.url), "S3_ENDPOINT_URL": server.url}
     return server, env
@@ -94,18 +105,21 @@ class Tool:
         return self.command(round_) if callable(self.command) else self.command
 
 
+TIME = "/usr/bin/time"  # GNU time: `apt-get install time` where it is missing
+
+
 def measure(argv: Sequence[str], env: Mapping[str, str] | None) -> Sample:
-    start = time.perf_counter()
-    process = subprocess.Popen(list(argv), env=dict(env) if env is not None else None,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    err = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {err.decode(errors='replace')[-2000:]}")
-    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r") as report:
+        start = time.perf_counter()
+        process = subprocess.run([TIME, "-f", "%U %S %M", "-o", report.name, *argv], env=dict(env) if env is not None else None,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wall = time.perf_counter() - start
+        if process.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {process.stderr.decode(errors='replace')[-2000:]}")
+        user, system, rss_kib = report.read().split()[-3:]
+    return Sample(wall, float(user) + float(system), int(rss_kib) / 1024)
 
 
 def rounds(tools: Sequence[Tool], runs: int, reset: Callable[[], None] = lambda: None,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import traceback
 from collections.abc import Sequence
 
 OK, PROBLEMS, USAGE, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 130
@@ -43,6 +42,8 @@ def run(argv: Sequence[str]) -> int:
         return OK  # the reader went away (`| head`): nothing left to say
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug, said in one line
         if _debug(args):
+            import traceback  # only here: the warm path's start-up never pays for it
+
             traceback.print_exc()
         first = redact(str(exc).splitlines()[0][:300]) if str(exc) else ""
         print(f"error: internal error: {type(exc).__name__}: {first}", file=sys.stderr)
