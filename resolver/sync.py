@@ -376,39 +376,60 @@ class SourceOfBytes:
     def verified_copy(self, item: PlanItem) -> Iterator[Path]:
         """A private copy of the item's bytes, hashed while copied and equal to the pin: what an upload sends.
 
-        The cached blob is read once into a temp file only this process writes, so a blob corrupted in
-        place (or changed while it is read) can never reach the bucket, single PUT or multipart. A blob
-        that does not match is deleted and fetched again (verified on its way in); the copy is then retried.
+        The bytes are read once into a temp file only this process writes, so a file corrupted in place (or changed
+        while it is read) can never reach the bucket, single PUT or multipart. A file of --from-dir that the cache
+        lacks is copied straight from the folder, and the copy becomes the cache's blob once it is uploaded (one read
+        and one write of its bytes, where bringing it into the cache first and copying the blob took two of each);
+        any other comes from the cache's verified blob. A cached blob that does not match is deleted and fetched
+        again (verified on its way in); the copy is then retried.
         """
+        direct: Path | None = None
         for attempt in (1, 2):
-            blob = self.blob(item)
+            entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
+            direct = self.folder_file(item) if attempt == 1 and not self.cache.has_blob(entry) else None
+            source = direct or self.blob(item)
             fd, temp = self.cache.new_temp()
             try:
-                size, sha256 = hashing.copy_hashing(blob, fd)
+                size, sha256 = hashing.copy_hashing(source, fd)
             except BaseException:
                 temp.unlink(missing_ok=True)
                 raise
             if (size, sha256) == (item.size, item.sha256):
                 break
             temp.unlink(missing_ok=True)
+            if direct is not None:  # the folder's file is not the pinned one: said as the transfer from it said it
+                what, want, got = ("size", str(item.size), str(size)) if size != item.size else ("sha256", item.sha256, sha256)
+                raise IntegrityError(item.model, item.path, what, want, got,
+                                     f"the file in {direct.parent} differs; nothing was uploaded")
             if attempt == 2:
                 raise IntegrityError(item.model, item.path, "sha256", item.sha256, sha256,
                                      "the bytes fetched again differ from the pin too; nothing was uploaded")
             log.warning("%s/%s: the cached blob is corrupt (%d bytes, sha256 %s; the pin is %d bytes, sha256 %s): "
                         "deleted it and fetching it again; nothing corrupt was uploaded",
                         item.model, item.path, size, sha256, item.size, item.sha256)
-            blob.unlink(missing_ok=True)
+            source.unlink(missing_ok=True)
+        uploaded = False
         try:
             yield temp
+            uploaded = True
         finally:
-            temp.unlink(missing_ok=True)
+            if uploaded and direct is not None:
+                self.cache.publish_blob(temp, item.sha256)  # verified above: the cache keeps what was uploaded
+            else:
+                temp.unlink(missing_ok=True)
+
+    def folder_file(self, item: PlanItem) -> Path | None:
+        """The item's file in --from-dir, when there is one."""
+        folder = self.folder_for(item.model)
+        path = folder / item.path if folder is not None else None
+        return path if path is not None and path.is_file() else None
 
     def blob(self, item: PlanItem) -> Path:
         manifest = self.cat.get(item.model)
         entry = FileEntry(path=item.path, size=item.size, sha256=item.sha256)
         if not self.cache.has_blob(entry):
             folder = self.folder_for(item.model)
-            if folder is not None and (folder / item.path).is_file():
+            if folder is not None and self.folder_file(item) is not None:
                 # The folder read like a store: the same hashing transfer brings the file into the cache.
                 fetch(LocalStore(folder), [Wanted(item.model, entry, item.path)], self.cache, self.config)
             else:

@@ -221,3 +221,27 @@ def test_a_store_gets_every_default_it_does_not_override(mem: str) -> None:
     store.objects["a"] = b"1"
     assert store.delete_many(["a", "../b"]).keys() == {"../b"} and "a" not in store.objects
     assert not store.transient(UsageError("no")) and store.transient(ConnectionResetError()) and not store.transient(Refused())
+
+
+def test_sync_from_dir_uploads_a_verified_copy_and_keeps_it_in_the_cache(
+        mem: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    base = ["--catalog", str(ROOT / "manifests")]
+    folder = tmp_path / "tiny-llama"
+    shutil.copytree(sources["tiny-llama"], folder)
+    (folder / "config.json").write_text((folder / "config.json").read_text().replace("{", "{ ", 1))  # one byte more
+    code, _, err = catalog(*base, "sync", "tiny-llama", "--store", mem, "--from-dir", str(folder), capsys=capsys)
+    assert code != 0 and "tiny-llama/config.json" in err and "differs; nothing was uploaded" in err and "Traceback" not in err
+    llama = bundled.get("tiny-llama")
+    objects = MemoryStore.buckets[mem.split("://")[1].strip("/")]
+    assert bundled.store_key(llama, "config.json") not in objects
+    cache = Cache(tmp_path / "cache")
+    assert not cache.has_blob(llama.file("config.json"))  # type: ignore[arg-type]
+
+    shutil.copy2(sources["tiny-llama"] / "config.json", folder / "config.json")
+    code, _, err = catalog(*base, "sync", "tiny-llama", "--store", mem, "--from-dir", str(folder), capsys=capsys)
+    assert code == 0, err
+    for entry in llama.files:  # each file read once from the folder: uploaded, and the verified copy kept as the blob
+        assert hashlib.sha256(objects[bundled.store_key(llama, entry.path)]).hexdigest() == entry.sha256
+        assert cache.has_blob(entry) and hashlib.sha256(cache.blob_path(entry.sha256).read_bytes()).hexdigest() == entry.sha256
