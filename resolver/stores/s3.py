@@ -190,8 +190,19 @@ class S3Store(Store):
         else:
             endpoint, style = self.endpoint()  # a profile's endpoint_url and addressing, as the client sees them
         return DataPlane(self.bucket, endpoint, "path" if style == "path" else "virtual",
-                                 options.region or "us-east-1", self._credentials(),
-                                 connect_timeout=options.connect_timeout, read_timeout=options.read_timeout)
+                         options.region or "us-east-1", self._credentials(),
+                         connect_timeout=options.connect_timeout, read_timeout=options.read_timeout,
+                         root_certificate=self._ca_bundle() if endpoint is None or endpoint.startswith("https:") else None)
+
+    def _ca_bundle(self) -> bytes | None:
+        """The CA bundle botocore verifies TLS with (AWS_CA_BUNDLE, a profile's ca_bundle), for the GETs to trust too."""
+        path = self.session._session.get_config_variable("ca_bundle")  # noqa: SLF001 - boto3 exposes no other way
+        if not path:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError:
+            return None  # botocore says what is wrong with it on its first request
 
     def _credentials(self) -> Credentials | None:
         """What obstore signs with: the session's credentials (refreshed by botocore when they are temporary)."""

@@ -98,7 +98,7 @@ class DataPlane:
     """One obstore store for a bucket; thread-safe (its requests run on obstore's own runtime)."""
 
     def __init__(self, bucket: str, endpoint: str | None, addressing: str, region: str, credentials: Credentials | None,
-                 *, connect_timeout: float, read_timeout: float) -> None:
+                 *, connect_timeout: float, read_timeout: float, root_certificate: bytes | None = None) -> None:
         from obstore.store import S3Store as ObjectStore
 
         options: ClientConfig = {
@@ -107,6 +107,8 @@ class DataPlane:
             "read_timeout": datetime.timedelta(seconds=read_timeout),  # no byte for this long: the transfer resumes
             "timeout": datetime.timedelta(hours=24),  # whole GETs of large parts; a trickle is the rate guard's
         }
+        if root_certificate:
+            options["root_certificate"] = root_certificate  # added to the system's roots, as botocore's ca_bundle is used
         config: dict[str, Any] = {"region": region, "virtual_hosted_style_request": addressing == "virtual"}
         if endpoint is not None:
             # object_store wants the bucket in a virtual-hosted endpoint's host name itself.
