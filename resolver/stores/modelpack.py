@@ -187,6 +187,16 @@ def layer_problem(layer: Layer | None, entry: FileEntry) -> str | None:
     return None
 
 
+def first_mismatch(parsed: Parsed, model: ModelManifest) -> tuple[str, str] | None:
+    """Pure: the first pinned path (in path order) whose layer names other bytes, with why; None when every layer the
+    artifact holds for a pinned path is that file. Paths the artifact lacks are not mismatches (they are missing)."""
+    for entry in sorted(model.files, key=lambda e: e.path):
+        layer = parsed.layers.get(entry.path)
+        if layer is not None and (problem := layer_problem(layer, entry)) is not None:
+            return entry.path, problem
+    return None
+
+
 def repository_name(namespace: str, model: str) -> str:
     return f"{namespace}/{model}" if namespace else model
 

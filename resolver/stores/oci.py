@@ -35,7 +35,7 @@ from catalog.settings import Settings
 from resolver import hashing
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_TAG, Layer, NotAModelManifest, Parsed,
-                                       build_config, build_manifest, canonical, digest_of, layer_path, layer_problem,
+                                       build_config, build_manifest, canonical, digest_of, first_mismatch, layer_path,
                                        parse_manifest, repository_name)
 from resolver.stores.oci_auth import Credentials, CredentialProgram, credentials_for, host_key, read_docker_config, scope
 from resolver.stores.oci_client import Body, RegistryClient, Reply, is_loopback
@@ -119,6 +119,7 @@ class OciStore(Store):
         self._prefixes: dict[str, ModelManifest] = {}  # key prefix -> the model stored there
         self._names: dict[str, tuple[str, ModelManifest]] = {}  # model name -> (key prefix, manifest)
         self._manifests: dict[tuple[str, str], Parsed | None] = {}  # (repository, tag) -> layers as last read
+        self._checked: dict[str, tuple[Parsed, tuple[str, str] | None]] = {}  # model -> (artifact, its first mismatch)
         self._manifest_locks: dict[tuple[str, str], threading.Lock] = {}
         self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be in the registry
         self._holders: dict[str, str] = {}  # digest -> a repository known to hold it (to mount from)
@@ -255,11 +256,11 @@ class OciStore(Store):
         model, path = located
         parsed = self.artifact(model)
         layer = parsed.layers.get(path) if parsed is not None else None
-        if layer is None:
+        if parsed is None or layer is None:
             raise ObjectNotFound(key)
-        entry = model.file(path)
-        if entry is not None and (problem := layer_problem(layer, entry)) is not None:
-            raise LayerMismatchError(model.name, path, self.reference(model), problem)
+        mismatch = self._mismatch(model, parsed)
+        if mismatch is not None:  # any file of the artifact, not only this one: every open refuses, so none downloads
+            raise LayerMismatchError(model.name, mismatch[0], self.reference(model), mismatch[1])
         repo = self.repository(model)
         headers = {"Accept-Encoding": "identity"}
         if start or end is not None:
@@ -293,6 +294,17 @@ class OciStore(Store):
             conn.close()
             raise StoreUnavailableError(f"{self.where(repo)} ignored a ranged GET of {layer.digest} (or sent no length)")
         return _BlobStream(self.client, conn, response, int(length))
+
+    def _mismatch(self, model: ModelManifest, parsed: Parsed) -> tuple[str, str] | None:
+        """first_mismatch, computed once per artifact as read (a model's opens would otherwise check n files n times)."""
+        with self._lock:
+            checked = self._checked.get(model.name)
+        if checked is not None and checked[0] is parsed:
+            return checked[1]
+        found = first_mismatch(parsed, model)
+        with self._lock:
+            self._checked[model.name] = (parsed, found)
+        return found
 
     def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
         """Make the model's repository hold `source` as a blob (skipped when it does, mounted when another model's
