@@ -31,6 +31,7 @@ from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
 from resolver import waits
 from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream, Store
+from resolver.stores.base import EmptyStream
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ class HubStore(Store):
         response.close()
         if status == 416:
             total = int(response.headers.get("Content-Range", "*/0").rsplit("/", 1)[1])
-            return _EmptyStream(total)
+            return EmptyStream(total)
         if status == 404:
             raise ObjectNotFound(key)
         if status in (401, 403):
@@ -237,18 +238,6 @@ class HubStore(Store):
         import httpx
 
         return isinstance(exc, httpx.TransportError)
-
-
-class _EmptyStream:
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.etag: str | None = None
-
-    def readinto(self, buffer: memoryview) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
 
 
 def _hub_headers(options: HubOptions, extra: Mapping[str, str]) -> dict[str, str]:

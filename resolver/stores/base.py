@@ -47,6 +47,20 @@ class ObjectStream(Protocol):
     def close(self) -> None: ...
 
 
+class EmptyStream:
+    """No bytes: a GET that asked past the end of a shorter object (the transfer then names the short file)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.etag: str | None = None
+
+    def readinto(self, buffer: memoryview) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class StreamTarget:
     """How a streaming engine or loader (runai, tensorizer, vLLM) reaches a store's objects exactly as the resolver

@@ -33,7 +33,7 @@ from catalog.errors import CatalogError, IntegrityError, MissingObjectError, Sto
 from catalog.schema import ModelManifest
 from catalog.settings import Settings
 from resolver import hashing
-from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
+from resolver.stores.base import EmptyStream, ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_TAG, Layer, NotAModelManifest, Parsed,
                                        build_config, build_manifest, canonical, digest_of, first_mismatch, layer_path,
                                        parse_manifest, repository_name)
@@ -274,7 +274,7 @@ class OciStore(Store):
             self.client.give_back(conn)
             if status in (404, 416):
                 if status == 416:  # asked past the end: shorter than the pin
-                    return _EmptyStream(self._blob_size(repo, layer.digest) or 0)
+                    return EmptyStream(self._blob_size(repo, layer.digest) or 0)
                 raise ObjectNotFound(key)
             self.client.check_status(status, retry, repo, "GetBlob")
             raise StoreUnavailableError(f"{self.where(repo)} answered {status} for {layer.digest}", transient=False)
@@ -508,18 +508,6 @@ class OciStore(Store):
     def stream_uri(self, prefix: str) -> str:
         raise UsageError(f"engines cannot stream weights from a registry ({self.url})",
                          hint="resolve makes them local (or pass --materialize-weights)")
-
-
-class _EmptyStream:
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.etag: str | None = None
-
-    def readinto(self, buffer: memoryview) -> int:
-        return 0
-
-    def close(self) -> None:
-        pass
 
 
 def _registry_error(body: bytes) -> str:
