@@ -232,12 +232,18 @@ class HubStore(Store):
         raise UsageError("weights cannot be streamed from the Hub; resolve with --materialize-weights")
 
     def transient(self, exc: BaseException) -> bool:
-        """The default, plus httpx's transport failures (huggingface_hub's HTTP client) while a body streams."""
+        """The default, plus the transport failures of huggingface_hub's HTTP client while a body streams: httpx's
+        (huggingface_hub 1.x) or httpx2's (2.x), told by the module that raised them (neither is imported for this)."""
         if super().transient(exc):
             return True
-        import httpx
+        return _is_transport_error(exc)
 
-        return isinstance(exc, httpx.TransportError)
+
+def _is_transport_error(exc: BaseException) -> bool:
+    """No usable answer from huggingface_hub's HTTP client (a connection, timeout or protocol failure): an httpx
+    RequestError, or httpx2's in huggingface_hub 2.x; told by class, so neither is imported for this."""
+    return any(cls.__name__ == "RequestError" and cls.__module__.split(".", 1)[0] in ("httpx", "httpx2")
+               for cls in type(exc).__mro__)
 
 
 def _hub_headers(options: HubOptions, extra: Mapping[str, str]) -> dict[str, str]:
@@ -318,8 +324,8 @@ def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callab
             response = session.get(url, params=params, headers=_hub_headers(options, {}), follow_redirects=follow_redirects)
         except OSError as exc:
             error = type(exc).__name__
-        except Exception as exc:  # noqa: BLE001 - httpx's transport errors are not OSErrors
-            if not type(exc).__module__.startswith(("httpx", "httpcore")):
+        except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors are not OSErrors
+            if not _is_transport_error(exc):
                 raise
             error = type(exc).__name__
         else:
