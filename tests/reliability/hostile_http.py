@@ -68,7 +68,8 @@ class HostileHttp:
 
     def _handle(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
         with self.lock:
-            self.requests.append((h.command, h.path, {k: v for k, v in h.headers.items()}))
+            # Names lower-cased: HTTP's are case-insensitive, and clients differ (botocore "Authorization", hyper "authorization").
+            self.requests.append((h.command, h.path, {k.lower(): v for k, v in h.headers.items()}))
         if self.mode == "status" or self.root is None:
             h.send_response(self.status)
             for key, value in self.headers.items():
