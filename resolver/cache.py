@@ -159,10 +159,34 @@ class Cache:
         return fd, path
 
     def contained(self, path: Path) -> Path:
-        """`path` itself, once proven to resolve inside the cache (a planted symlink cannot redirect writes)."""
-        if not path.resolve().is_relative_to(self.root):
+        """`path` itself, once proven to resolve inside the cache (a planted symlink cannot redirect writes).
+
+        Cheap in the usual case, which runs once per downloaded file: a path spelled below the (resolved) root whose
+        existing parts are plain folders and files is inside it; only a path with a symlink, a `..` or another
+        spelling is resolved in full (os.path.realpath walks every part from / in Python)."""
+        if not self._plainly_inside(path) and not path.resolve().is_relative_to(self.root):
             raise UnsafePathError(f"refusing to write through {path}: it resolves outside the cache {self.root}")
         return path
+
+    def _plainly_inside(self, path: Path) -> bool:
+        root = str(self.root)
+        text = str(path)
+        if not text.startswith(root + os.sep):
+            return False
+        current = root
+        for part in text[len(root) + 1:].split(os.sep):
+            if part in ("", ".", ".."):
+                return False
+            current = f"{current}{os.sep}{part}"
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return True  # the rest does not exist yet: nothing there can redirect a write
+            except OSError:
+                return False
+            if stat.S_ISLNK(mode):
+                return False
+        return True
 
     def make_dirs(self, path: Path) -> Path:
         """`mkdir -p path` inside the cache: the deepest part that exists already (a planted symlink, say
