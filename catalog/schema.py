@@ -163,7 +163,7 @@ class CatalogSettings(_Strict):
     gpu_classes: dict[StrictStr, GpuClass]
     gpu_memory_factor: float = Field(1.2, ge=1.0, le=100.0, description="GPU memory a model needs per byte of weights: "
                                      "weights x this must fit the class's memory x count (KV cache, activations, CUDA context).")
-    mirrors: tuple[StrictStr, ...] = Field(default=(), description="Store URLs (s3://, file://, http(s)://) tried in order "
+    mirrors: tuple[StrictStr, ...] = Field(default=(), description="Store URLs (s3://, oci://, file://, http(s)://) tried in order "
                                            "before `store`, per file; every byte is verified (CATALOG_MIRRORS / --mirror override).")
     signatures: Literal["required", "optional"] = Field(
         "optional", description="required: every model needs a <name>.sig (OpenSSF model-signing) that a trusted key or "

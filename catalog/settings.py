@@ -36,7 +36,7 @@ class EnvVar:
 
 ENV: tuple[EnvVar, ...] = (
     EnvVar("CATALOG_DIR", "the manifests folder (default: the nearest manifests/ upward)"),
-    EnvVar("CATALOG_STORE", "overrides catalog.yaml's store: s3://bucket/base/, file:///dir/ or a folder"),
+    EnvVar("CATALOG_STORE", "overrides catalog.yaml's store: s3://bucket/base/, oci://host/namespace/, file:///dir/ or a folder"),
     EnvVar("CATALOG_CACHE", "the cache folder (default: $XDG_CACHE_HOME/model-catalog or ~/.cache/model-catalog)"),
     EnvVar("XDG_CACHE_HOME", "where the default cache lives"),
     EnvVar("CATALOG_MODE", "ci (the bucket only), dev (the bucket, then the Hub) or offline (the cache only)"),
@@ -65,7 +65,7 @@ ENV: tuple[EnvVar, ...] = (
                                    "layout, consulted by sha256 before any download (--shared-cache DIR, repeatable); "
                                    "hf:DIR is a Hugging Face cache (HF_HUB_CACHE) read the same way"),
     EnvVar("CATALOG_MIRRORS", "stores tried in order before the primary store, per file, ','-separated URLs "
-                              "(s3://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)"),
+                              "(s3://, oci://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)"),
     EnvVar("CATALOG_CACHE_MAX_SIZE", "resolve evicts least recently resolved views before it fetches, to keep the cache "
                                      "under this size (e.g. 200GiB)"),
     EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class (pytest plugin; default: detected)"),
