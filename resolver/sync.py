@@ -438,7 +438,6 @@ class SourceOfBytes:
         return self.cache.blob_path(entry.sha256)
 
 
-
 def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *, max_delete: int,
           check_fresh: bool, config: TransferConfig, allow_last_copy: Sequence[str] = ()) -> ApplyReport:
     """Execute exactly `plan_`. Deletions beyond `max_delete`, or of a pin whose upstream is gone and that
