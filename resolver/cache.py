@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from catalog import naming
 from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
 from resolver import hashing, hf_layout
-from resolver.fsutil import atomic_write, link_or_copy, pid_alive, safe_join, staging_name, staging_owner
+from resolver.fsutil import atomic_write, link_or_copy, lock_free, pid_alive, safe_join, staging_name, staging_owner
 from resolver.identity import dir_identity
 from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths, stamp_holds,
                             worth_rehash)
@@ -533,22 +533,12 @@ def _flock(fd: int) -> None:
 
 
 def idle_file(path: Path) -> bool:
-    """Nobody holds a flock on `path`: this process could take one without waiting."""
+    """Nobody holds a flock on `path`: this process could take one without waiting (also where flock cannot tell;
+    a file that cannot be opened is not idle)."""
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        return True
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        return lock_free(path, exclusive=True) is not False
     except OSError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError as exc:
-        return exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
-    finally:
-        os.close(fd)
 
 
 def _fresh_blob_link(path: Path, repo_blobs: Path, now: float) -> bool:

@@ -37,7 +37,7 @@ from typing import Any
 from catalog.errors import CacheWriteError, CatalogError
 from resolver.cache import Cache
 from resolver.views import Layout
-from resolver.fsutil import staging_name
+from resolver.fsutil import lock_free, staging_name
 
 log = logging.getLogger(__name__)
 
@@ -133,19 +133,11 @@ def _lock(fd: int) -> None:
 def _held(path: Path) -> bool | None:
     """Whether someone holds a flock on the record: True, False, or None where it cannot be told (no flock on
     that filesystem, or the record cannot be opened)."""
-    import fcntl
-
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        free = lock_free(path, exclusive=False)
     except OSError:
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError as exc:
-        return True if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
-    finally:
-        os.close(fd)
+    return None if free is None else not free
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -74,3 +75,21 @@ def safe_join(root: Path, relative: str) -> Path:
     if not parent.resolve().is_relative_to(real_root):
         raise UnsafePathError(f"refusing to write {relative!r}: {parent} leads outside {root}")
     return target
+
+
+def lock_free(path: Path, exclusive: bool) -> bool | None:
+    """Whether this process could take a flock on `path` now without waiting (shared or exclusive): True, False
+    while another holds a conflicting one, None where it cannot be told (no flock on that filesystem, not POSIX).
+    Only probes: the lock is released at once. OSError when `path` cannot be opened."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        return False if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
+    finally:
+        os.close(fd)
