@@ -224,7 +224,7 @@ class _FileJob:
 
     def deliver(self, index: int, offset: int, data: memoryview) -> None:
         try:
-            os.pwrite(self.fd, data, offset)
+            _pwrite_all(self.fd, data, offset)
         except OSError as exc:
             raise _cache_error(self.wanted, self.cache_root, exc) from None
         if self.inline:
@@ -284,6 +284,16 @@ class _FileJob:
             self.fd = -1
         if not self.published:
             self.temp.unlink(missing_ok=True)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    # A write that crosses a file-size limit (ulimit -f) or fills the disk may write part of the buffer and
+    # return a short count; only the next write raises (EFBIG, ENOSPC). Ignoring the count would leave a
+    # hole that the hash catches later as "something else truncated the file", with the wrong hint.
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data = data[written:]
+        offset += written
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
