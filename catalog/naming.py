@@ -26,7 +26,7 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _IP_LIKE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 
 MAX_PATH_LENGTH = 1024
-# The cache's temporary names (resolver/fsutil.staging_name): a pinned path may never look like one, so gc
+# The cache's temporary names (resolver/view_stamps.staging_name): a pinned path may never look like one, so gc
 # can never take a pinned file for a dead writer's leftover.
 CACHE_STAGING = re.compile(r"^\..+~catalog\.\d+-[0-9a-f]+$")
 

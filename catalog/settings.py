@@ -12,26 +12,24 @@ Standard library only: the warm path builds a Settings before anything heavy is 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from catalog import envparse, urls
+from catalog import envparse, locations, urls
 from catalog.errors import CatalogNotFoundError, UsageError
 
 MiB = 1024 * 1024
-MANIFESTS_DIR = "manifests"
+MANIFESTS_DIR = locations.MANIFESTS_DIR
 
 
 @dataclass(frozen=True)
 class EnvVar:
     name: str
     help: str
-    secret: bool = False  # never shown; enters the fingerprint only as a hash
+    secret: bool = False  # never shown (the warm key holds it only inside a hash)
 
 
 ENV: tuple[EnvVar, ...] = (
@@ -252,21 +250,6 @@ class Settings:
         """--catalog / CATALOG_DIR, else the nearest manifests/ upward from `cwd`."""
         return self.catalog_dir if self.catalog_dir is not None else find_catalog_dir(cwd)
 
-    def fingerprint(self) -> str:
-        """Everything that can change an answer, with paths made absolute and secrets hashed."""
-        data = asdict(self)
-        data["cache_dir"] = str(self.cache_dir.resolve())
-        data["catalog_dir"] = str(self.catalog_dir.resolve()) if self.catalog_dir else None
-        data["shared_caches"] = [_tier_key(t) for t in self.shared_caches]
-        data["trusted_keys"] = [str(k.resolve()) for k in self.trusted_keys]
-        data["trusted_roots"] = [str(r.resolve()) for r in self.trusted_roots]
-        data["hub_token"] = hashlib.sha256(self.hub_token.encode()).hexdigest() if self.hub_token else None
-        data["s3_keys"] = hashlib.sha256("\0".join(self.s3_keys).encode()).hexdigest() if self.s3_keys else None
-        data["oci"]["password"] = hashlib.sha256(self.oci.password.encode()).hexdigest() if self.oci.password else None
-        data.pop("debug")
-        data.pop("ignored")
-        return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-
 
 def _s3_options(env: Mapping[str, str]) -> tuple[S3Options, tuple[str, ...]]:
     ignored: list[str] = []
@@ -325,13 +308,6 @@ def tier_path(text: str) -> Path:
     return Path(text).expanduser()
 
 
-def _tier_key(tier: Path) -> str:
-    text = str(tier)
-    if text.startswith(HF_TIER):
-        return HF_TIER + str(Path(text[len(HF_TIER):]).resolve())
-    return str(tier.resolve())
-
-
 def _oci_options(env: Mapping[str, str]) -> OciOptions:
     plain = tuple(h.strip().lower() for h in (env.get("CATALOG_OCI_PLAIN_HTTP") or "").split(",") if h.strip())
     docker = env.get("DOCKER_CONFIG")
@@ -350,44 +326,24 @@ def parse_size(text: str, what: str = "size") -> int:
 
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
-    """$XDG_CACHE_HOME/model-catalog, else ~/.cache/model-catalog (the user's cache dir). A relative
-    XDG_CACHE_HOME is ignored, as the XDG spec says; an empty or relative HOME is no home (never `/.cache`)."""
-    xdg = env.get("XDG_CACHE_HOME") or ""
-    if os.path.isabs(xdg):
-        return Path(xdg) / "model-catalog"
-    return home_dir(env) / ".cache" / "model-catalog"
-
-
-def home_dir(env: Mapping[str, str]) -> Path:
-    """$HOME when it is an absolute path, else the user database's home; else there is none (UsageError)."""
-    home = env.get("HOME") or ""
-    if os.path.isabs(home):
-        return Path(home)
-    try:
-        import pwd
-
-        home = pwd.getpwuid(os.getuid()).pw_dir
-    except (ImportError, KeyError):
-        home = ""
-    if os.path.isabs(home):
-        return Path(home)
-    raise UsageError("HOME is empty or not an absolute path, so there is no default cache folder",
-                     hint="set HOME, or point --cache / CATALOG_CACHE at a folder")
+    """$XDG_CACHE_HOME/model-catalog, else ~/.cache/model-catalog (the user's cache dir); see catalog/locations.py."""
+    found = locations.default_cache_dir(env)
+    if found is None:
+        raise UsageError("HOME is empty or not an absolute path, so there is no default cache folder",
+                         hint="set HOME, or point --cache / CATALOG_CACHE at a folder")
+    return Path(found)
 
 
 def find_catalog_dir(start: Path | None = None) -> Path:
     """The nearest `manifests/` holding a catalog.yaml, from `start` (default: cwd) upward."""
     try:
-        here = (start or Path.cwd()).resolve()
+        here = str(start or Path.cwd())
     except FileNotFoundError:
         raise CatalogNotFoundError("the working directory no longer exists", hint="cd somewhere else, or pass --catalog DIR") from None
-    for folder in (here, *here.parents):
-        if (folder / "catalog.yaml").is_file() and folder.name == MANIFESTS_DIR:
-            return folder
-        candidate = folder / MANIFESTS_DIR
-        if (candidate / "catalog.yaml").is_file():
-            return candidate
-    raise CatalogNotFoundError(
-        f"no {MANIFESTS_DIR}/catalog.yaml found in {here} or any folder above it",
-        hint="pass --catalog DIR or set CATALOG_DIR",
-    )
+    found = locations.find_catalog_dir(here)
+    if found is None:
+        raise CatalogNotFoundError(
+            f"no {MANIFESTS_DIR}/catalog.yaml found in {os.path.realpath(here)} or any folder above it",
+            hint="pass --catalog DIR or set CATALOG_DIR",
+        )
+    return Path(found)

@@ -26,7 +26,7 @@ def run(argv: Sequence[str]) -> int:
 
     args = list(argv)
     try:
-        code = cli.main(args=args, prog_name="catalog", standalone_mode=False, obj={})
+        code = cli.main(args=args, prog_name="catalog", standalone_mode=False, obj={"argv": args})
     except (click.exceptions.Abort, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         return INTERRUPTED

@@ -16,6 +16,7 @@ from catalog.formats import LoadFormat
 from resolver.resolution import NoEngineArguments, Resolution, engine_args, engine_env
 
 Renderer = Callable[[Sequence[Resolution]], str]
+ONE_MODEL_FORMATS = ("path", "vllm-args")  # refused for several named models (--all --format path lists them)
 
 
 class OutputError(ValueError):

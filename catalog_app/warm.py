@@ -1,60 +1,52 @@
-"""The warm path of `catalog resolve`, in the standard library alone.
+"""The warm path of `catalog resolve`: the answer of an earlier identical call, given before anything heavy loads.
 
-CI calls `catalog resolve NAME` in every job; once a model is in the cache, the answer only changes if
-an input changes. After a successful resolve the full CLI records an index entry under a key made of
-the parsed request (names, layout, weights) and the built Settings (`Settings.fingerprint`: every
-declared variable and flag, paths made absolute, the catalog folder resolved through symlinks). The
-entry holds the sha256 of every manifest file the answer rests on (and, when signatures were required,
-of each signature and trust anchor the full CLI verified: an answer never outlives a change to one), the
-markers of the views it used, and the Resolutions themselves. Here, before click, pydantic or any store is imported, the same key is
-computed, the manifests re-hashed (a few KiB) and every view file stat'ed against its marker, and the
-answer is rendered by the same `outputs` the full CLI uses, as the full CLI would render it now (source
-"cache"). Anything else (another command, an unknown flag, a changed input) goes to the full CLI.
+CI calls `catalog resolve NAME` in every job; once a model is in the cache, the answer only changes if an input
+changes. After a successful resolve the full CLI records an index entry (`record`) under a key made of the call's
+own inputs: the parsed request (names, layout, weights), the flags given, the environment variables the settings
+are built from, and the catalog and cache folders resolved through symlinks (so `--cache DIR` and
+CATALOG_CACHE=DIR share an entry, and so does any working directory when no setting names a relative path). The
+entry holds the sha256 of every file the answer rests on (manifests, catalog.yaml, and the signatures and trust
+anchors the full CLI verified), the markers of the views it used, and the answer already rendered in every output
+format. Here the same key is computed, those files re-hashed (a few KiB), every view file stat'ed against its
+marker, and the stored text printed. Anything else (another command, an unknown flag, a changed input, a setting
+the full CLI warns about) goes to the full CLI, which records again.
 
-A stream URI vouches for bytes in the store, which no stat here can see change: an answer that streams rests
-on the proof the full CLI made when it recorded the entry (`proved_at`), for at most
-`Settings.stream_proof_max_age` seconds (CATALOG_STREAM_PROOF_MAX_AGE, 300); older, the full CLI proves the
-objects again. Offline, no streamed answer is given from here at all (the full CLI makes the weights local).
+A stream URI vouches for bytes in the store, which no stat here can see change: an answer that streams rests on
+the proof the full CLI made when it recorded the entry, for at most `Settings.stream_proof_max_age` seconds
+(CATALOG_STREAM_PROOF_MAX_AGE, 300); older, the full CLI proves the objects again. Offline, no streamed answer is
+recorded at all (the full CLI makes the weights local).
+
+Start-up is the cost here (`docs/benchmarks.md`): this module imports only os, json, hashlib and time from the
+standard library and two modules of ours written the same way (catalog/locations.py, resolver/view_stamps.py);
+no dataclasses, pathlib, typing or logging.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
 
-from catalog.errors import CatalogError
-from catalog.settings import Settings
-from resolver.cache import Cache, note_marker_used
-from resolver.views import Marker
-from resolver.fsutil import atomic_write
-from resolver.resolution import Resolution
+from catalog import __version__, locations
+from resolver import view_stamps
 
-INDEX_VERSION = 4  # 3: answers carry the filesystem of the folder handed out (it decides engine arguments); 4: proved_at
+TYPE_CHECKING = False  # typing's import is a measurable share of a warm resolve; annotations are strings here
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+    from typing import Any
+
+    from catalog.settings import Settings
+    from resolver.resolution import Resolution
+
+INDEX_VERSION = 5  # 4: proved_at; 5: keyed by the call's own inputs, answers stored rendered
+INDEX_FOLDER = "warm-index"  # <cache>/warm-index/<key>.json (resolver/cache.py lists the cache's folders)
 LAYOUTS = ("dir", "hf-cache")
-
-
-@dataclass(frozen=True)
-class ResolveRequest:
-    """What `catalog resolve` was asked, parsed: equal requests share one warm entry."""
-
-    names: tuple[str, ...]
-    layout: str = "dir"
-    materialize_weights: bool = False
-    fmt: str = "path"  # not part of the key: every format renders the same Resolutions
-    settings_flags: dict[str, Any] = field(default_factory=dict)  # --store, --cache, ... as given
-
-    def key_material(self) -> dict[str, Any]:
-        return {"names": list(self.names), "layout": self.layout, "materialize_weights": self.materialize_weights}
-
 
 # The `resolve` flags the warm path understands (mirroring the click command's, which a test compares with these:
 # kind by kind, so a new flag of `resolve` fails that test until it is answered here or listed in FULL_CLI_ONLY);
-# anything else goes to the full CLI. Standard library only: click is not imported here.
+# anything else goes to the full CLI. click is not imported here.
 FULL_CLI_ONLY = {"--all", "--verify-stream"}  # never answered warm
 _VALUE_FLAGS = {"--format": "fmt", "--layout": "layout", "--source": "source", "--store": "store", "--cache": "cache_dir",
                 "--part-size": "part_size", "--concurrency": "concurrency", "--prefer": "prefer"}
@@ -62,8 +54,40 @@ _BOOL_FLAGS = {"--materialize-weights": "materialize_weights", "--offline": "off
                "--require-signature": "require_signature"}
 _MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors",  # repeatable: collected in order
                 "--trusted-key": "trusted_keys", "--trusted-root": "trusted_roots"}
-_SETTINGS_FLAGS = {"source", "store", "cache_dir", "part_size", "concurrency", "offline", "catalog_dir", "shared_caches", "mirrors",
-                   "require_signature", "trusted_keys", "trusted_roots", "prefer"}
+_REQUEST = {"fmt", "layout", "materialize_weights"}  # the rest are settings
+
+# Every variable `Settings.build` reads enters the key as it is (a test holds this list to catalog.settings.ENV),
+# except those only placing the catalog or the cache, whose resolved folders enter it instead.
+PLACING_VARIABLES = {"CATALOG_DIR", "CATALOG_CACHE", "XDG_CACHE_HOME"}
+KEY_VARIABLES = (
+    "HOME", "CATALOG_STORE", "CATALOG_MODE", "CATALOG_PART_SIZE", "CATALOG_CONCURRENCY", "CATALOG_S3_ADDRESSING",
+    "CATALOG_S3_UNSIGNED", "CATALOG_S3_READ_TIMEOUT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT_URL",
+    "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_REGION",
+    "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "HF_ENDPOINT", "HF_TOKEN",
+    "CATALOG_HUB_MAX_WAIT", "CATALOG_SHARED_CACHE", "CATALOG_MIRRORS", "CATALOG_CACHE_MAX_SIZE", "CATALOG_GPU_CLASS",
+    "CATALOG_GPU_COUNT", "CATALOG_DEBUG", "CATALOG_PREFER", "CATALOG_REQUIRE_SIGNATURE", "CATALOG_TRUSTED_KEYS",
+    "CATALOG_TRUSTED_ROOTS", "CATALOG_OCI_USERNAME", "CATALOG_OCI_PASSWORD", "CATALOG_OCI_REGISTRY",
+    "CATALOG_OCI_PLAIN_HTTP", "DOCKER_CONFIG", "CATALOG_STREAM_PROOF_MAX_AGE",
+)
+# Settings that may name something relative to the working directory: when one does, the directory enters the key.
+_PATH_FLAGS = ("store", "shared_caches", "mirrors", "trusted_keys", "trusted_roots")
+_PATH_VARIABLES = ("CATALOG_STORE", "CATALOG_SHARED_CACHE", "CATALOG_MIRRORS", "CATALOG_TRUSTED_KEYS",
+                   "CATALOG_TRUSTED_ROOTS", "DOCKER_CONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+
+
+class ResolveRequest:
+    """`catalog resolve` as it was called, parsed: the models and layout asked for, the output format, and the
+    settings flags as given (`catalog_dir` from the group's --catalog among them)."""
+
+    __slots__ = ("names", "layout", "materialize_weights", "fmt", "flags")
+
+    def __init__(self, names: Sequence[str], layout: str = "dir", materialize_weights: bool = False,
+                 fmt: str = "path", flags: Mapping[str, Any] | None = None) -> None:
+        self.names = tuple(names)
+        self.layout = layout
+        self.materialize_weights = materialize_weights
+        self.fmt = fmt
+        self.flags = dict(flags or {})
 
 
 def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
@@ -85,25 +109,17 @@ def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
     while i < len(rest):
         arg = rest[i]
         flag, eq, inline = arg.partition("=")
-        if flag in _MULTI_FLAGS:
+        if flag in _MULTI_FLAGS or flag in _VALUE_FLAGS:
             if eq:
-                values.setdefault(_MULTI_FLAGS[flag], []).append(inline)
-                i += 1
+                value, i = inline, i + 1
             elif i + 1 < len(rest):
-                values.setdefault(_MULTI_FLAGS[flag], []).append(rest[i + 1])
-                i += 2
+                value, i = rest[i + 1], i + 2
             else:
                 return None
-            continue
-        if flag in _VALUE_FLAGS:
-            if eq:
-                values[_VALUE_FLAGS[flag]] = inline
-                i += 1
-            elif i + 1 < len(rest):
-                values[_VALUE_FLAGS[flag]] = rest[i + 1]
-                i += 2
+            if flag in _MULTI_FLAGS:
+                values.setdefault(_MULTI_FLAGS[flag], []).append(value)
             else:
-                return None
+                values[_VALUE_FLAGS[flag]] = value
             continue
         if arg in _BOOL_FLAGS:
             values[_BOOL_FLAGS[arg]] = True
@@ -115,105 +131,160 @@ def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
         i += 1
     if not names or values.get("layout", "dir") not in LAYOUTS:
         return None
-    return ResolveRequest(
-        names=tuple(names), layout=str(values.get("layout", "dir")),
-        materialize_weights=bool(values.get("materialize_weights")), fmt=str(values.get("fmt", "path")),
-        settings_flags={k: v for k, v in values.items() if k in _SETTINGS_FLAGS},
-    )
+    return ResolveRequest(names, layout=str(values.get("layout", "dir")),
+                          materialize_weights=bool(values.get("materialize_weights")), fmt=str(values.get("fmt", "path")),
+                          flags={k: v for k, v in values.items() if k not in _REQUEST})
 
 
-def index_key(request: ResolveRequest, settings: Settings, catalog_dir: Path) -> str:
-    material = json.dumps([INDEX_VERSION, _version(), request.key_material(), settings.fingerprint(),
-                           str(catalog_dir.resolve())], sort_keys=True)
-    return hashlib.sha256(material.encode()).hexdigest()[:40]
+def _folder(given: str) -> str:
+    return os.path.realpath(os.path.expanduser(given))
 
 
-def _version() -> str:
-    from catalog import __version__
+def place(request: ResolveRequest, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The catalog folder and the cache folder this call uses, resolved as `Settings` finds them; None where the full
+    CLI would fail to find one (it says why)."""
+    catalog = request.flags.get("catalog_dir") or env.get("CATALOG_DIR") or None
+    if catalog is None:
+        try:
+            catalog = locations.find_catalog_dir(os.getcwd())
+        except OSError:
+            return None
+        if catalog is None:
+            return None
+    given_cache = request.flags.get("cache_dir")
+    cache = given_cache if given_cache is not None else (env.get("CATALOG_CACHE") or locations.default_cache_dir(env))
+    if cache is None:
+        return None
+    return _folder(catalog), _folder(cache)
 
-    return __version__
+
+def _names_relative(value: Any) -> bool:
+    """Whether a path-valued setting (a folder, a ':'-list of folders, 'hf:DIR', a ','-list of URLs) names anything
+    relative to the working directory."""
+    for item in (value if isinstance(value, list) else str(value).split(",")):
+        if "://" in item:
+            continue
+        for part in item.split(":"):
+            part = part.strip()
+            if part and part != "hf" and not part.startswith(("/", "~")):
+                return True
+    return False
+
+
+def index_key(request: ResolveRequest, env: Mapping[str, str], catalog: str, cache: str) -> str:
+    """Equal for calls that must get the same answer; any input the settings are built from changes it."""
+    flags = {k: v for k, v in request.flags.items() if k not in ("catalog_dir", "cache_dir")}
+    variables = {name: env[name] for name in KEY_VARIABLES if env.get(name)}  # empty counts as unset, as in Settings
+    relative = any(_names_relative(flags[k]) for k in _PATH_FLAGS if k in flags) or \
+        any(_names_relative(variables[v]) for v in _PATH_VARIABLES if v in variables)
+    material = {"version": [INDEX_VERSION, __version__], "names": list(request.names), "layout": request.layout,
+                "materialize_weights": request.materialize_weights, "flags": flags, "env": variables,
+                "catalog": catalog, "cache": cache, "cwd": os.getcwd() if relative else None}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
 
 
 def _sha256(path: str) -> str | None:
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return None
 
 
-def lookup(request: ResolveRequest, settings: Settings) -> list[Resolution] | None:
-    """The Resolutions recorded for this request, if every input they rest on still holds."""
-    cache = Cache(settings.cache_dir)
-    try:
-        key = index_key(request, settings, settings.find_catalog_dir())
-        entry: dict[str, Any] = json.loads((cache.warm_index / f"{key}.json").read_bytes())
-        if entry.get("version") != INDEX_VERSION:
-            return None
-        inputs = entry["inputs"]
-        if not inputs or any(_sha256(path) != digest for path, digest in inputs.items()):
-            return None
-        if not proof_holds(entry, settings):
-            return None
-        markers = {Path(m): Marker.read(Path(m)) for m in entry["markers"]}
-        if not markers or not all(m is not None and cache.marker_holds(m) for m in markers.values()):
-            return None
-        watched = entry.get("local_when") or []
-        if watched and all(Path(blob).is_file() for blob in watched):
-            return None  # a streamed answer whose weights are at hand by now: --prefer local answers with the folder
-        for path, marker in markers.items():
-            note_marker_used(path, marker)  # a warm answer is a use too (gc evicts least recently used first)
-        return [Resolution.from_record(r) for r in entry["records"]]
-    except (OSError, ValueError, KeyError, TypeError, CatalogError):
+def lookup(entry: Mapping[str, Any], fmt: str, now: float) -> str | None:
+    """The stored answer in `fmt`, if every input it rests on still holds."""
+    if entry.get("version") != INDEX_VERSION:
         return None
+    text = entry["outputs"].get(fmt)
+    inputs = entry["inputs"]
+    if text is None or not inputs or any(_sha256(path) != digest for path, digest in inputs.items()):
+        return None
+    if not proof_holds(entry, now):
+        return None
+    markers: dict[str, dict[str, Any]] = {}
+    for path in entry["markers"]:
+        try:
+            with open(path, "rb") as f:
+                markers[path] = json.loads(f.read())
+        except (OSError, ValueError):
+            return None
+    if not markers or not all(_marker_holds(entry["cache"], m) for m in markers.values()):
+        return None
+    watched = entry["local_when"]
+    if watched and all(os.path.isfile(blob) for blob in watched):
+        return None  # a streamed answer whose weights are at hand by now: --prefer local answers with the folder
+    for path, marker in markers.items():  # a warm answer is a use too (gc evicts least recently used first)
+        view_stamps.note_used(path, marker, view_stamps.RESOLVED_AT_EVERY, now)
+    return str(text)
 
 
-def proof_holds(entry: dict[str, Any], settings: Settings, now: float | None = None) -> bool:
-    """Pure: an entry whose answers stream may be given only while its proof is young enough, and never offline."""
-    if not any(record.get("streamed") for record in entry["records"]):
-        return True
-    if settings.offline:
-        return False
-    age = (time.time() if now is None else now) - float(entry.get("proved_at", 0.0))
-    return 0 <= age <= settings.stream_proof_max_age
+def _marker_holds(cache: str, marker: Mapping[str, Any]) -> bool:
+    return marker.get("version") == view_stamps.MARKER_VERSION and \
+        view_stamps.view_holds(cache, marker["path"], marker["files"], marker.get("dirs", {}))
 
 
-def record(request: ResolveRequest, settings: Settings, catalog_dir: Path, inputs: Sequence[Path],
-           results: Sequence[Resolution], local_when: Sequence[Path] = (), proved_at: float | None = None) -> None:
-    """Called by the full CLI after a successful resolve (begun at `proved_at`: no proof it made is older); failures
-    to record are harmless. `local_when`: the cache blobs of streamed weights which, once all present, make the full
-    CLI answer with a local folder instead."""
-    digests = {str(p.resolve()): _sha256(str(p.resolve())) for p in inputs}
-    if None in digests.values():
-        return
-    data = {"version": INDEX_VERSION, "request": asdict(request) | {"settings_flags": {}},
-            "inputs": digests, "markers": sorted({str(m) for r in results for m in r.markers}),
-            "records": [r.from_cache().record() for r in results],
-            "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
-            "proved_at": time.time() if proved_at is None else proved_at}
-    cache = Cache(settings.cache_dir)
-    try:
-        atomic_write(cache.warm_index / f"{index_key(request, settings, catalog_dir)}.json", json.dumps(data).encode())
-    except OSError:
-        pass
+def proof_holds(entry: Mapping[str, Any], now: float) -> bool:
+    """Pure: an answer that streams may be given only while the proof behind it is young enough."""
+    valid_until = entry["valid_until"]
+    return valid_until is None or float(entry["proved_at"]) <= now <= float(valid_until)
 
 
-def answer(argv: Sequence[str]) -> str | None:
+def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str | None:
     """What the full CLI would print for `argv` now, if the warm index can tell; else None."""
-    from catalog_app import outputs
-
     request = parse_argv(argv)
     if request is None:
         return None
-    try:
-        settings = Settings.from_process(**request.settings_flags)
-    except CatalogError:
-        return None  # a bad setting: the full CLI says what is wrong
-    if settings.ignored or request.fmt not in outputs.OUTPUTS:
-        return None  # warnings and usage errors are the full CLI's to print
-    results = lookup(request, settings)
-    if results is None:
+    where = place(request, env)
+    if where is None:
         return None
+    key = index_key(request, env, *where)
     try:
-        return outputs.render(results, request.fmt)
-    except outputs.OutputError:
+        with open(os.path.join(where[1], INDEX_FOLDER, f"{key}.json"), "rb") as f:
+            entry = json.loads(f.read())
+        return lookup(entry, request.fmt, time.time())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], results: Sequence[Resolution],
+           local_when: Sequence[Path] = (), proved_at: float | None = None, env: Mapping[str, str] = os.environ) -> None:
+    """Called by the full CLI after a successful resolve of `argv` (begun at `proved_at`: no proof it made is older);
+    failures to record are harmless. `local_when`: the cache blobs of streamed weights which, once all present, make
+    the full CLI answer with a local folder instead."""
+    from catalog_app import outputs
+
+    request = parse_argv(argv)
+    if request is None or settings.ignored:
+        return  # a call the warm path never answers, or one whose warnings only the full CLI prints
+    where = place(request, env)
+    streams = any(r.streams for r in results)
+    if where is None or (streams and settings.offline):
+        return
+    answers = [r.from_cache() for r in results]
+    rendered: dict[str, str] = {}
+    for fmt in outputs.OUTPUTS:
+        if fmt in outputs.ONE_MODEL_FORMATS and len(request.names) > 1:
+            continue  # the full CLI refuses these before resolving
+        try:
+            rendered[fmt] = outputs.render(answers, fmt)
+        except outputs.OutputError:
+            continue
+    digests: dict[str, str] = {}
+    for path in inputs:
+        where_read = os.path.abspath(path)  # not resolved: a symlink retargeted later reads the new file
+        digest = _sha256(where_read)
+        if digest is None:
+            return
+        digests[where_read] = digest
+    began = time.time() if proved_at is None else proved_at
+    entry = {"version": INDEX_VERSION, "inputs": digests, "cache": where[1], "outputs": rendered,
+             "markers": sorted({str(m) for r in results for m in r.markers}),
+             "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
+             "proved_at": began, "valid_until": began + settings.stream_proof_max_age if streams else None}
+    folder = os.path.join(where[1], INDEX_FOLDER)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        view_stamps.replace_atomically(os.path.join(folder, f"{index_key(request, env, *where)}.json"),
+                                       json.dumps(entry).encode())
+    except OSError:
+        pass

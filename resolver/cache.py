@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING
 
 from catalog import naming
 from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
-from resolver import hashing, hf_layout
-from resolver.fsutil import atomic_write, link_or_copy, lock_free, pid_alive, safe_join, staging_name, staging_owner
+from resolver import hashing, hf_layout, view_stamps
+from resolver.fsutil import atomic_write, link_or_copy, lock_free, pid_alive, safe_join, staging_owner
 from resolver.identity import dir_identity
-from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths, stamp_holds,
+from resolver.view_stamps import staging_name
+from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths,
                             worth_rehash)
 
 if TYPE_CHECKING:
@@ -52,20 +53,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STALE_TEMP_SECONDS = 3600
-RESOLVED_AT_EVERY = 3600.0  # a marker's resolved_at is refreshed at most this often (one small write)
+RESOLVED_AT_EVERY = view_stamps.RESOLVED_AT_EVERY
 IN_FLIGHT_LINK_SECONDS = 600  # an hf-cache snapshot link a concurrent builder made but has not listed yet
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def read_blob_record(root: Path, sha256: str) -> FileStamp | None:
     """The stamp `Cache.record_blob` took of blob `sha256` under cache root `root` (None: none or unreadable)."""
-    if not _SHA256.fullmatch(sha256):
-        return None
-    try:
-        size, mtime_ns, inode, ctime_ns = json.loads((root / "blob-stamps" / sha256[:2] / sha256).read_bytes())
-        return FileStamp(int(size), int(mtime_ns), int(inode), sha256, int(ctime_ns))
-    except (OSError, ValueError, TypeError):
-        return None
+    record = view_stamps.blob_record(str(root), sha256)
+    return None if record is None else FileStamp(record[0], record[1], record[2], sha256, record[3])
 
 
 
@@ -79,9 +75,9 @@ class Cache:
         self.models = self.root / "models"
         self.hub = self.root / "hub"
         self.markers = self.root / "markers"
-        self.warm_index = self.root / "warm-index"
+        self.warm_index = self.root / "warm-index"  # catalog_app/warm.py INDEX_FOLDER
         self.sync_state = self.root / "sync-state"
-        self.blob_stamps = self.root / "blob-stamps"
+        self.blob_stamps = self.root / view_stamps.BLOB_STAMPS
         self.tier_checks = self.root / "tier-checks"  # resolver/tiers.py: tier files that hashed right, by identity
         self.active = self.root / "active"  # resolver/capacity.py: resolves in progress, each under its flock
         self.signature_checks = self.root / "signature-checks"  # resolver/signatures.py: verifications that held
@@ -274,16 +270,8 @@ class Cache:
     def marker_holds(self, marker: Marker) -> bool:
         """Every file of the marker's view is unchanged since it was verified, and no folder of it changed (a
         file dropped in would have changed one). Stats only; a moved ctime reads one small record."""
-        base = self.root / marker.path
-        try:
-            for rel, stamp in marker.files.items():
-                st = os.stat(base / rel)
-                if not stamp.holds_for(st) and not stamp_holds(stamp, FileStamp.of(st, stamp.sha256),
-                                                                read_blob_record(self.root, stamp.sha256)):
-                    return False
-            return all(dir_identity(os.stat(base / rel)) == list(ident) for rel, ident in marker.dirs.items())
-        except OSError:
-            return False
+        return view_stamps.view_holds(str(self.root), marker.path, {rel: s.as_list() for rel, s in marker.files.items()},
+                                      marker.dirs)
 
     def read_marker(self, spec: ViewSpec) -> Marker | None:
         return Marker.read(self.marker_path(spec))
@@ -555,13 +543,8 @@ def _fresh_blob_link(path: Path, repo_blobs: Path, now: float) -> bool:
 def note_marker_used(path: Path, marker: Marker | None, every: float = RESOLVED_AT_EVERY) -> None:
     """Set the marker's `resolved_at` to now. Cheap: rewritten only when older than `every` seconds (so a
     warm resolve writes at most once an hour); a failure is harmless (a read-only cache, say)."""
-    now = time.time()
-    if marker is None or now - marker.last_used < every:
-        return
-    try:
-        atomic_write(path, dataclasses.replace(marker, resolved_at=now).to_json())
-    except OSError:
-        log.debug("could not record the resolve time of %s", marker.name, exc_info=True)
+    if marker is not None:
+        view_stamps.note_used(str(path), json.loads(marker.to_json()), every)
 
 
 def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:

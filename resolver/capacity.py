@@ -37,7 +37,8 @@ from typing import Any
 from catalog.errors import CacheWriteError, CatalogError
 from resolver.cache import Cache
 from resolver.views import Layout
-from resolver.fsutil import lock_free, staging_name
+from resolver.fsutil import lock_free
+from resolver.view_stamps import staging_name
 
 log = logging.getLogger(__name__)
 

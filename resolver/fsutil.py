@@ -5,24 +5,15 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import shutil
 from pathlib import Path
 
 from catalog import naming
 from catalog.errors import UnsafePathError
+from resolver.view_stamps import replace_atomically
 
-STAGING_MARK = "~catalog"  # reserved: a pinned path segment never contains it (see staging_name)
 STAGING = re.compile(r"^\..+~catalog\.(\d+)-[0-9a-f]+$")  # validation refuses it in pinned paths: catalog.naming.CACHE_STAGING
 _LEGACY_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")  # what versions before the mark wrote
-
-
-def staging_name(name: str) -> str:
-    """A temporary sibling name for `name` (`.<name>~catalog.<pid>-<token>`): hidden, unique, telling gc its
-    writer, and marked: a segment ending in `~catalog.<digits>-<hex>` is one validation is to refuse as a
-    pinned path, so a pinned file can never look like the cache's own staging file. gc also never removes a
-    pinned file of a view, whatever its name."""
-    return f".{name}{STAGING_MARK}.{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def staging_owner(name: str) -> int | None:
@@ -47,14 +38,7 @@ def pid_alive(pid: int) -> bool:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write `data` to `path` so a reader sees the old content or the new, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(staging_name(path.name))
-    try:
-        with open(temp, "wb") as f:
-            f.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    replace_atomically(str(path), data)
 
 
 def link_or_copy(source: Path, target: Path) -> None:

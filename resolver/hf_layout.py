@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from catalog import formats
 from catalog.errors import UnsafePathError
-from resolver.fsutil import atomic_write, link_or_copy, safe_join, staging_name
+from resolver.fsutil import atomic_write, link_or_copy, safe_join
+from resolver.view_stamps import staging_name
 
 if TYPE_CHECKING:
     from catalog.schema import FileEntry

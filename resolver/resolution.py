@@ -62,25 +62,6 @@ class Resolution:
             "engine_args": engine_args(self) if self.load_format.spec.engine else None, "env": engine_env(self),
         }
 
-    def record(self) -> dict[str, Any]:
-        """Everything needed to rebuild this value (the warm index stores it)."""
-        return {**self.to_json(), "loader": dict(self.loader), "stream_env": dict(self.stream_env),
-                "tensor_parallel": self.tensor_parallel, "primary": self.primary, "markers": [str(m) for m in self.markers]}
-
-    @classmethod
-    def from_record(cls, data: Mapping[str, Any]) -> Resolution:
-        return cls(
-            name=str(data["name"]), hf_repo=str(data["hf_repo"]), revision=str(data["revision"]),
-            load_format=LoadFormat(data["load_format"]), model=str(data["model"]), path=Path(data["path"]),
-            tokenizer=data["tokenizer"], files=tuple(data["files"]), streamed=tuple(data["streamed"]),
-            bytes=int(data["bytes"]), source=str(data["source"]), layout=Layout(data["layout"]),
-            hub_cache=Path(data["hub_cache"]) if data.get("hub_cache") else None, loader=dict(data["loader"]),
-            stream_env=dict(data["stream_env"]), tensor_parallel=data.get("tensor_parallel"), primary=bool(data.get("primary")),
-            markers=tuple(Path(m) for m in data.get("markers", ())), sources=dict(data.get("sources", {})),
-            weights_uri=data.get("weights_uri"),
-            filesystem=data.get("filesystem"),
-        )
-
     def from_cache(self) -> Resolution:
         """The same answer as a repeat call gives it: every byte already verified in the cache."""
         return replace(self, source="cache", sources={f: "cache" for f in self.sources})

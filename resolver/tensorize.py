@@ -16,7 +16,7 @@ from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
 from catalog.schema import ModelManifest
 from resolver.cache import Cache
-from resolver.fsutil import staging_name
+from resolver.view_stamps import staging_name
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import Store
 

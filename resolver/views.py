@@ -17,10 +17,12 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from resolver import view_stamps
+
 if TYPE_CHECKING:
     from catalog.schema import FileEntry, ModelManifest
 
-MARKER_VERSION = 4  # 3: ctime_ns per file, folder mtimes, the catalog that made the view; 4: folder mtime and ctime
+MARKER_VERSION = view_stamps.MARKER_VERSION
 
 
 class Layout(str, Enum):
@@ -91,11 +93,10 @@ def stamp_holds(then: FileStamp | None, now: FileStamp | None, record: FileStamp
     """Pure: a file stamped `then` when verified, `now` today, is unchanged. Size, mtime and inode must agree;
     a ctime that moved is vouched for by the blob's own record (`record`: the cache linked the inode again
     since, and recorded its ctime after) when that record matches `now` exactly."""
-    if then is None or now is None or not then.same_content_stamp(now) or then.sha256 != now.sha256:
+    if then is None or now is None:
         return False
-    if then.ctime_ns == now.ctime_ns:
-        return True
-    return record is not None and record.same_content_stamp(now) and record.ctime_ns == now.ctime_ns
+    blob = None if record is None else [record.size, record.mtime_ns, record.inode, record.ctime_ns]
+    return view_stamps.stamp_holds(then.as_list(), now.as_list(), blob)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import click
 
 from catalog.errors import UsageError
 from catalog_app import outputs, warm
-from catalog_app.context import cache_option, catalog_dir, load_catalog, settings, store_options
+from catalog_app.context import cache_option, load_catalog, settings, store_options
 from catalog_app.progress import for_terminal, human_bytes, plural
 from catalog_app.trust import trust_options
 from resolver.cache import Cache, cache_error
@@ -60,7 +60,7 @@ def resolve_command(
     """Materialize verified models and print where they are."""
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
-    if fmt in ("path", "vllm-args") and len(names) > 1:
+    if fmt in outputs.ONE_MODEL_FORMATS and len(names) > 1:
         raise UsageError(f"--format {fmt} prints one model; use --format json for several")
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
                        source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
@@ -103,11 +103,11 @@ def resolve_command(
         raise UsageError(str(exc)) from None
     click.echo(text, nl=False)
     if not all_models:
-        request = warm.ResolveRequest(names=tuple(names), layout=layout, materialize_weights=materialize_weights, fmt=fmt)
         inputs = [cat.root / "catalog.yaml", *cat.sources.values(), *signed]  # the warm answer re-hashes them all
         streamed_weights = [cache.blob_path(e.sha256) for r in results if r.streams for e in cat.get(r.name).weight_files]
-        warm.record(request, current, catalog_dir(ctx), inputs, results, local_when=streamed_weights,
-                    proved_at=began)
+        argv = ctx.find_root().ensure_object(dict).get("argv")
+        if argv is not None:  # the call as typed: the warm path keys its answer by exactly that
+            warm.record(argv, current, inputs, results, local_when=streamed_weights, proved_at=began)
     return 0
 
 

@@ -129,17 +129,14 @@ def test_a_warm_answer_carries_the_filesystem_the_full_cli_found(bundled: Catalo
                    CATALOG_CACHE=str(tmp_path / "cache"))
     cold = json.loads(run(env, "resolve", "tiny-llama", "--format", "json").stdout)
     assert cold["filesystem"] == filesystem_type(Path(cold["path"])) is not None
-    [entry] = (tmp_path / "cache" / "warm-index").glob("*.json")
-    data = json.loads(entry.read_text())
-    assert [r["filesystem"] for r in data["records"]] == [cold["filesystem"]]
-
-    # The same entry as a runner whose cache is on virtiofs records it: the warm path renders the flag from it.
-    data["records"][0]["filesystem"] = "virtiofs"
-    entry.write_text(json.dumps(data))
     probe = ("import runpy, sys\nsys.argv = ['catalog'] + sys.argv[1:]\n"
              "try:\n    runpy.run_module('catalog', run_name='__main__')\nexcept SystemExit:\n    pass\n"
              "print('pydantic' in sys.modules, file=sys.stderr)\n")
-    warm = subprocess.run([sys.executable, "-c", probe, "resolve", "tiny-llama", "--format", "vllm-args"],
-                          capture_output=True, text=True, env=env)
-    assert warm.stderr.strip().splitlines()[-1] == "False"  # answered by the warm path
-    assert warm.stdout.split()[-2:] == ["--safetensors-load-strategy", "prefetch"]
+    for fmt in ("json", "vllm-args"):  # the engine arguments depend on the filesystem (resolver/mounts.py)
+        warm = subprocess.run([sys.executable, "-c", probe, "resolve", "tiny-llama", "--format", fmt],
+                              capture_output=True, text=True, env=env)
+        assert warm.stderr.strip().splitlines()[-1] == "False"  # answered by the warm path
+        full = run(env, "--verbose", "resolve", "tiny-llama", "--format", fmt)  # -v: never answered warm
+        assert warm.stdout == full.stdout, fmt
+        if fmt == "json":
+            assert json.loads(warm.stdout)["filesystem"] == cold["filesystem"]

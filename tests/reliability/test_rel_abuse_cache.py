@@ -29,7 +29,8 @@ from catalog.errors import CatalogError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry
 from resolver.cache import Cache
-from resolver.fsutil import STAGING_MARK, staging_name, staging_owner
+from resolver.fsutil import staging_owner
+from resolver.view_stamps import STAGING_MARK, staging_name
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import LocalStore
 from resolver.transfer import TransferConfig, Wanted, fetch

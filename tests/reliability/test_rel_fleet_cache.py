@@ -151,6 +151,7 @@ def test_a_warm_stream_answer_rests_on_a_proof_of_bounded_age(bundled: Catalog, 
     open_store(str(store_dir)).put(bundled.store_key(bundled.get("tiny-qwen2"), weight.path), other)  # replaced
     record = json.loads(entry.read_bytes())
     record["proved_at"] -= 301  # the default bound is 300 s: this proof is too old to answer from
+    record["valid_until"] -= 301
     entry.write_text(json.dumps(record))
     stale = run_catalog(["resolve", "tiny-qwen2", "--format", "json"], env)
     assert stale.returncode == 1 and "rewritten since sync verified it" in stale.stderr, explain(stale)

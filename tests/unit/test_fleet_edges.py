@@ -4,7 +4,6 @@ and sync plans that cannot name sync's own records. Each test failed before its 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from pathlib import Path
@@ -69,53 +68,112 @@ def test_a_relative_xdg_cache_home_is_ignored_and_said(tmp_path: Path) -> None:
     assert Settings.build({"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "x")}).cache_dir == tmp_path / "x" / "model-catalog"
 
 
-# -- the warm key: every setting enters it --------------------------------------------------------------------
-CHANGED = {"catalog_dir": Path("/elsewhere"), "store": "s3://other/", "cache_dir": Path("/other-cache"), "source": "hf",
-           "offline": True, "part_size": 1 << 30, "concurrency": 3, "hub_endpoint": "http://hub", "hub_token": "t",
-           "s3_keys": ("a", "b"), "aws_files": ("/x", "/y"), "hub_max_wait": 1, "gpu_class": "h200", "gpu_count": 2,
-           "shared_caches": (Path("/tier"),), "mirrors": ("file:///m/",), "cache_max_size": 1, "stream_proof_max_age": 1,
-           "prefer": "stream", "require_signature": True, "trusted_keys": (Path("/k.pub"),), "trusted_roots": (Path("/r.pem"),)}
-NESTED = ("s3", "oci")  # option groups: each of their fields is changed in turn
-NOT_IN_KEY = {"debug", "ignored"}  # neither changes an answer
+# -- the warm key: every input of the settings enters it ----------------------------------------------------
+def _reads(env: dict[str, str]) -> set[str]:
+    """The variables `Settings.build` looks up in this environment (up to its first usage error, if any)."""
+    seen: set[str] = set()
+
+    class Recording(dict[str, str]):
+        def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+            seen.add(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key: str) -> str:
+            seen.add(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key: object) -> bool:
+            seen.add(str(key))
+            return super().__contains__(key)
+
+    try:
+        Settings.build(Recording(env))
+    except UsageError:
+        pass
+    return seen
 
 
-def test_every_setting_that_can_change_an_answer_changes_the_warm_key() -> None:
-    base = Settings.build({"HOME": "/home/someone"})
-    names = {f.name for f in dataclasses.fields(Settings)}
-    assert names - NOT_IN_KEY <= set(CHANGED) | set(NESTED), "a new Settings field: add it here with a changed value"
-    for name, value in CHANGED.items():
-        assert dataclasses.replace(base, **{name: value}).fingerprint() != base.fingerprint(), name
-    for group in NESTED:
-        options = getattr(base, group)
-        for name in {f.name for f in dataclasses.fields(options)}:
-            other = _another(getattr(options, name))
-            changed = dataclasses.replace(base, **{group: dataclasses.replace(options, **{name: other})})
-            assert changed.fingerprint() != base.fingerprint(), f"{group}.{name}"
+def test_every_variable_the_settings_read_enters_the_warm_key() -> None:
+    from catalog.settings import ENV_NAMES
+    from catalog_app import warm
+
+    keyed = set(warm.KEY_VARIABLES) | warm.PLACING_VARIABLES
+    assert keyed == ENV_NAMES | {"HOME"}
+    read = _reads({}) | _reads({"HOME": "/home/someone"}) | _reads({"HOME": "", "XDG_CACHE_HOME": "rel"}) | \
+        _reads({name: "x" for name in ENV_NAMES}) | _reads({"AWS_ENDPOINT_URL": "http://h", "S3_ENDPOINT_URL": "http://s",
+                                                        "S3_ACCESS_KEY_ID": "a", "S3_SECRET_ACCESS_KEY": "b"})
+    assert read <= keyed, read - keyed
+    request = warm.parse_argv(["resolve", "m"])
+    assert request is not None
+    base = warm.index_key(request, {"HOME": "/home/someone"}, "/c", "/k")
+    for name in warm.KEY_VARIABLES:
+        assert warm.index_key(request, {"HOME": "/home/someone", name: "/changed"}, "/c", "/k") != base, name
+    assert warm.index_key(request, {"HOME": "/home/someone"}, "/other", "/k") != base
+    assert warm.index_key(request, {"HOME": "/home/someone"}, "/c", "/other") != base
 
 
-def _another(value: object) -> object:
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, (int, float)):
-        return value + 1
-    if isinstance(value, tuple):
-        return (*value, "changed")
-    if isinstance(value, Path):
-        return value / "changed"
-    return f"{value}-changed"
+def test_every_flag_of_the_warm_path_changes_its_key() -> None:
+    from catalog_app import warm
+
+    env = {"HOME": "/home/someone"}
+    plain = warm.parse_argv(["resolve", "m"])
+    assert plain is not None
+    base = warm.index_key(plain, env, "/c", "/k")
+    for flag in [*warm._VALUE_FLAGS, *warm._MULTI_FLAGS]:
+        if flag in ("--format", "--cache"):  # one entry answers every format; the cache enters resolved (below)
+            continue
+        request = warm.parse_argv(["resolve", "m", flag, "hf-cache" if flag == "--layout" else "/v"])
+        assert request is not None and warm.index_key(request, env, "/c", "/k") != base, flag
+    for flag in warm._BOOL_FLAGS:
+        request = warm.parse_argv(["resolve", "m", flag])
+        assert request is not None and warm.index_key(request, env, "/c", "/k") != base, flag
 
 
-def test_offline_enters_the_warm_key_and_a_streamed_entry_is_never_answered_offline() -> None:
-    from catalog_app.warm import ResolveRequest, index_key, proof_holds
+def test_equal_settings_spelled_differently_share_a_warm_key(tmp_path: Path) -> None:
+    from catalog_app import warm
 
-    online = Settings.build({"HOME": "/home/someone"})
-    offline = dataclasses.replace(online, offline=True)
-    request = ResolveRequest(("tiny-qwen2",))
-    assert index_key(request, online, Path("/c")) != index_key(request, offline, Path("/c"))
-    entry = {"records": [{"streamed": ["model.safetensors"]}], "proved_at": 1000.0}
-    assert proof_holds(entry, online, now=1000.0 + 299) and not proof_holds(entry, online, now=1000.0 + 301)
-    assert not proof_holds(entry, offline, now=1000.0)
-    assert proof_holds({"records": [{"streamed": []}], "proved_at": 0.0}, online, now=1e9)  # nothing streams
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "catalog.yaml").write_text("store: s3://b/\n")
+    (tmp_path / "cache-folder").mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "cache-folder", target_is_directory=True)
+
+    def key(env: dict[str, str], *args: str, cwd: Path = tmp_path) -> str:
+        request = warm.parse_argv(["--catalog", str(tmp_path / "manifests"), "resolve", "m", *args])
+        assert request is not None
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            where = warm.place(request, env)
+            assert where is not None
+            return warm.index_key(request, env, *where)
+        finally:
+            os.chdir(here)
+
+    env = {"HOME": "/home/someone", "CATALOG_SHARED_CACHE": "hf:/x"}
+    cached = {**env, "CATALOG_CACHE": str(tmp_path / "cache-folder")}
+    base = key(cached)
+    assert key(env, "--cache", str(tmp_path / "cache-folder")) == base  # a flag or a variable
+    assert key(env, "--cache", str(link)) == base  # resolved through symlinks
+    assert key(cached, "--format", "json") == base  # one entry answers every format
+    assert key(cached, cwd=Path("/")) == base  # nothing relative: the working directory does not matter
+    relative = {**cached, "CATALOG_STORE": "store"}
+    assert key(relative) != key(relative, cwd=Path("/"))  # a relative store: the working directory decides
+    assert key({**cached, "HF_TOKEN": "hf_one"}) != key({**cached, "HF_TOKEN": "hf_two"})  # hashed, never stored
+
+
+def test_offline_enters_the_warm_key_and_a_streamed_answer_rests_on_a_young_proof() -> None:
+    from catalog_app.warm import index_key, parse_argv, proof_holds
+
+    env = {"HOME": "/home/someone"}
+    online, offline = parse_argv(["resolve", "tiny-qwen2"]), parse_argv(["resolve", "tiny-qwen2", "--offline"])
+    assert online is not None and offline is not None
+    assert index_key(online, env, "/c", "/k") != index_key(offline, env, "/c", "/k")
+    assert index_key(online, env, "/c", "/k") != index_key(online, {**env, "CATALOG_MODE": "offline"}, "/c", "/k")
+    entry = {"proved_at": 1000.0, "valid_until": 1300.0}
+    assert proof_holds(entry, 1000.0 + 299) and not proof_holds(entry, 1000.0 + 301)
+    assert not proof_holds(entry, 999.0)  # a clock put back
+    assert proof_holds({"proved_at": 0.0, "valid_until": None}, 1e9)  # nothing streams
 
 
 # -- URLs -----------------------------------------------------------------------------------------------------------

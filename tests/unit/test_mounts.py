@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import os
 from pathlib import Path
 
@@ -120,12 +119,6 @@ def test_no_flag_where_the_engine_does_not_read_local_safetensors_through_it(fst
         assert engine_args(resolution(fstype, load_format=fmt))[-2:] == PREFETCH
     hf = resolution(fstype, layout=Layout.HF_CACHE, hub_cache=Path("/srv/cache/hub"))
     assert engine_args(hf)[-2:] == PREFETCH  # the engine reads the snapshot's files all the same
-
-
-def test_the_filesystem_survives_the_warm_index_record() -> None:
-    r = resolution("virtiofs")
-    again = Resolution.from_record(json.loads(json.dumps(r.record())))
-    assert again.filesystem == "virtiofs" and engine_args(again) == engine_args(r)
 
 
 # -- the installed engine, read from its source (importing vLLM takes a minute) -------------------------------------

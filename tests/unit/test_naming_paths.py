@@ -77,7 +77,8 @@ def test_validate_refuses_a_repo_id_with_a_double_hyphen(tmp_path: Path) -> None
 
 
 def test_a_pinned_path_can_never_look_like_the_caches_staging_names() -> None:
-    from resolver.fsutil import STAGING, staging_name
+    from resolver.fsutil import STAGING
+    from resolver.view_stamps import staging_name
 
     made = staging_name("tokenizer.json")
     assert STAGING.match(made)  # what the cache writes ...

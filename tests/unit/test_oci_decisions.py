@@ -115,14 +115,13 @@ def test_the_settings_credentials_go_to_their_registry_only() -> None:
     assert credentials_for("reg.example", username="u", password="p", for_host=None, docker_config=empty) is None
 
 
-def test_settings_read_the_oci_variables_and_hash_the_password() -> None:
+def test_settings_read_the_oci_variables_and_never_show_the_password() -> None:
     env = {"CATALOG_OCI_USERNAME": "u", "CATALOG_OCI_PASSWORD": "secret-pw", "CATALOG_OCI_REGISTRY": "Reg.Example:5000",
            "CATALOG_OCI_PLAIN_HTTP": "a.example, b.example:80", "DOCKER_CONFIG": "/somewhere/docker"}
     built = Settings.build(env)
     assert built.oci.username == "u" and built.oci.registry == "reg.example:5000"
     assert built.oci.plain_http == ("a.example", "b.example:80") and built.oci.docker_config == Path("/somewhere/docker")
     assert "secret-pw" not in repr(built)
-    assert built.fingerprint() != Settings.build({**env, "CATALOG_OCI_PASSWORD": "other"}).fingerprint()
 
 
 @pytest.mark.parametrize(("url", "env", "scheme"), [

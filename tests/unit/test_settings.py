@@ -56,11 +56,7 @@ def test_s3_endpoint_addressing_and_the_s3cmd_spelling() -> None:
     assert Settings.build({"CATALOG_S3_UNSIGNED": "1", "AWS_PROFILE": "ci", "CATALOG_S3_READ_TIMEOUT": "5"}).s3.unsigned
 
 
-def test_the_fingerprint_changes_with_what_changes_an_answer_and_hides_secrets(tmp_path: Path) -> None:
-    base = Settings.build({"CATALOG_CACHE": str(tmp_path)})
-    assert base.fingerprint() == Settings.build({}, cache_dir=str(tmp_path)).fingerprint()  # two spellings, one key
-    for env in ({"CATALOG_MODE": "dev"}, {"AWS_ENDPOINT_URL": "http://x"}, {"CATALOG_STORE": "/s"}, {"HF_TOKEN": "t"}):
-        assert Settings.build({"CATALOG_CACHE": str(tmp_path), **env}).fingerprint() != base.fingerprint(), env
+def test_secrets_never_show_in_the_settings(tmp_path: Path) -> None:
     secret = Settings.build({"HF_TOKEN": "hf_marker_secret"})
     assert "hf_marker_secret" not in repr(secret)
     assert Settings.build({"CATALOG_GPU_CLASS": " L4 "}).gpu_class == "l4"  # case-folded
