@@ -36,12 +36,12 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from catalog import naming
 from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
 from resolver import hashing, hf_layout, view_stamps
-from resolver.fsutil import atomic_write, link_or_copy, lock_free, pid_alive, safe_join, staging_owner
+from resolver.fsutil import atomic_write, link_or_copy, lock_free, pid_alive, prepared_target, staging_owner
 from resolver.identity import dir_identity
 from resolver.view_stamps import staging_name
 from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths,
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 STALE_TEMP_SECONDS = 3600
 RESOLVED_AT_EVERY = view_stamps.RESOLVED_AT_EVERY
+T = TypeVar("T")
 IN_FLIGHT_LINK_SECONDS = 600  # an hf-cache snapshot link a concurrent builder made but has not listed yet
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -81,6 +82,12 @@ class Cache:
         self.tier_checks = self.root / "tier-checks"  # resolver/tiers.py: tier files that hashed right, by identity
         self.active = self.root / "active"  # resolver/capacity.py: resolves in progress, each under its flock
         self.signature_checks = self.root / "signature-checks"  # resolver/signatures.py: verifications that held
+        # Folders this process made or found, proven inside the cache: a download of many small files writes into
+        # the same few, and proving each again cost several syscalls per file (docs/benchmarks.md).
+        self._made: set[Path] = set()
+        # Stamps this process took of blobs, the in-memory twin of blob-stamps/: a small blob fetched now gets its
+        # record written once, after the view links it (linking moves its ctime), not also when it is published.
+        self._stamps: dict[str, FileStamp] = {}
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
@@ -96,14 +103,18 @@ class Cache:
             return False
         return stat.S_ISREG(st.st_mode) and st.st_size == entry.size
 
-    def record_blob(self, sha256: str) -> FileStamp | None:
-        """Record the blob's stamp now (after publishing, verifying or linking it). Best effort: without a
-        record the blob is re-hashed before its next use, which costs time, never correctness."""
+    def record_blob(self, sha256: str, persist: bool = True) -> FileStamp | None:
+        """Record the blob's stamp now (after publishing, verifying or linking it); `persist=False` keeps it in this
+        process only. Best effort: without a record the blob is re-hashed before its next use, which costs time,
+        never correctness."""
         try:
             st = self.blob_path(sha256).stat()
-            atomic_write(self.blob_stamps / sha256[:2] / sha256,
-                         json.dumps([st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]).encode())
-            return FileStamp.of(st, sha256)
+            stamp = self._stamps[sha256] = FileStamp.of(st, sha256)
+            if persist:
+                data = json.dumps([st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]).encode()
+                folder = self.blob_stamps / sha256[:2]
+                self._in_folder(folder, lambda: view_stamps.replace_atomically(str(folder / sha256), data))
+            return stamp
         except OSError:
             log.debug("could not record the stamp of blob %s", sha256, exc_info=True)
             return None
@@ -122,6 +133,9 @@ class Cache:
             return False
         if not stat.S_ISREG(st.st_mode) or st.st_size != entry.size:
             return False
+        taken = self._stamps.get(entry.sha256)
+        if taken is not None and taken.holds_for(st):
+            return True
         record = self.blob_record(entry.sha256)
         if record is not None and record.holds_for(st):
             return True
@@ -149,6 +163,7 @@ class Cache:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
                 break
             except FileNotFoundError:  # another process removed the empty tmp/ just now (a publisher ending): again
+                self._made.discard(self.tmp)
                 if attempt == 2:
                     raise
         _flock(fd)
@@ -187,24 +202,40 @@ class Cache:
     def make_dirs(self, path: Path) -> Path:
         """`mkdir -p path` inside the cache: the deepest part that exists already (a planted symlink, say
         `blobs -> /elsewhere`) is proven to resolve inside the cache first, so nothing is created outside it."""
+        if path in self._made:
+            return path
         probe = path
         while not os.path.lexists(probe) and probe != self.root and probe != probe.parent:
             probe = probe.parent
         self.contained(probe)
         path.mkdir(parents=True, exist_ok=True)
-        return self.contained(path)
+        self.contained(path)
+        self._made.add(path)
+        return path
 
-    def publish_blob(self, temp: Path, sha256: str) -> Path:
-        """Give a verified temp file its content name. Replacing a concurrent twin is harmless: same bytes."""
+    def _in_folder(self, folder: Path, write: Callable[[], T]) -> T:
+        """`write()`, which creates a file in `folder`, once the folder exists; again if another process removed the
+        folder meanwhile (gc and finished publishers remove empty folders)."""
+        self.make_dirs(folder)
+        try:
+            return write()
+        except FileNotFoundError:
+            self._made.discard(folder)
+            self.make_dirs(folder)
+            return write()
+
+    def publish_blob(self, temp: Path, sha256: str, persist_stamp: bool = True) -> Path:
+        """Give a verified temp file its content name. Replacing a concurrent twin is harmless: same bytes.
+        `persist_stamp=False` (a small file the caller links into a view next, which records it) skips writing the
+        blob's record now; another process finding the blob without one re-hashes it, a small cost for a small file."""
         target = self.blob_path(sha256)
-        self.make_dirs(target.parent)
         os.chmod(temp, 0o444)
         try:
-            os.replace(temp, target)
+            self._in_folder(target.parent, lambda: os.replace(temp, target))
         except IsADirectoryError:
             raise CacheWriteError(f"cannot give blob {sha256} its name: {target} is a folder, not a blob",
                                   hint=f"remove the folder {target} (nothing of the catalog's is in it)") from None
-        self.record_blob(sha256)
+        self.record_blob(sha256, persist=persist_stamp)
         return target
 
     @contextlib.contextmanager
@@ -468,10 +499,9 @@ class Cache:
         staging = final.parent / staging_name(spec.view_id)
         staging.mkdir()
         try:
+            made: set[Path] = set()
             for entry in spec.files:
-                target = safe_join(staging, entry.path)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                link_or_copy(self.blob_path(entry.sha256), target)
+                link_or_copy(self.blob_path(entry.sha256), prepared_target(staging, entry.path, made))
             _swap_dir(staging, final)
         finally:
             if staging.exists():

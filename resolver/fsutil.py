@@ -61,6 +61,19 @@ def safe_join(root: Path, relative: str) -> Path:
     return target
 
 
+def prepared_target(root: Path, relative: str, made: set[Path]) -> Path:
+    """`safe_join(root, relative)` with the target's folder created. `made`: the caller's folders already proven and
+    created under `root` (one set per tree it writes), so a tree of many files in few folders resolves and creates
+    each folder once: resolving a path walks every part from / (about 40 stats a file for a dataset's shards)."""
+    target = root / relative
+    if target.parent in made and naming.check_relative_path(relative) is None:
+        return target
+    target = safe_join(root, relative)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    made.add(target.parent)
+    return target
+
+
 def lock_free(path: Path, exclusive: bool) -> bool | None:
     """Whether this process could take a flock on `path` now without waiting (shared or exclusive): True, False
     while another holds a conflicting one, None where it cannot be told (no flock on that filesystem, not POSIX).

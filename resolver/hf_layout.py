@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from catalog import formats
 from catalog.errors import UnsafePathError
-from resolver.fsutil import atomic_write, link_or_copy, safe_join
+from resolver.fsutil import atomic_write, link_or_copy, prepared_target
 from resolver.view_stamps import staging_name
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ def build_snapshot(cache: SnapshotCache, spec: ViewSpec) -> Path:
     snapshot.mkdir(parents=True, exist_ok=True)
     cache.contained(blobs)
     cache.contained(snapshot)
+    made: set[Path] = set()
     for entry in spec.files:
         hf_blob = blobs / entry.sha256
         # Always re-link from the verified blob: an hf blob left from before may have been corrupted
@@ -83,8 +84,7 @@ def build_snapshot(cache: SnapshotCache, spec: ViewSpec) -> Path:
         os.replace(staged, hf_blob)
         # rename() between two links to one inode does nothing and leaves the source name behind.
         staged.unlink(missing_ok=True)
-        link = safe_join(snapshot, entry.path)
-        link.parent.mkdir(parents=True, exist_ok=True)
+        link = prepared_target(snapshot, entry.path, made)
         relative = os.path.relpath(hf_blob, link.parent)
         staged_link = link.parent / staging_name(link.name)
         os.symlink(relative, staged_link)

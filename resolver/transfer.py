@@ -418,7 +418,7 @@ def _whole_job(store: Store, item: Wanted, cache: Cache, config: TransferConfig,
     job = _FileJob(item, cache, dataclasses.replace(config, part_size=max(1, item.entry.size)), stop)
     try:
         _fetch_part(store, job, 0, config, progress, sleep)
-        _verify_and_publish(job, cache)
+        _verify_and_publish(job, cache, config)
     finally:
         job.discard()
 
@@ -450,7 +450,7 @@ def _fetch_parts(
             elif first_error is not None:
                 raise first_error
             else:
-                _verify_and_publish(job, cache)
+                _verify_and_publish(job, cache, config)
         finally:
             job.discard()
     if progress is not None:
@@ -600,7 +600,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _verify_and_publish(job: _FileJob, cache: Cache) -> Path:
+def _verify_and_publish(job: _FileJob, cache: Cache, config: TransferConfig) -> Path:
     entry = job.wanted.entry
     if job.received != entry.size or job.hashed != entry.size:
         raise IntegrityError(job.wanted.model, entry.path, "size", str(entry.size), str(job.received),
@@ -609,7 +609,9 @@ def _verify_and_publish(job: _FileJob, cache: Cache) -> Path:
     if got != entry.sha256:
         raise IntegrityError(job.wanted.model, entry.path, "sha256", entry.sha256, got,
                              "the object in the store is corrupt or the manifest is stale")
-    path = cache.publish_blob(job.temp, entry.sha256)  # the fd (and its flock: gc keeps off) stays open until named
+    # The fd (and its flock: gc keeps off) stays open until named. A file too small for the download lock is too small
+    # for its stamp record to pay before the view links it (and records it): see Cache.publish_blob.
+    path = cache.publish_blob(job.temp, entry.sha256, persist_stamp=config.needs_lock(entry.size))
     job.published = True
     os.close(job.fd)
     job.fd = -1
