@@ -237,8 +237,8 @@ def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str | No
     where = place(request, env)
     if where is None:
         return None
-    key = index_key(request, env, *where)
     try:
+        key = index_key(request, env, *where)  # may ask for the working directory, which may be gone
         with open(os.path.join(where[1], INDEX_FOLDER, f"{key}.json"), "rb") as f:
             entry = json.loads(f.read())
         return lookup(entry, request.fmt, time.time())
@@ -269,20 +269,20 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], resu
             rendered[fmt] = outputs.render(answers, fmt)
         except outputs.OutputError:
             continue
-    digests: dict[str, str] = {}
-    for path in inputs:
-        where_read = os.path.abspath(path)  # not resolved: a symlink retargeted later reads the new file
-        digest = _sha256(where_read)
-        if digest is None:
-            return
-        digests[where_read] = digest
     began = time.time() if proved_at is None else proved_at
-    entry = {"version": INDEX_VERSION, "inputs": digests, "cache": where[1], "outputs": rendered,
-             "markers": sorted({str(m) for r in results for m in r.markers}),
-             "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
-             "proved_at": began, "valid_until": began + settings.stream_proof_max_age if streams else None}
-    folder = os.path.join(where[1], INDEX_FOLDER)
     try:
+        digests: dict[str, str] = {}
+        for path in inputs:
+            where_read = os.path.abspath(path)  # not resolved: a symlink retargeted later reads the new file
+            digest = _sha256(where_read)
+            if digest is None:
+                return
+            digests[where_read] = digest
+        entry = {"version": INDEX_VERSION, "inputs": digests, "cache": where[1], "outputs": rendered,
+                 "markers": sorted({str(m) for r in results for m in r.markers}),
+                 "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
+                 "proved_at": began, "valid_until": began + settings.stream_proof_max_age if streams else None}
+        folder = os.path.join(where[1], INDEX_FOLDER)
         os.makedirs(folder, exist_ok=True)
         view_stamps.replace_atomically(os.path.join(folder, f"{index_key(request, env, *where)}.json"),
                                        json.dumps(entry).encode())

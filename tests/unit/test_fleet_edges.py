@@ -162,6 +162,22 @@ def test_equal_settings_spelled_differently_share_a_warm_key(tmp_path: Path) -> 
     assert key({**cached, "HF_TOKEN": "hf_one"}) != key({**cached, "HF_TOKEN": "hf_two"})  # hashed, never stored
 
 
+def test_a_warm_lookup_from_a_vanished_working_directory_goes_to_the_full_cli(tmp_path: Path) -> None:
+    from catalog_app import warm
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    here = os.getcwd()
+    os.chdir(gone)
+    try:
+        gone.rmdir()
+        env = {"HOME": str(tmp_path), "CATALOG_DIR": str(tmp_path), "CATALOG_STORE": "relative/store"}
+        assert warm.answer(["resolve", "m"], env) is None  # the full CLI then says what is wrong
+        assert warm.answer(["resolve", "m"], {"HOME": str(tmp_path)}) is None
+    finally:
+        os.chdir(here)
+
+
 def test_offline_enters_the_warm_key_and_a_streamed_answer_rests_on_a_young_proof() -> None:
     from catalog_app.warm import index_key, parse_argv, proof_holds
 
