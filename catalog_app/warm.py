@@ -57,10 +57,11 @@ _MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors",  # rep
 _REQUEST = {"fmt", "layout", "materialize_weights"}  # the rest are settings
 
 # Every variable `Settings.build` reads enters the key as it is (a test holds this list to catalog.settings.ENV),
-# except those only placing the catalog or the cache, whose resolved folders enter it instead.
-PLACING_VARIABLES = {"CATALOG_DIR", "CATALOG_CACHE", "XDG_CACHE_HOME"}
+# except those naming the catalog or the cache folder, which enter it resolved instead. XDG_CACHE_HOME enters as it
+# is too: a relative one is ignored with a warning, which only the full CLI prints (it never records such a call).
+PLACING_VARIABLES = {"CATALOG_DIR", "CATALOG_CACHE"}
 KEY_VARIABLES = (
-    "HOME", "CATALOG_STORE", "CATALOG_MODE", "CATALOG_PART_SIZE", "CATALOG_CONCURRENCY", "CATALOG_S3_ADDRESSING",
+    "HOME", "XDG_CACHE_HOME", "CATALOG_STORE", "CATALOG_MODE", "CATALOG_PART_SIZE", "CATALOG_CONCURRENCY", "CATALOG_S3_ADDRESSING",
     "CATALOG_S3_UNSIGNED", "CATALOG_S3_READ_TIMEOUT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT_URL",
     "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_REGION",
     "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "HF_ENDPOINT", "HF_TOKEN",
