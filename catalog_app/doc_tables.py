@@ -67,8 +67,9 @@ def synopsis() -> str:
 
     lines = ["catalog [--catalog DIR] [-v] COMMAND"]
     groups = {name: [_usage(p) for p in params] for name, params in OPTION_GROUPS.items()}
-    for name in sorted(cli.commands):
-        parts = [name, *(_usage(param) for param in cli.commands[name].params if param.name != "help")]
+    commands = cli.load_all()
+    for name in sorted(commands):
+        parts = [name, *(_usage(param) for param in commands[name].params if param.name != "help")]
         for group, usages in groups.items():  # a group of options several commands share, named once below
             if all(u in parts for u in usages):
                 parts = [p for p in parts if p not in usages] + [f"[{group}]"]

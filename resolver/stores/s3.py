@@ -1,11 +1,12 @@
-"""Any S3-compatible endpoint: boto3 for credentials and the control calls (list, head, put, delete), obstore for
-GETs (s3_gets.py says why); each imported only when an S3 store is actually used."""
+"""Any S3-compatible endpoint: obstore for GETs and listings (s3_gets.py says why), boto3 for the other control
+calls (head, put, delete) and for credentials but the environment's (aws_env.py says why); each imported only
+when it is used, so a resolve or a no-op sync handed its keys in the environment never imports boto3."""
 
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import datetime
+import http.client
 import logging
 import sys
 import threading
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from catalog import naming, urls
 from catalog.errors import CatalogError, StoreUnavailableError, UsageError
 from catalog.settings import S3Options, Settings
+from resolver.stores.aws_env import ca_bundle_known, environment_keys
 from resolver.stores.s3_gets import Credentials, DataPlane, available as gets_available, transient as get_transient
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
 
@@ -133,8 +135,8 @@ class _S3Stream:
 class S3Store(Store):
     """A bucket (and optional base prefix) on any S3-compatible endpoint."""
 
-    def __init__(self, bucket: str, base: str, options: S3Options, session_factory: Callable[[S3Options], Any] = make_s3_session,
-                 *, part_size: int = 64 * 1024 * 1024, concurrency: int = 8, fast_gets: bool = True) -> None:
+    def __init__(self, bucket: str, base: str, options: S3Options, *, fallback_keys: tuple[str, str] | None = None,
+                 fallbacks: bool = True, part_size: int = 64 * 1024 * 1024, concurrency: int = 8, fast_gets: bool = True) -> None:
         self.bucket = bucket
         self.base = base
         self.options = options
@@ -142,7 +144,8 @@ class S3Store(Store):
         self.part_size = part_size  # uploads larger than this go multipart
         self.concurrency = concurrency
         self.requests: Counter[str] = Counter()
-        self._session_factory = session_factory
+        self._fallback_keys = fallback_keys  # make_s3_session's: S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY, ~/.s3cfg
+        self._fallbacks = fallbacks
         self._session: Any = None
         self._client: Any = None
         self._plane: DataPlane | None = None
@@ -151,11 +154,11 @@ class S3Store(Store):
 
     @property
     def session(self) -> Any:
-        """The boto3 session: the credentials (boto3's import and the chain: ~0.3 s here)."""
+        """The boto3 session: the credentials (boto3's import and the chain: ~0.4 s here)."""
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    self._session = self._session_factory(self.options)
+                    self._session = make_s3_session(self.options, self._fallback_keys, self._fallbacks)
         return self._session
 
     @property
@@ -196,7 +199,9 @@ class S3Store(Store):
 
     def _ca_bundle(self) -> bytes | None:
         """The CA bundle botocore verifies TLS with (AWS_CA_BUNDLE, a profile's ca_bundle), for the GETs to trust too."""
-        path = self.session._session.get_config_variable("ca_bundle")  # noqa: SLF001 - boto3 exposes no other way
+        known, path = ca_bundle_known() if self.options.profile is None else (False, None)
+        if not known:
+            path = self.session._session.get_config_variable("ca_bundle")  # noqa: SLF001 - boto3 exposes no other way
         if not path:
             return None
         try:
@@ -208,6 +213,14 @@ class S3Store(Store):
         """What obstore signs with: the session's credentials (refreshed by botocore when they are temporary)."""
         if self.options.unsigned:
             return None
+        keys = environment_keys() if self.options.profile is None else None
+        if keys is not None:  # what botocore would sign with, without its import (aws_env.py)
+            if self._fallback_keys is not None:
+                log.warning("ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials")
+                self._fallback_keys = None  # said once; the chain finds the same keys if boto3 is needed later
+            static: S3Credential = {"access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key,
+                                    "token": keys.token, "expires_at": None}
+            return lambda: static
         found = self.session.get_credentials()
         if found is None:
             raise StoreUnavailableError(f"no credentials for {self._where()}; tried {CREDENTIAL_CHAIN}",
@@ -263,7 +276,17 @@ class S3Store(Store):
                                         hint="check AWS_ENDPOINT_URL / --store and the network") from None
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object under `prefix` (which ends in '/', so the listing stops at the boundary), paginated."""
+        """Every object under `prefix` (which ends in '/', so the listing stops at the boundary), paginated: through
+        obstore when it can list it exactly (DataPlane.list), else botocore."""
+        plane = self._gets()
+        listed = plane.list(self.base + prefix) if plane is not None else None
+        if listed is not None:
+            objects, requests = listed
+            with self._lock:
+                self.requests["ListObjectsV2"] += requests
+            for key, size, etag in objects:
+                yield ObjectInfo(key[len(self.base):], size, etag=etag)
+            return
         paginator = self.client.get_paginator("list_objects_v2")
         pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=self.base + prefix))
         while (page := self._call(next, pages, None)) is not None:
@@ -504,11 +527,10 @@ def from_url(url: str, settings: Settings) -> S3Store:
         options = dataclasses.replace(options, addressing_style=given["addressing"])
     if "unsigned" in given:
         options = dataclasses.replace(options, unsigned=given["unsigned"].lower() in ("1", "true", "yes"))
-    keys = settings.s3_keys
-    factory: Callable[[S3Options], Any] = lambda o: make_s3_session(o, keys)  # noqa: E731
+    fallbacks = True
     if "profile" in given:  # that profile's credentials, and nothing meant for the primary store
         options = dataclasses.replace(options, profile=given["profile"], unsigned=False)
-        factory = lambda o: make_s3_session(o, None, fallbacks=False)  # noqa: E731
+        fallbacks = False
     elif "endpoint" in given and not urls.same_endpoint(given["endpoint"], settings.s3.endpoint_url):
         if "unsigned" in given and not options.unsigned:
             raise UsageError(f"bad store URL: {urls.redact(url)!r} asks for signed requests to another endpoint "
@@ -516,5 +538,5 @@ def from_url(url: str, settings: Settings) -> S3Store:
                              hint="add profile=NAME (an AWS profile holding its credentials), or drop unsigned=0")
         options = dataclasses.replace(options, unsigned=True)
     parsed = naming.parse_s3_url(base if base.endswith("/") else base + "/")
-    return S3Store(parsed.bucket, parsed.key, options, factory,
+    return S3Store(parsed.bucket, parsed.key, options, fallback_keys=settings.s3_keys if fallbacks else None, fallbacks=fallbacks,
                    part_size=settings.part_size or 64 * 1024 * 1024, concurrency=settings.concurrency or 8)

@@ -94,3 +94,51 @@ def test_a_typo_in_the_profile_is_a_usage_error_not_a_retried_network_error(fill
     env = bare_env(tmp_path, AWS_PROFILE="no-such-profile", CATALOG_STORE=f"s3://{filled}/")
     done = catalog(env, "resolve", "tiny-llama")
     assert done.returncode == 2 and done.stderr.startswith("error: AWS_PROFILE='no-such-profile'"), done.stderr
+
+
+# -- the environment's keys, without boto3 (resolver/stores/aws_env.py) --------------------------------------
+BOTO_PROBE = ("import sys; from catalog_app.main import run; code = run(sys.argv[1:]); "
+              "print('boto3 imported' if 'boto3' in sys.modules else 'boto3 not imported', file=sys.stderr); sys.exit(code)")
+
+
+def probe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The full CLI in a process that says at its end whether boto3 was imported."""
+    return subprocess.run([sys.executable, "-c", BOTO_PROBE, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize(("access", "secret", "works"), [(ACCESS_KEY, SECRET_KEY, True), (SECRET_KEY, ACCESS_KEY, False),
+                                                         (ACCESS_KEY, "wrong-secret", False)])
+def test_the_environments_keys_sign_without_boto3(filled: str, s3_server, tmp_path: Path, access: str, secret: str,  # type: ignore[no-untyped-def]
+                                                  works: bool) -> None:
+    env = bare_env(tmp_path, AWS_ENDPOINT_URL=s3_server.url, AWS_ACCESS_KEY_ID=access, AWS_SECRET_ACCESS_KEY=secret,
+                   CATALOG_STORE=f"s3://{filled}/", AWS_MAX_ATTEMPTS="1")
+    done = probe(env, "resolve", "tiny-llama")
+    assert (done.returncode == 0) is works, done.stderr
+    if works:
+        assert done.stderr.strip().endswith("boto3 not imported"), done.stderr
+        sync = probe(env, "sync", "tiny-llama", "tiny-qwen2")  # a no-op: one listing, through obstore too
+        assert sync.returncode == 0 and sync.stderr.strip().endswith("boto3 not imported"), sync.stderr
+        assert "No changes" in sync.stdout
+    else:
+        assert done.stderr.startswith("error: ") and secret not in done.stderr
+        assert "refused" in done.stderr.splitlines()[0] and "403" in done.stderr.splitlines()[0], done.stderr
+
+
+def test_a_named_profile_wins_over_the_environments_keys_as_in_botocore(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    credentials = tmp_path / "aws-credentials"
+    credentials.write_text(f"[ci]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")
+    (tmp_path / "aws-config").write_text("[profile ci]\nregion = us-east-1\n")
+    env = bare_env(tmp_path, AWS_ENDPOINT_URL=s3_server.url, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY="wrong-secret",
+                   AWS_SHARED_CREDENTIALS_FILE=str(credentials), AWS_CONFIG_FILE=str(tmp_path / "aws-config"),
+                   AWS_PROFILE="ci", CATALOG_STORE=f"s3://{filled}/", AWS_MAX_ATTEMPTS="1")
+    done = probe(env, "resolve", "tiny-llama")
+    assert done.returncode == 0, done.stderr  # the profile's keys signed: the environment's wrong secret was not used
+    assert done.stderr.strip().endswith("boto3 imported")
+
+
+def test_expiring_environment_keys_go_through_botocore(filled: str, s3_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = bare_env(tmp_path, AWS_ENDPOINT_URL=s3_server.url, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+                   AWS_CREDENTIAL_EXPIRATION="2999-01-01T00:00:00Z", CATALOG_STORE=f"s3://{filled}/")
+    done = probe(env, "resolve", "tiny-llama")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().endswith("boto3 imported")  # botocore refreshes such keys; we never would
