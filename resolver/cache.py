@@ -59,6 +59,12 @@ IN_FLIGHT_LINK_SECONDS = 600  # an hf-cache snapshot link a concurrent builder m
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+# A blob smaller than this gets no stamp record on disk: reading a record costs about what re-hashing such a blob
+# does (an open and a small read), while writing one created a file per blob, the largest share of the kernel time
+# of a cold resolve of 1,000 small files (docs/benchmarks.md).
+UNRECORDED_BELOW = 64 * 1024
+
+
 def read_blob_record(root: Path, sha256: str) -> FileStamp | None:
     """The stamp `Cache.record_blob` took of blob `sha256` under cache root `root` (None: none or unreadable)."""
     record = view_stamps.blob_record(str(root), sha256)
@@ -88,12 +94,18 @@ class Cache:
         # Stamps this process took of blobs, the in-memory twin of blob-stamps/: a small blob fetched now gets its
         # record written once, after the view links it (linking moves its ctime), not also when it is published.
         self._stamps: dict[str, FileStamp] = {}
+        # Each blob's path, joined once: a resolve asks for it about six times a file, and pathlib's joins were a
+        # sixth of the CPU of a cold resolve of 1,000 small files.
+        self._blob_paths: dict[str, Path] = {}
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
-        if (message := naming.check_sha256(sha256)) is not None:
-            raise UnsafePathError(message)
-        return self.blobs / sha256[:2] / sha256
+        path = self._blob_paths.get(sha256)
+        if path is None:
+            if (message := naming.check_sha256(sha256)) is not None:
+                raise UnsafePathError(message)
+            path = self._blob_paths[sha256] = self.blobs / sha256[:2] / sha256
+        return path
 
     def has_blob(self, entry: FileEntry) -> bool:
         """Published blobs were verified before they got their name; a size check catches truncation."""
@@ -104,13 +116,13 @@ class Cache:
         return stat.S_ISREG(st.st_mode) and st.st_size == entry.size
 
     def record_blob(self, sha256: str, persist: bool = True) -> FileStamp | None:
-        """Record the blob's stamp now (after publishing, verifying or linking it); `persist=False` keeps it in this
-        process only. Best effort: without a record the blob is re-hashed before its next use, which costs time,
-        never correctness."""
+        """Record the blob's stamp now (after publishing, verifying or linking it); `persist=False`, or a blob under
+        UNRECORDED_BELOW, keeps it in this process only. Best effort: without a record the blob is re-hashed before
+        its next use, which costs time, never correctness."""
         try:
             st = self.blob_path(sha256).stat()
             stamp = self._stamps[sha256] = FileStamp.of(st, sha256)
-            if persist:
+            if persist and st.st_size >= UNRECORDED_BELOW:
                 data = json.dumps([st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]).encode()
                 folder = self.blob_stamps / sha256[:2]
                 self._in_folder(folder, lambda: view_stamps.replace_atomically(str(folder / sha256), data))

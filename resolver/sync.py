@@ -235,25 +235,32 @@ def plan(
     another's, a sync of the outer model would never call the inner model's objects its extras.
     """
     objects = {o.key: o for o in listing if not o.key.startswith(STATE_PREFIX)}
-    prefixes = sorted({*key_of.values(), *other_prefixes}, key=len, reverse=True)
+    prefixes = {*key_of.values(), *other_prefixes}  # each ends in '/'
 
     def owner(key: str) -> str | None:
-        return next((p for p in prefixes if key.startswith(p)), None)
+        """The longest prefix `key` starts with: its folders looked up from the deepest (one set lookup a folder,
+        not one comparison a model: 2,000 models and 6,000 objects were 12 million)."""
+        end = len(key)
+        while (end := key.rfind("/", 0, end)) >= 0:
+            if key[:end + 1] in prefixes:
+                return key[:end + 1]
+        return "" if "" in prefixes else None  # a model at the store's root owns what no deeper prefix does
 
+    owned: dict[str | None, list[str]] = {}
+    for key in objects:
+        owned.setdefault(owner(key), []).append(key)
     items: list[PlanItem] = []
-    claimed: set[str] = set()
     for m in sorted(manifests, key=lambda m: m.name):
         prefix = key_of[m.name]
         state = states.get(m.name, {})
         wanted = {prefix + e.path: e for e in m.files}
         for key, entry in sorted(wanted.items()):
             items.append(_decide(m.name, key, entry, objects.get(key), state.get(entry.path), deep_hashes))
-        for key in sorted(k for k in objects if k.startswith(prefix) and owner(k) == prefix):
-            claimed.add(key)
+        for key in sorted(owned.get(prefix, ())):
             if key not in wanted:
                 items.append(PlanItem(Action.EXTRA, key, objects[key].size, m.name, key[len(prefix):], reason="not in the manifest"))
     if whole_store and manifests:
-        for key in sorted(k for k in objects.keys() - claimed if owner(k) is None):
+        for key in sorted(owned.get(None, ())):
             items.append(PlanItem(Action.ORPHAN, key, objects[key].size, reason="under no manifest's prefix"))
     return SyncPlan(store, tuple(items), fingerprint(listing), prune=prune, delete_orphans=delete_orphans)
 

@@ -16,14 +16,14 @@ never asks which kind of store it holds. A new store is one module plus one `reg
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import S3Options, Settings
-from resolver.stores import http, local, oci, s3
+from resolver.stores import local, s3
 from resolver.stores.base import LOCAL, ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
-from resolver.stores.http import HttpStore
 from resolver.stores.local import LocalStore
 from resolver.stores.s3 import S3Store, make_s3_client
 
@@ -70,11 +70,22 @@ def bind_models(store: Store, cat: Catalog) -> Store:
     return store
 
 
+def _imported_on_use(module: str, function: str) -> StoreFactory:
+    """`module.function`, imported when its scheme is first opened: a resolve from S3 never loads the OCI client
+    (four modules) or the HTTP mirror's."""
+
+    def factory(url: str, settings: Settings) -> Store:
+        made: Store = getattr(importlib.import_module(module), function)(url, settings)
+        return made
+
+    return factory
+
+
 register("file", lambda url, settings: local.from_url(url))
 register("s3", s3.from_url)
-register("http", http.from_settings)
-register("https", http.from_settings)
-register("oci", oci.from_url)
+register("http", _imported_on_use("resolver.stores.http", "from_settings"))
+register("https", _imported_on_use("resolver.stores.http", "from_settings"))
+register("oci", _imported_on_use("resolver.stores.oci", "from_url"))
 
-__all__ = ["LOCAL", "bind_models", "open_catalog_store", "HttpStore", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options",
+__all__ = ["LOCAL", "bind_models", "open_catalog_store", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options",
            "S3Store", "Store", "StoreFactory", "StreamTarget", "check_key", "make_s3_client", "open_store", "register", "schemes", "unregister"]

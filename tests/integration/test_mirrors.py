@@ -16,7 +16,8 @@ from servers import SeaweedServer, free_port, new_bucket
 from catalog.lookup import Catalog, load
 from resolver.cache import Cache
 from resolver.resolve import ResolveOptions, resolve
-from resolver.stores import HttpStore, open_store
+from resolver.stores import open_store
+from resolver.stores.http import HttpStore
 from resolver.upload import upload_from_dir
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from catalog.schema import FileEntry, ModelManifest
 from resolver.stores import ObjectInfo
@@ -77,3 +79,19 @@ def test_the_plan_fingerprint_changes_with_the_listing() -> None:
     a = plan([M], {"m": "m/"}, [ObjectInfo(KEY, 10, "e1")], {}, whole_store=False)
     b = plan([M], {"m": "m/"}, [ObjectInfo(KEY, 10, "e2")], {}, whole_store=False)
     assert a.fingerprint != b.fingerprint and a.drift
+
+
+@given(st.lists(st.sampled_from(["a/", "a/b/", "a/b/c/", "ab/", "x/", ""]), unique=True, min_size=1),
+       st.lists(st.sampled_from(["a/1", "a/b/2", "a/b/c/3", "a/bc/4", "ab/5", "abc/6", "x", "x/y/7", "z/8", "a/b/"]), unique=True))
+def test_each_object_belongs_to_the_longest_prefix_it_starts_with(prefixes: list[str], keys: list[str]) -> None:
+    """The planner's owner lookup (folders from the deepest) against the definition (the longest prefix)."""
+    names = {f"m{i}": p for i, p in enumerate(prefixes)}
+    manifests = [manifest(n) for n in names]
+    items = plan(manifests, names, [ObjectInfo(k, 1, "e") for k in keys], {}, whole_store=True).items
+    got = {i.key: (i.model if i.action is Action.EXTRA else None) for i in items}
+
+    def longest(key: str) -> str | None:
+        owners = [n for n, p in names.items() if key.startswith(p)]
+        return max(owners, key=lambda n: len(names[n])) if owners else None
+
+    assert got == {k: longest(k) for k in keys}
