@@ -56,6 +56,7 @@ def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
     # which carry signatures and session tokens.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Lines(with_logger=verbose > 0))
+    handler.addFilter(_Said())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     redaction.install()
     for name in ("catalog", "resolver", "catalog_app"):
@@ -63,6 +64,22 @@ def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
     root = ctx.ensure_object(dict)
     root["catalog_dir"] = catalog_dir
     root["verbose"] = verbose
+
+
+class _Said(logging.Filter):
+    """Counts the warnings this process printed: the warm path never records a call that said one (catalog_app/warm_sync.py),
+    since its answer could not say it again."""
+
+    count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            _Said.count += 1
+        return True
+
+
+def warnings_said() -> int:
+    return _Said.count
 
 
 class _Lines(logging.Formatter):

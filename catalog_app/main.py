@@ -75,6 +75,15 @@ def main() -> None:
         sys.stdout.write(answer)
         sys.stdout.flush()
         return
+    if "sync" in argv:
+        from catalog_app import warm_sync
+
+        said = warm_sync.answer(argv)
+        if said is not None:
+            sys.stdout.write(said[0])
+            sys.stdout.flush()
+            sys.stderr.write(said[1])
+            sys.exit(said[2])
     code = run(argv)
     # Skip the interpreter's final garbage collection (tens of ms after a large resolve): frozen objects are
     # left to the operating system, which reclaims the whole process anyway.

@@ -184,7 +184,7 @@ def index_key(request: ResolveRequest, env: Mapping[str, str], catalog: str, cac
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
 
 
-def _sha256(path: str) -> str | None:
+def sha256_of(path: str) -> str | None:
     try:
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
@@ -198,7 +198,7 @@ def lookup(entry: Mapping[str, Any], fmt: str, now: float) -> str | None:
         return None
     text = entry["outputs"].get(fmt)
     inputs = entry["inputs"]
-    if text is None or not inputs or any(_sha256(path) != digest for path, digest in inputs.items()):
+    if text is None or not inputs or any(sha256_of(path) != digest for path, digest in inputs.items()):
         return None
     if not proof_holds(entry, now):
         return None
@@ -275,7 +275,7 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], resu
         digests: dict[str, str] = {}
         for path in inputs:
             where_read = os.path.abspath(path)  # not resolved: a symlink retargeted later reads the new file
-            digest = _sha256(where_read)
+            digest = sha256_of(where_read)
             if digest is None:
                 return
             digests[where_read] = digest

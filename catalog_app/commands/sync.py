@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import click
 
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
+from catalog.settings import Settings
 from catalog_app.context import load_catalog, settings, store_options
 from catalog_app.markdown import table
 from catalog_app.progress import human_bytes, plural
@@ -86,24 +88,56 @@ def sync_command(
                          cache=Cache(current.cache_dir))
         fresh = False
     planning_requests = dict(the_store.requests)
+    printed = _Printed()
     if out_path is not None:
         _save(dataclasses.replace(plan, from_dir=str(from_dir.resolve()) if from_dir else "",
                                   from_hf_cache=str(from_hf_cache.resolve()) if from_hf_cache else ""), out_path)
     if fmt == "text":
-        click.echo(render_text(plan))
+        printed.say(render_text(plan))
     if dry_run or check or out_path is not None:
         if fmt == "json":
-            click.echo(json.dumps({"plan": plan.to_json(), "requests": planning_requests}, indent=2))
+            printed.say(json.dumps({"plan": plan.to_json(), "requests": planning_requests}, indent=2))
         elif fmt == "markdown":
-            click.echo(render_markdown(plan))
-        return 1 if check and plan.drift else 0
+            printed.say(render_markdown(plan))
+        code = 1 if check and plan.drift else 0
+        if not plan.drift and out_path is None:
+            _record_no_change(ctx, current, cat, the_store, planning_requests, printed, code)
+        return code
     hub = HubOptions.from_settings(current)
     source = (SourceOfBytes(cat, Cache(current.cache_dir), hub, from_dir, config) if from_hf_cache is None
               else HfCacheBytes(cat, Cache(current.cache_dir), hub, from_dir, config, from_hf_cache))
     report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config,
                    allow_last_copy=allow_last_copy)
-    _print_report(report, fmt, plan, dict(the_store.requests))
+    _print_report(report, fmt, plan, dict(the_store.requests), printed)
+    if not plan.drift and not (report.uploaded or report.verified or report.deleted or report.errors) and apply_path is None:
+        _record_no_change(ctx, current, cat, the_store, dict(the_store.requests), printed, 0)
     return 1 if report.errors else 0
+
+
+class _Printed:
+    """What a call printed, in order, kept for the warm path (catalog_app/warm_sync.py) to print again."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.err: list[str] = []
+
+    def say(self, text: str, err: bool = False) -> None:
+        click.echo(text, err=err)
+        (self.err if err else self.out).append(text + "\n")
+
+
+def _record_no_change(ctx: click.Context, current: Settings, cat: Catalog, store: Store, requests: dict[str, int],
+                      printed: _Printed, code: int) -> None:
+    """A sync that planned no change and printed no warning: recorded for the warm path to answer next time."""
+    from catalog_app import warm_sync
+    from catalog_app.cli import warnings_said
+
+    argv = ctx.find_root().ensure_object(dict).get("argv")
+    if argv is None or warnings_said():
+        return
+    inputs = [p for p in (cat.root / "catalog.yaml", *cat.sources.values()) if p.is_file()]
+    warm_sync.record(argv, current, [os.path.abspath(p) for p in inputs], store, requests, "".join(printed.out),
+                     "".join(printed.err), code)
 
 
 def _replicate(cat: Catalog, names: tuple[str, ...], origin: Store, target: Store, cache: Cache, config: TransferConfig, fmt: str,
@@ -145,9 +179,10 @@ def _save(plan: SyncPlan, out_path: Path) -> None:
                          hint="give --out a file in a folder that exists and is writable") from None
 
 
-def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[str, int]) -> None:
+def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[str, int], printed: _Printed | None = None) -> None:
+    say = printed.say if printed is not None else lambda text, err=False: click.echo(text, err=err)
     if fmt == "json":
-        click.echo(json.dumps({
+        say(json.dumps({
             "plan": plan.to_json(),
             "uploaded": [i.key for i in report.uploaded], "verified": [i.key for i in report.verified],
             "deleted": [i.key for i in report.deleted], "bytes_uploaded": report.bytes,
@@ -155,11 +190,11 @@ def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[
             "requests": requests, "requests_total": sum(requests.values()),
         }, indent=2))
     else:
-        click.echo(f"uploaded {len(report.uploaded)} ({human_bytes(report.bytes)}), verified {len(report.verified)}, "
-                   f"deleted {len(report.deleted)}, {plural(len(report.errors), 'error')}; {plural(sum(requests.values()), 'request')}",
-                   err=True)
+        say(f"uploaded {len(report.uploaded)} ({human_bytes(report.bytes)}), verified {len(report.verified)}, "
+            f"deleted {len(report.deleted)}, {plural(len(report.errors), 'error')}; {plural(sum(requests.values()), 'request')}",
+            err=True)
     for item, error in report.errors:
-        click.echo(f"error: {error}", err=True)
+        say(f"error: {error}", err=True)
 
 
 def render_text(plan_: SyncPlan) -> str:

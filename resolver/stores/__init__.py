@@ -19,13 +19,17 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+from typing import TYPE_CHECKING
+
 from catalog.errors import UsageError
-from catalog.lookup import Catalog
 from catalog.settings import S3Options, Settings
 from resolver.stores import local, s3
 from resolver.stores.base import LOCAL, ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
 from resolver.stores.local import LocalStore
 from resolver.stores.s3 import S3Store, make_s3_client
+
+if TYPE_CHECKING:  # only for annotations: the catalog's loader (pydantic) is no import of the stores (warm_sync.py)
+    from catalog.lookup import Catalog
 
 StoreFactory = Callable[[str, Settings], Store]
 _SCHEMES: dict[str, StoreFactory] = {}

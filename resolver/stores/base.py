@@ -11,13 +11,13 @@ code above never asks which kind of store it holds (no getattr, no scheme or exc
 
 from __future__ import annotations
 
-import http.client
+import sys
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from catalog import naming
 from catalog.errors import CatalogError, StoreUnavailableError, UnsafePathError
@@ -146,7 +146,10 @@ class Store(ABC):
             return exc.transient
         if isinstance(exc, CatalogError):
             return False
-        if isinstance(exc, (ConnectionError, TimeoutError, http.client.HTTPException)) or hasattr(exc, "retry_after"):
+        # http.client only if loaded (only a loaded library can have raised): the warm sync never imports it.
+        client = sys.modules.get("http.client")
+        if isinstance(exc, (ConnectionError, TimeoutError)) or hasattr(exc, "retry_after") or \
+                (client is not None and isinstance(exc, client.HTTPException)):
             return True
         return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError))
 
@@ -173,6 +176,11 @@ class Store(ABC):
         """The sha256 of listed objects, by key, where the listing itself names it (a content-addressed store):
         sync's plan compares those with the pins without reading a byte. None known by default."""
         return {}
+
+    def warm_listings(self) -> tuple[dict[str, Any], Sequence[tuple[str, str]]] | None:
+        """How another process may make this process's listings of the store again without the full CLI, and a digest
+        of each (catalog_app/warm_sync.py answers a no-op sync with them); None, the default: it may not."""
+        return None
 
     def publish_model(self, name: str) -> None:
         """A content-addressed store: make model `name`'s objects, put since, one visible record. Nothing by default

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -118,6 +117,8 @@ class LocalStore(Store):
         target.parent.mkdir(parents=True, exist_ok=True)
         temps = self.root / self.TMP_DIR
         temps.mkdir(exist_ok=True)
+        import tempfile  # only here: listing a folder store (the warm sync) never needs it
+
         fd, tmp = tempfile.mkstemp(dir=temps, prefix=f"{os.getpid()}-", suffix=".part")
         try:
             os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600: other users resolve from this folder too

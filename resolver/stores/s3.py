@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import http.client
 import logging
 import sys
 import threading
@@ -19,10 +18,13 @@ from catalog import naming, urls
 from catalog.errors import CatalogError, StoreUnavailableError, UsageError
 from catalog.settings import S3Options, Settings
 from resolver.stores.aws_env import ca_bundle_known, environment_keys
-from resolver.stores.s3_gets import Credentials, DataPlane, available as gets_available, transient as get_transient
+from resolver.stores.s3_gets import (Credentials, DataPlane, available as gets_available, listing_digest, static_credentials,
+                                     transient as get_transient)
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
 
 if TYPE_CHECKING:
+    from http.client import HTTPResponse
+
     from obstore.store import S3Credential
 
 log = logging.getLogger(__name__)
@@ -107,13 +109,15 @@ class _S3Stream:
         self._body = body
         self.total = total
         self.etag = etag  # of the object this GET read
+        import http.client  # botocore's bodies only (loaded with it): a store that never uses botocore never imports it
+
         raw = getattr(body, "_raw_stream", None)
         fp = getattr(raw, "_fp", None)
         # Only botocore's plain body: a subclass (a checksum-validating body) must see every byte itself.
         direct = (type(body).__name__ == "StreamingBody" and isinstance(fp, http.client.HTTPResponse) and callable(getattr(raw, "release_conn", None))
                   and fp.length is not None and not fp.chunked)
         self._raw = raw if direct else None
-        self._fp: http.client.HTTPResponse | None = fp if direct else None
+        self._fp: HTTPResponse | None = fp if direct else None
 
     def readinto(self, buffer: memoryview) -> int:
         if self._body is None:
@@ -150,6 +154,8 @@ class S3Store(Store):
         self._client: Any = None
         self._plane: DataPlane | None = None
         self._fast_gets = fast_gets  # False: every GET through botocore (no obstore, or a test of that path)
+        self.credentials_source = ""  # "unsigned", "environment" (aws_env.py) or "boto3", once the data plane is made
+        self.listed: list[tuple[str, str | None]] = []  # (full prefix, digest of its listing; None: botocore listed it)
         self._lock = threading.RLock()
 
     @property
@@ -212,15 +218,16 @@ class S3Store(Store):
     def _credentials(self) -> Credentials | None:
         """What obstore signs with: the session's credentials (refreshed by botocore when they are temporary)."""
         if self.options.unsigned:
+            self.credentials_source = "unsigned"
             return None
         keys = environment_keys() if self.options.profile is None else None
         if keys is not None:  # what botocore would sign with, without its import (aws_env.py)
+            self.credentials_source = "environment"
             if self._fallback_keys is not None:
                 log.warning("ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials")
                 self._fallback_keys = None  # said once; the chain finds the same keys if boto3 is needed later
-            static: S3Credential = {"access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key,
-                                    "token": keys.token, "expires_at": None}
-            return lambda: static
+            return static_credentials(keys)
+        self.credentials_source = "boto3"
         found = self.session.get_credentials()
         if found is None:
             raise StoreUnavailableError(f"no credentials for {self._where()}; tried {CREDENTIAL_CHAIN}",
@@ -234,6 +241,17 @@ class S3Store(Store):
                     if refreshable else None}
 
         return provide
+
+    def warm_listings(self) -> tuple[dict[str, Any], Sequence[tuple[str, str]]] | None:
+        """The data plane's parameters and this process's listings, when every listing went through it, signed with
+        the environment's keys or not at all, trusting the system's roots: what boto3 is not needed to repeat."""
+        plane = self._plane
+        if plane is None or plane.has_root_certificate or self.credentials_source not in ("environment", "unsigned"):
+            return None
+        listed = [(prefix, digest) for prefix, digest in self.listed if digest is not None]
+        if not listed or len(listed) < len(self.listed):
+            return None
+        return {**plane.access, "unsigned": self.credentials_source == "unsigned"}, listed
 
     def prepare(self) -> None:
         """Build what the first request needs now (boto3's import and the credentials, the GET data plane or the
@@ -284,9 +302,12 @@ class S3Store(Store):
             objects, requests = listed
             with self._lock:
                 self.requests["ListObjectsV2"] += requests
+                self.listed.append((self.base + prefix, listing_digest(objects)))
             for key, size, etag in objects:
                 yield ObjectInfo(key[len(self.base):], size, etag=etag)
             return
+        with self._lock:
+            self.listed.append((self.base + prefix, None))
         paginator = self.client.get_paginator("list_objects_v2")
         pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=self.base + prefix))
         while (page := self._call(next, pages, None)) is not None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from catalog.errors import StoreUnavailableError
+from resolver.stores.aws_env import EnvironmentKeys
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -116,6 +117,10 @@ class DataPlane:
             config["endpoint"] = _with_bucket(endpoint, bucket) if addressing == "virtual" else endpoint.rstrip("/")
         if credentials is None:
             config["skip_signature"] = True
+        # What another process needs to reach the same bucket the same way (catalog_app/warm_sync.py), credentials aside.
+        self.access: dict[str, Any] = {"bucket": bucket, "endpoint": endpoint, "addressing": addressing, "region": region,
+                                       "connect_timeout": connect_timeout, "read_timeout": read_timeout}
+        self.has_root_certificate = bool(root_certificate)
         self._store = ObjectStore(bucket, client_options=options, retry_config={"max_retries": 0},
                                   credential_provider=credentials, **config)
 
@@ -170,6 +175,21 @@ class DataPlane:
         meta = result.meta
         etag = str(meta.get("e_tag") or "").strip('"') or None
         return Stream(iter(result.stream(min_chunk_size=1)), int(meta["size"]), etag, where)
+
+
+def static_credentials(keys: EnvironmentKeys) -> Credentials:
+    """What obstore signs with, for a key pair that never expires (the environment's: aws_env.py)."""
+    static: S3Credential = {"access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key,
+                            "token": keys.token, "expires_at": None}
+    return lambda: static
+
+
+def listing_digest(objects: list[tuple[str, int, str | None]]) -> str:
+    """One value for a listing (keys, sizes, ETags, in the order listed): equal only for the same objects."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(objects).encode()).hexdigest()
 
 
 def status_of(exc: BaseException) -> int | None:

@@ -28,7 +28,7 @@ import pytest
 from catalog.errors import CatalogError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry
-from resolver.cache import Cache
+from resolver.cache import UNRECORDED_BELOW, Cache
 from resolver.fsutil import staging_owner
 from resolver.view_stamps import STAGING_MARK, staging_name
 from resolver.resolve import ResolveOptions, resolve
@@ -106,19 +106,37 @@ def test_a_same_size_edit_that_keeps_mtime_is_caught_without_deep(llama: dict[st
 
 def test_a_warm_resolve_re_reads_no_blob_after_another_view_linked_it(llama: dict[str, str], monkeypatch: pytest.MonkeyPatch,
                                                                        bundled: Catalog, tmp_path: Path) -> None:
-    """Linking moves ctime; the blob's own record vouches for it, so warm resolves never re-hash."""
+    """Linking moves ctime; a blob's own record vouches for it, so warm resolves never re-hash a blob that has one.
+    Blobs under UNRECORDED_BELOW have none (a record costs what their re-hash does): each is re-hashed once, then
+    the view's marker holds again."""
     resolved(llama, "tiny-llama")
     resolved(llama, "tiny-llama", "--layout", "hf-cache")  # a second view linking the same blobs moved their ctime
+    resolved(llama, "tiny-llama-sharded")  # a twin's view links the small files they share
     from resolver import hashing
 
-    def no_hashing(path: Path) -> Any:
-        raise AssertionError(f"a warm resolve re-hashed {path}")
+    rehashed: list[Path] = []
+    real_hash_file = hashing.hash_file
 
-    monkeypatch.setattr(hashing, "hash_file", no_hashing)
-    cache = Cache(tmp_path / "cache")
-    for name in ("tiny-llama", "tiny-llama-sharded"):
-        resolve(bundled, name, cache=cache, store=LocalStore(tmp_path / "store"),
-                options=ResolveOptions(materialize_weights=True) if name == "tiny-llama" else ResolveOptions())
+    def recorded_blobs_unread(path: Path) -> Any:
+        if path.stat().st_size >= UNRECORDED_BELOW:
+            raise AssertionError(f"a warm resolve re-hashed {path}, whose record vouches for it")
+        rehashed.append(path)
+        return real_hash_file(path)
+
+    monkeypatch.setattr(hashing, "hash_file", recorded_blobs_unread)
+
+    def resolve_both() -> None:
+        cache = Cache(tmp_path / "cache")
+        for name in ("tiny-llama", "tiny-llama-sharded"):
+            resolve(bundled, name, cache=cache, store=LocalStore(tmp_path / "store"),
+                    options=ResolveOptions(materialize_weights=True) if name == "tiny-llama" else ResolveOptions())
+
+    resolve_both()
+    assert len(set(rehashed)) == len(rehashed)  # each small blob at most once
+    rehashed.clear()
+    resolve_both()
+    assert rehashed == []  # then nothing: the markers hold again
+    assert any(e.size >= UNRECORDED_BELOW for e in bundled.get("tiny-llama").files)  # the guard covers a recorded blob
 
 
 # -- case 5: gc and other catalogs, other PID namespaces, pinned names that look like staging names ------------
