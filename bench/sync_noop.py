@@ -4,7 +4,9 @@
     .venv/bin/python bench/sync_noop.py noop   [--runs 7] [--models 200] [--files 3]
     .venv/bin/python bench/sync_noop.py upload [--runs 7] [--files 4] [--file-mib 256]
 
-noop: 200 generated models (3 files each) already in the bucket; every tool syncs the same folder again.
+noop: 200 generated models (3 files each) already in the bucket; every tool syncs the same folder again. The
+catalog runs three ways: a call it recorded (answered by catalog_app/warm_sync.py after the same listing), the full
+CLI on the same runner (its recorded call removed before each run), and a fresh runner (no sync states cached).
 Requests are counted once per tool by a loopback proxy in front of the server (tests/servers.py), the
 same way for every tool; the timed runs go straight to the server.
 upload: a 1 GiB model (4 x 256 MiB + config.json) into an empty bucket, each run a fresh bucket (dropped
@@ -59,25 +61,37 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
     sync = [*catalog(), "--catalog", str(manifests), "sync", "--from-dir", str(data)]
     cenv = {**env, "CATALOG_CACHE": str(work / "cache")}
     subprocess.run(sync, env=cenv, check=True, capture_output=True)  # the real upload; this runner synced before
+    full_cache = work / "cache-full"  # the same sync states, and never a recorded no-op call (reset removes it)
+    shutil.copytree(work / "cache", full_cache)
+    subprocess.run(sync, env=cenv, check=True, capture_output=True)  # a no-op: recorded for the warm path
     fresh = work / "fresh"
     tools = [
-        Tool("catalog sync (runner that synced before)", sync, cenv),
+        Tool("catalog sync, runner that synced before (answered warm)", sync, cenv),
+        Tool("catalog sync, runner that synced before (full CLI)", sync, {**env, "CATALOG_CACHE": str(full_cache)}),
         Tool("catalog sync (fresh runner)", sync, {**env, "CATALOG_CACHE": str(fresh)}),
         Tool("s5cmd sync", [s5, "sync", str(data) + "/", f"s3://{BUCKET}/"], env),
     ]
     aws_cli = aws()
     if aws_cli:
         tools.append(Tool("aws s3 sync", [aws_cli, "s3", "sync", "--only-show-errors", str(data), f"s3://{BUCKET}/"], env))
-    for tool in tools[2:]:
+    for tool in tools[3:]:
         measure(tool.argv(0), tool.env)  # the peers' own first pass (they may re-copy what another tool wrote)
-    rounds(tools, args.runs, reset=lambda: shutil.rmtree(fresh, ignore_errors=True))
+
+    def reset() -> None:
+        shutil.rmtree(fresh, ignore_errors=True)
+        for entry in (full_cache / "warm-index").glob("sync-*.json"):
+            entry.unlink()
+
+    rounds(tools, args.runs, reset=reset)
     proxy = FaultProxy(port)
     counts = {}
     try:
         for tool in tools:
-            shutil.rmtree(fresh, ignore_errors=True)
+            reset()
             penv = {**(tool.env or env), **s3_env(proxy.url), "S3_ENDPOINT_URL": proxy.url}
             argv = [a if a != endpoint else proxy.url for a in tool.argv(0)]
+            if tool is tools[0]:
+                measure(argv, penv)  # recorded under the proxy's endpoint first: the count below is the warm answer's
             proxy.requests.clear()
             measure(argv, penv)
             counts[tool.label] = sum(proxy.requests.values())

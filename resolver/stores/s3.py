@@ -216,7 +216,8 @@ class S3Store(Store):
             return None  # botocore says what is wrong with it on its first request
 
     def _credentials(self) -> Credentials | None:
-        """What obstore signs with: the session's credentials (refreshed by botocore when they are temporary)."""
+        """What obstore signs with: the environment's keys where botocore would take those (aws_env.py), else the
+        session's credentials (refreshed by botocore when they are temporary)."""
         if self.options.unsigned:
             self.credentials_source = "unsigned"
             return None

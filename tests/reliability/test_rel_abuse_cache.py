@@ -259,13 +259,18 @@ def many_files(root: Path, count: int, size: int) -> list[Wanted]:
 def test_ctrl_c_cancels_queued_downloads_at_once_and_leaves_no_temp_file(tmp_path: Path) -> None:
     wanted = many_files(tmp_path / "store", 24, 2 * 1024 * 1024)  # 32 reads of 20 ms each: ~0.7 s a file
     cache = Cache(tmp_path / "cache")
+    # interrupt_main() does nothing unless SIGINT has Python's own handler: set it, whatever ran before in this worker.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        fetch(SlowStore(tmp_path / "store"), wanted, cache, TransferConfig(concurrency=2, part_size=64 * 1024 * 1024))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fetch(SlowStore(tmp_path / "store"), wanted, cache, TransferConfig(concurrency=2, part_size=64 * 1024 * 1024))
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     took = time.monotonic() - started
-    timer.cancel()
     assert took < 3, f"Ctrl-C took {took:.1f}s to take effect (the queue was drained first)"
     assert sum(cache.has_blob(w.entry) for w in wanted) < 6
     assert not list(cache.tmp.glob("*")), "a temp file outlived the interrupted download"
