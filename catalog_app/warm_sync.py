@@ -69,7 +69,8 @@ def parse_argv(argv: Sequence[str]) -> dict[str, str] | None:
     return places
 
 
-def _entry_path(argv: Sequence[str], places: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+def _entry_path(argv: Sequence[str], places: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The entry's file and the catalog folder, as the settings find them (None: the full CLI would fail to find one)."""
     where = warm.place(warm.ResolveRequest(["sync"], flags=places), env)
     if where is None:
         return None
@@ -77,7 +78,7 @@ def _entry_path(argv: Sequence[str], places: Mapping[str, str], env: Mapping[str
     material = {"version": [ENTRY_VERSION, __version__], "argv": list(argv), "env": variables, "catalog": where[0],
                 "cache": where[1], "cwd": os.getcwd()}
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
-    return os.path.join(where[1], warm.INDEX_FOLDER, f"sync-{key}.json")
+    return os.path.join(where[1], warm.INDEX_FOLDER, f"sync-{key}.json"), where[0]
 
 
 def folder_identities(root: str) -> dict[str, list[int]]:
@@ -102,10 +103,10 @@ def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> tuple[st
     if places is None:
         return None
     try:
-        path = _entry_path(argv, places, env)
-        if path is None or ("from_dir" in places and not os.path.isdir(places["from_dir"])):
+        found = _entry_path(argv, places, env)
+        if found is None or ("from_dir" in places and not os.path.isdir(places["from_dir"])):
             return None
-        with open(path, "rb") as f:
+        with open(found[0], "rb") as f:
             entry = json.loads(f.read())
         if entry["version"] != ENTRY_VERSION or any(warm.sha256_of(p) != d for p, d in entry["inputs"].items()):
             return None
@@ -115,11 +116,11 @@ def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> tuple[st
         from resolver.stores.s3_gets import DataPlane, listing_digest, static_credentials
 
         access = dict(entry["access"])
-        keys = None if access.pop("unsigned") else aws_env.environment_keys(env)
-        if keys is None and not entry["access"]["unsigned"]:
+        unsigned = access.pop("unsigned")
+        keys = None if unsigned else aws_env.environment_keys(env)
+        if keys is None and not unsigned:
             return None  # the full CLI finds credentials elsewhere (boto3): it is the one to list
-        plane = DataPlane(access.pop("bucket"), access.pop("endpoint"), access.pop("addressing"), access.pop("region"),
-                          static_credentials(keys) if keys else None, **access)
+        plane = DataPlane(credentials=static_credentials(keys) if keys is not None else None, **access)
         for prefix, digest in entry["listed"]:
             listed = plane.list(prefix)
             if listed is None or listing_digest(listed[0]) != digest:
@@ -139,11 +140,10 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[str], store
         return
     access, listed = listings
     try:
-        path = _entry_path(argv, places, env)
-        where = warm.place(warm.ResolveRequest(["sync"], flags=places), env)
-        if path is None or where is None:
+        found = _entry_path(argv, places, env)
+        if found is None:
             return
-        catalog = where[0]
+        path, catalog = found
         digests: dict[str, str] = {}
         for input_path in inputs:
             digest = warm.sha256_of(input_path)

@@ -156,7 +156,7 @@ def _replicate(cat: Catalog, names: tuple[str, ...], origin: Store, target: Stor
     if fmt == "text":
         click.echo(render_text(plan))
     _print_report(report, fmt, plan, {f"{origin.url} {k}": n for k, n in origin.requests.items()}
-                  | {f"{target.url} {k}": n for k, n in target.requests.items()})
+                  | {f"{target.url} {k}": n for k, n in target.requests.items()}, _Printed())
     return 1 if report.errors else 0
 
 
@@ -179,8 +179,8 @@ def _save(plan: SyncPlan, out_path: Path) -> None:
                          hint="give --out a file in a folder that exists and is writable") from None
 
 
-def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[str, int], printed: _Printed | None = None) -> None:
-    say = printed.say if printed is not None else lambda text, err=False: click.echo(text, err=err)
+def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[str, int], printed: _Printed) -> None:
+    say = printed.say
     if fmt == "json":
         say(json.dumps({
             "plan": plan.to_json(),
