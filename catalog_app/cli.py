@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
 import logging
 import sys
+from collections.abc import Mapping
 
 import click
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-
 from typing import TYPE_CHECKING
 
 from catalog.errors import UsageError

@@ -4,8 +4,9 @@ environment (aws_env.py).
 
 Why: a botocore GET costs about 3 ms of CPU here (building, signing, sending it, then parsing every response header
 into Python objects, dateutil's Last-Modified alone about 1 ms), which made 1,000 small files take 3.2 CPU-s of GETs
-alone (and a listing of 600 keys 0.3 CPU-s, 0.25 of it dateutil); the same 1,000 GETs through obstore take 0.4 CPU-s (bench/resolve_cold.py small and the profile in
-docs/benchmarks.md), with the request and the headers handled in Rust outside the GIL. A body streams as it arrives
+alone, and a listing of 600 keys 0.3 CPU-s (0.25 of it dateutil); the same 1,000 GETs through obstore take 0.4
+CPU-s (bench/resolve_cold.py small and the profile in docs/benchmarks.md), with the request and the headers
+handled in Rust outside the GIL. A body streams as it arrives
 (`min_chunk_size=1`), so the transfer's minimum-rate guard still sees a trickle.
 
 obstore retries nothing here (the transfer retries and resumes, and says why); a failure is mapped to what the
