@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from resolver.stores.base import Store
 
 ENTRY_VERSION = 1
+# The longest the warm path waits on the store, connecting or between bytes: a store that stalls sends the call to the
+# full CLI, which retries and says what it waits for (resolver/waits.py), instead of a silent wait of the full timeouts.
+LIST_WAIT_SECONDS = 5.0
 _VALUE_FLAGS = {"--format", "--from-dir", "--store", "--cache", "--max-delete", "--part-size", "--concurrency"}
 _BOOL_FLAGS = {"--check", "--dry-run", "--prune", "--delete-orphans"}
 
@@ -117,6 +120,8 @@ def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> tuple[st
 
         access = dict(entry["access"])
         unsigned = access.pop("unsigned")
+        for timeout in ("connect_timeout", "read_timeout"):
+            access[timeout] = min(float(access[timeout]), LIST_WAIT_SECONDS)
         keys = None if unsigned else aws_env.environment_keys(env)
         if keys is None and not unsigned:
             return None  # the full CLI finds credentials elsewhere (boto3): it is the one to list

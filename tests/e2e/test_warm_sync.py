@@ -107,3 +107,31 @@ def test_only_calls_that_cannot_change_a_no_op_plan_are_answered() -> None:
     for refused in (["sync", "--deep"], ["sync", "--out", "plan.json"], ["sync", "--apply", "p"], ["-v", "sync"],
                     ["sync", "--replicate-to", "s3://b/"], ["sync", "--format"], ["resolve", "x"]):
         assert parse_argv(refused) is None, refused
+
+
+def test_a_store_that_stalls_sends_the_call_to_the_full_cli_after_a_short_wait(tmp_path: Path) -> None:
+    """The warm path waits at most LIST_WAIT_SECONDS in silence; the full CLI then retries and says it is waiting."""
+    import socket
+    import time
+
+    from catalog_app import warm_sync
+
+    catalog_dir, cache = tmp_path / "manifests", tmp_path / "cache"
+    catalog_dir.mkdir()
+    with socket.socket() as stalled:  # accepts connections, never answers
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(8)
+        argv = ["--catalog", str(catalog_dir), "sync", "--check", "--cache", str(cache)]
+        env = {"HOME": str(tmp_path)}
+        found = warm_sync._entry_path(argv, warm_sync.parse_argv(argv) or {}, env)
+        assert found is not None
+        entry = {"version": warm_sync.ENTRY_VERSION, "inputs": {}, "catalog": found[1],
+                 "folders": warm_sync.folder_identities(found[1]), "listed": [["m/", "0" * 64]], "stdout": "", "stderr": "",
+                 "code": 0, "access": {"bucket": "b", "endpoint": f"http://127.0.0.1:{stalled.getsockname()[1]}",
+                                       "addressing": "path", "region": "us-east-1", "connect_timeout": 60.0,
+                                       "read_timeout": 60.0, "unsigned": True}}
+        Path(found[0]).parent.mkdir(parents=True)
+        Path(found[0]).write_text(json.dumps(entry))
+        started = time.monotonic()
+        assert warm_sync.answer(argv, env) is None
+        assert time.monotonic() - started < warm_sync.LIST_WAIT_SECONDS + 10  # not the recorded 60 s
