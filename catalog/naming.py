@@ -36,6 +36,14 @@ FOLDER_STORE_TMP = ".catalog-tmp"
 RESERVED_SEGMENTS = (FOLDER_STORE_META, FOLDER_STORE_TMP)
 # Windows device names: `con`, `nul.txt`, `com1.tar.gz` open the device on Windows, whatever the extension.
 _WINDOWS_DEVICE = re.compile(r"^(con|prn|aux|nul|com[0-9\u00b9\u00b2\u00b3]|lpt[0-9\u00b9\u00b2\u00b3])(\..*)?$", re.IGNORECASE)
+# Most pinned paths are plain ASCII names ("model-00001-of-00004.safetensors", "data/train.jsonl"): no segment starts
+# or ends with '.', nothing to normalize, only a device name left to rule out. They skip the checks one by one (a
+# resolve checks every path twice, as a manifest entry and as a store key: 9 us a path, a sixth of the Python time of
+# a cold resolve of 1,000 small files). Possessive `*+`: no backtracking, linear in the path.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*+(?<!\.)(?:/[A-Za-z0-9_+-][A-Za-z0-9._+-]*+(?<!\.))*+")
+_DEVICE_SEGMENT = re.compile(r"(?:^|/)(?:con|prn|aux|nul|com[0-9]|lpt[0-9])(?:[./]|$)", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_DRIVE = re.compile(r"[A-Za-z]:")
 
 
 def check_name(name: str) -> str | None:
@@ -114,15 +122,22 @@ def parse_s3_url(url: str) -> S3Url:
 
 def check_relative_path(path: str) -> str | None:
     """A path inside a model: relative POSIX, no traversal, nothing a filesystem would reinterpret."""
+    if len(path) <= MAX_PATH_LENGTH and _PLAIN_PATH.fullmatch(path) and not _DEVICE_SEGMENT.search(path):
+        return None
+    return _check_path_in_full(path)
+
+
+def _check_path_in_full(path: str) -> str | None:
+    """check_relative_path's rules one by one (what its fast accept of plain names must agree with)."""
     if not path:
         return "empty path"
     if len(path) > MAX_PATH_LENGTH:
         return f"path longer than {MAX_PATH_LENGTH} characters"
     if "\\" in path:
         return f"{path!r} contains a backslash; use '/'"
-    if "\x00" in path or any(ord(c) < 32 for c in path):
+    if _CONTROL.search(path):
         return f"{path!r} contains a control character"
-    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+    if path.startswith("/") or _DRIVE.match(path):
         return f"{path!r} is absolute; paths are relative to the model"
     parts = path.split("/")
     if any(p in ("", ".", "..") for p in parts):

@@ -201,12 +201,12 @@ class _FileJob:
     file's task calls `follow`, which hashes behind the contiguous frontier of written bytes, reading
     them back from the temp file."""
 
-    def __init__(self, wanted: Wanted, cache: Cache, config: TransferConfig, stop: threading.Event | None = None) -> None:
+    def __init__(self, wanted: Wanted, cache: Cache, parts: list[tuple[int, int]], stop: threading.Event | None = None) -> None:
         self.wanted = wanted
         self.stop = stop if stop is not None else threading.Event()
         self.cache_root = cache.root
         self.size = wanted.entry.size
-        self.parts = config.part_bounds(self.size)
+        self.parts = parts
         self.inline = len(self.parts) == 1
         try:
             self.fd, self.temp = cache.new_temp()
@@ -403,10 +403,13 @@ def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfi
                  sleep: Callable[[float], None], stop: threading.Event | None = None) -> bool:
     """A file that is one GET: streamed, hashed as it arrives, verified, published. False: another process brought
     it while this one waited."""
-    with _lock_if_large(cache, item, config, stop) as locked:
-        if cache.has_blob(item.entry) and (locked or config.needs_lock(item.entry.size)):
-            return False  # another process brought it while we waited
-        _whole_job(store, item, cache, config, progress, sleep, stop)
+    if not config.needs_lock(item.entry.size):
+        _whole_job(store, item, cache, config, progress, sleep, stop)  # too small for the lock: nobody to wait for
+    else:
+        with _lock_if_large(cache, item, config, stop):
+            if cache.has_blob(item.entry):
+                return False  # another process brought it while we waited
+            _whole_job(store, item, cache, config, progress, sleep, stop)
     if progress is not None:
         progress.file_done(item.label, item.entry.size)
     return True
@@ -415,7 +418,7 @@ def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfi
 def _whole_job(store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
                sleep: Callable[[float], None], stop: threading.Event | None) -> None:
     """The file in one GET (one part whatever its size), verified, published."""
-    job = _FileJob(item, cache, dataclasses.replace(config, part_size=max(1, item.entry.size)), stop)
+    job = _FileJob(item, cache, [(0, item.entry.size)], stop)
     try:
         _fetch_part(store, job, 0, config, progress, sleep)
         _verify_and_publish(job, cache, config)
@@ -432,7 +435,7 @@ def _fetch_parts(
     with _lock_if_large(cache, item, config, stop) as locked:
         if cache.has_blob(item.entry) and (locked or config.needs_lock(item.entry.size)):
             return False
-        job = _FileJob(item, cache, config, stop)
+        job = _FileJob(item, cache, config.part_bounds(item.entry.size), stop)
         try:
             parts = [gets.submit(_fetch_part, store, job, i, config, progress, sleep) for i in range(len(job.parts))]
             first_error: BaseException | None = None

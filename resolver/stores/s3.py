@@ -145,6 +145,7 @@ class S3Store(Store):
         self.base = base
         self.options = options
         self.url = f"s3://{bucket}/{base}"
+        self._where_said: tuple[S3Options, str] | None = None  # every GET names the store, for its messages
         self.part_size = part_size  # uploads larger than this go multipart
         self.concurrency = concurrency
         self.requests: Counter[str] = Counter()
@@ -266,7 +267,10 @@ class S3Store(Store):
             self.requests[str(model.name)] += 1
 
     def _where(self) -> str:
-        return f"{self.url} (endpoint {self.options.describe()})"
+        said = self._where_said
+        if said is None or said[0] is not self.options:
+            said = self._where_said = (self.options, f"{self.url} (endpoint {self.options.describe()})")
+        return said[1]
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one request; turn botocore's failures into one-line errors naming the store, never secrets."""

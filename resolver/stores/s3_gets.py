@@ -102,6 +102,7 @@ class DataPlane:
 
     def __init__(self, bucket: str, endpoint: str | None, addressing: str, region: str, credentials: Credentials | None,
                  *, connect_timeout: float, read_timeout: float, root_certificate: bytes | None = None) -> None:
+        import obstore
         from obstore.store import S3Store as ObjectStore
 
         options: ClientConfig = {
@@ -122,6 +123,7 @@ class DataPlane:
         self.access: dict[str, Any] = {"bucket": bucket, "endpoint": endpoint, "addressing": addressing, "region": region,
                                        "connect_timeout": connect_timeout, "read_timeout": read_timeout}
         self.has_root_certificate = bool(root_certificate)
+        self._get = obstore.get  # looked up once: a resolve of many small files calls it for each
         self._store = ObjectStore(bucket, client_options=options, retry_config={"max_retries": 0},
                                   credential_provider=credentials, **config)
 
@@ -151,31 +153,35 @@ class DataPlane:
     def open(self, key: str, start: int, end: int | None, where: str) -> Stream | None:
         """GET `key` (a full key in the bucket) from `start` to `end` (None: the end of the object). None: the object
         is shorter than `start` (416); FileNotFoundError: there is no such object."""
-        import obstore
-        from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
-
-        options: GetOptions = {}
+        options: GetOptions | None = None
         if start or end is not None:
-            options["range"] = {"offset": start} if end is None else (start, end)
+            options = {"range": {"offset": start} if end is None else (start, end)}
         try:
-            result = obstore.get(self._store, key, options=options or None)
+            result = self._get(self._store, key, options=options)
         except FileNotFoundError:
             raise
-        except (PermissionDeniedError, UnauthenticatedError) as exc:
-            raise StoreUnavailableError(f"{where} refused the GET ({status_of(exc) or 403})", transient=False,
-                                        hint="check the bucket name, endpoint and credentials (the standard AWS chain: "
-                                             "env, profile, instance role)") from None
-        except Exception as exc:  # noqa: BLE001 - obstore's GenericError carries the status in its text
-            status = status_of(exc)
-            if status == 416:
+        except Exception as exc:  # noqa: BLE001 - mapped just below
+            if status_of(exc) == 416:
                 return None
-            if status is not None and 400 <= status < 500 and status != 429:
-                raise StoreUnavailableError(f"{where} answered {status}", transient=False,
-                                            hint="check the bucket name, endpoint and credentials") from None
-            raise failure(exc, where) from None
+            raise _get_error(exc, where) from None
         meta = result.meta
         etag = str(meta.get("e_tag") or "").strip('"') or None
         return Stream(iter(result.stream(min_chunk_size=1)), int(meta["size"]), etag, where)
+
+
+def _get_error(exc: BaseException, where: str) -> Exception:
+    """What a failed GET means to the transfer: a refusal (final), another 4xx (final), else a GetFailed."""
+    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+
+    status = status_of(exc)
+    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
+        return StoreUnavailableError(f"{where} refused the GET ({status or 403})", transient=False,
+                                     hint="check the bucket name, endpoint and credentials (the standard AWS chain: "
+                                          "env, profile, instance role)")
+    if status is not None and 400 <= status < 500 and status != 429:  # obstore's GenericError names it in its text
+        return StoreUnavailableError(f"{where} answered {status}", transient=False,
+                                     hint="check the bucket name, endpoint and credentials")
+    return failure(exc, where)
 
 
 def static_credentials(keys: EnvironmentKeys) -> Credentials:

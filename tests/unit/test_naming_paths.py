@@ -7,6 +7,8 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from helpers import SHA, files_yaml, manifest_text, write_catalog
 
 from catalog import naming
@@ -43,6 +45,20 @@ def test_odd_paths_are_refused(path: str) -> None:
 @pytest.mark.parametrize("path", ACCEPTED)
 def test_ordinary_paths_are_accepted(path: str) -> None:
     assert naming.check_relative_path(path) is None
+
+
+# Paths made of the characters each rule is about: dots at either end of a segment, device names, '.git', the
+# reserved folders, spaces, a control character, a drive letter, separators, non-ASCII.
+_PIECES = ["a", "b.c", ".", "..", "/", "//", "con", "NUL", "com1", "lpt9.x", ".git", ".catalog-meta", " ", "\x01", "C:",
+           "\\", "é", "e\u0301", "_", "-", "+", "0", "x.", ".y", "~catalog.12-ab"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=0, max_size=8).map("".join))
+def test_the_fast_accept_of_plain_names_agrees_with_every_rule(path: str) -> None:
+    """check_relative_path accepts plain ASCII names without running each rule; it must never accept a path one of
+    the rules refuses (nor refuse one they all accept)."""
+    assert naming.check_relative_path(path) == naming._check_path_in_full(path)
 
 
 @pytest.mark.parametrize("repo", ["org/a--b", "org--a/b", "org/--x"])
