@@ -8,6 +8,7 @@ the I/O around them. Standard library only (the warm path imports it).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -46,7 +47,7 @@ class ViewSpec:
         """The view of these files of `manifest`."""
         return cls(manifest.name, manifest.source.hf_repo, manifest.source.revision, layout, files, manifest.source.repo_type)
 
-    @property
+    @functools.cached_property  # a hash over every file's pin: a resolve asks for it about seven times
     def view_id(self) -> str:
         listing = "".join(f"{f.path}\0{f.size}\0{f.sha256}\n" for f in sorted(self.files, key=lambda f: f.path))
         digest = hashlib.sha256(f"{self.layout.value}\n{self.hf_repo}\n{self.revision}\n{listing}".encode()).hexdigest()
