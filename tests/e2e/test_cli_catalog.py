@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,36 @@ def test_bundled_catalog_is_valid() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == ""
     assert done.stderr.startswith(f"ok: {len(list(BUNDLED.glob('*.yaml'))) - 1} manifests valid")  # all but catalog.yaml
+
+
+def _pydantic_plugin_leaving_a_mark(root: Path, mark: Path) -> Path:
+    """A folder holding a pydantic plugin as pip installs one (an entry point in the group `pydantic`), which writes
+    `mark` when pydantic loads it. Returns the folder, to put on PYTHONPATH."""
+    site = root / "site"
+    info = site / "markplugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: markplugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nmark = markplugin:plugin\n")
+    (site / "markplugin.py").write_text(
+        f"import pathlib\npathlib.Path({str(mark)!r}).write_text('loaded')\n\n"
+        "class Plugin:\n    def new_schema_validator(self, *args, **kwargs):\n        return None, None, None\n\n"
+        "plugin = Plugin()\n")
+    return site
+
+
+def test_the_cli_loads_no_pydantic_plugin_unless_the_user_set_the_switch(tmp_path: Path) -> None:
+    """pydantic scans every installed distribution for plugins when it builds its first model (50-90 ms of a cold
+    start-up); the CLI uses none and turns the scan off, but keeps a PYDANTIC_DISABLE_PLUGINS the user set."""
+    mark = tmp_path / "plugin-loaded"
+    site = _pydantic_plugin_leaving_a_mark(tmp_path, mark)
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    done = run("validate", env=env)
+    assert done.returncode == 0, done.stderr
+    assert not mark.exists()
+    done = run("validate", env={**env, "PYDANTIC_DISABLE_PLUGINS": ""})  # the user's own value: plugins load
+    assert done.returncode == 0, done.stderr
+    assert mark.read_text() == "loaded"
 
 
 def test_validate_reports_every_problem_then_exits_1(tmp_path: Path) -> None:
