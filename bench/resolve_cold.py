@@ -145,8 +145,8 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
             Tool("wheel: catalog resolve NAME", wheel, wenv),
             Tool("wheel: catalog resolve NAME --format json", [*wheel, "--format", "json"], wenv),
             # The floor of any warm answer from this install: pip's entry script imports re, and an answer read from a
-            # JSON record whose inputs are re-hashed needs json and hashlib.
-            Tool("wheel: python -c 'import re, json, hashlib'", [str(venv / "bin" / "python"), "-c", "import re, json, hashlib"], wenv),
+            # JSON record needs json (the inputs are re-hashed with the interpreter's built-in sha256, not hashlib).
+            Tool("wheel: python -c 'import re, json'", [str(venv / "bin" / "python"), "-c", "import re, json"], wenv),
             Tool("wheel: python -c pass", [str(venv / "bin" / "python"), "-c", "pass"], wenv),
         ]
         for tool in spellings[:-1] + wheels[:-2]:  # the first call of each spelling records it in the warm index

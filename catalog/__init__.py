@@ -44,11 +44,11 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> object:
-    import importlib
-
     module = _EXPORTS.get(name)
-    if module is None:
+    if module is None:  # also asked first by `from catalog import locations`, before the submodule is imported
         raise AttributeError(f"module 'catalog' has no attribute {name!r}")
+    import importlib  # only here: importlib (and warnings, which it imports) is half a millisecond of a warm answer
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

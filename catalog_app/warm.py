@@ -16,14 +16,13 @@ the proof the full CLI made when it recorded the entry, for at most `Settings.st
 (CATALOG_STREAM_PROOF_MAX_AGE, 300); older, the full CLI proves the objects again. Offline, no streamed answer is
 recorded at all (the full CLI makes the weights local).
 
-Start-up is the cost here (`docs/benchmarks.md`): this module imports only os, json, hashlib and time from the
-standard library and two modules of ours written the same way (catalog/locations.py, resolver/view_stamps.py);
-no dataclasses, pathlib, typing or logging.
+Start-up is the cost here (`docs/benchmarks.md`): this module imports only os, json and time from the standard
+library, the interpreter's built-in sha256, and two modules of ours written the same way (catalog/locations.py,
+resolver/view_stamps.py); no hashlib, dataclasses, pathlib, typing or logging.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -39,6 +38,21 @@ if TYPE_CHECKING:
 
     from catalog.settings import Settings
     from resolver.resolution import Resolution
+
+# The interpreter's own sha256, not hashlib's: hashlib loads OpenSSL's libcrypto, about 10 ms of a 50 ms warm answer,
+# to hash a few KiB here (OpenSSL is faster per byte; the transfers, which hash gigabytes, use it). The digests are
+# the same, so entries recorded either way are read either way. CPython names the module _sha256 up to 3.11, _sha2
+# from 3.12; an interpreter built without them falls back to hashlib.
+if TYPE_CHECKING:
+    from hashlib import sha256 as sha256  # re-exported: warm_sync keys its entries the same way
+else:
+    try:
+        from _sha256 import sha256
+    except ImportError:
+        try:
+            from _sha2 import sha256
+        except ImportError:
+            from hashlib import sha256
 
 INDEX_VERSION = 5  # 4: proved_at; 5: keyed by the call's own inputs, answers stored rendered
 INDEX_FOLDER = "warm-index"  # <cache>/warm-index/<key>.json (resolver/cache.py lists the cache's folders)
@@ -181,13 +195,13 @@ def index_key(request: ResolveRequest, env: Mapping[str, str], catalog: str, cac
     material = {"version": [INDEX_VERSION, __version__], "names": list(request.names), "layout": request.layout,
                 "materialize_weights": request.materialize_weights, "flags": flags, "env": variables,
                 "catalog": catalog, "cache": cache, "cwd": os.getcwd() if relative else None}
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
+    return sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
 
 
 def sha256_of(path: str) -> str | None:
     try:
         with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+            return sha256(f.read()).hexdigest()
     except OSError:
         return None
 

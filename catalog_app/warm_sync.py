@@ -19,7 +19,6 @@ roots, are answered here; the flags answered are those that cannot change a plan
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -80,7 +79,7 @@ def _entry_path(argv: Sequence[str], places: Mapping[str, str], env: Mapping[str
     variables = {name: env[name] for name in warm.KEY_VARIABLES if env.get(name)}
     material = {"version": [ENTRY_VERSION, __version__], "argv": list(argv), "env": variables, "catalog": where[0],
                 "cache": where[1], "cwd": os.getcwd()}
-    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
+    key = warm.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
     return os.path.join(where[1], warm.INDEX_FOLDER, f"sync-{key}.json"), where[0]
 
 
