@@ -84,13 +84,13 @@ def main() -> None:
     server, env = start_server()
     work = Path(tempfile.mkdtemp(prefix="catalog-bench-", dir=args.dir))
     try:
-        run(args, server.url, env, work)
+        run(args, server.url, env, work, server.process.pid if server.process else None)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path) -> None:
+def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path, server_pid: int | None) -> None:
     import subprocess
 
     source = work / "source"
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     matched.append(Tool("boto3 TransferManager (same settings)", [*boto3_tm, str(part_mib), str(workers)], env))
     if args.s5cmd_only:
         defaults, matched = defaults[:4], matched[:2]
-    rounds(defaults + matched, args.runs, reset)
+    rounds(defaults + matched, args.runs, reset, server_pid=server_pid)  # the server shares the cores: its CPU is a column
     reset()
     drop_bucket(endpoint, BUCKET)
     what = (f"{len(entries)} files, {total / MiB:.0f} MiB" if not small else f"{len(entries)} x {entries[0][1] // 1024} KiB")

@@ -92,6 +92,7 @@ class Sample:
     wall: float
     cpu: float
     rss_mib: float
+    server_cpu: float | None = None  # what the store's server spent meanwhile (it shares this machine's cores)
 
 
 @dataclass
@@ -108,10 +109,18 @@ class Tool:
 TIME = "/usr/bin/time"  # GNU time: `apt-get install time` where it is missing
 
 
-def measure(argv: Sequence[str], env: Mapping[str, str] | None) -> Sample:
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds `pid` has used so far (Linux /proc/PID/stat, accounted per clock tick)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(argv: Sequence[str], env: Mapping[str, str] | None, server_pid: int | None = None) -> Sample:
+    """One run of `argv` under GNU time; with `server_pid`, also the CPU that process spent during the run."""
     import tempfile
 
     with tempfile.NamedTemporaryFile("r") as report:
+        served_before = process_cpu(server_pid) if server_pid is not None else 0.0
         start = time.perf_counter()
         process = subprocess.run([TIME, "-f", "%U %S %M", "-o", report.name, *argv], env=dict(env) if env is not None else None,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -119,16 +128,18 @@ def measure(argv: Sequence[str], env: Mapping[str, str] | None) -> Sample:
         if process.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {process.stderr.decode(errors='replace')[-2000:]}")
         user, system, rss_kib = report.read().split()[-3:]
-    return Sample(wall, float(user) + float(system), int(rss_kib) / 1024)
+    served = process_cpu(server_pid) - served_before if server_pid is not None else None
+    return Sample(wall, float(user) + float(system), int(rss_kib) / 1024, served)
 
 
 def rounds(tools: Sequence[Tool], runs: int, reset: Callable[[], None] = lambda: None,
-           after: Callable[[Tool, int], None] = lambda tool, round_: None) -> None:
-    """`runs` rounds; in each, every tool once (after an untimed `reset`, then an untimed `after`)."""
+           after: Callable[[Tool, int], None] = lambda tool, round_: None, server_pid: int | None = None) -> None:
+    """`runs` rounds; in each, every tool once (after an untimed `reset`, then an untimed `after`); with `server_pid`,
+    the server's CPU during each run is kept too."""
     for round_ in range(runs):
         for tool in tools:
             reset()
-            tool.samples.append(measure(tool.argv(round_), tool.env))
+            tool.samples.append(measure(tool.argv(round_), tool.env, server_pid))
             after(tool, round_)
         print(f"  round {round_ + 1}/{runs} done", file=sys.stderr, flush=True)
 
@@ -146,16 +157,20 @@ def _version(argv: list[str]) -> str:
 
 
 def table(tools: Sequence[Tool], reference: str | None = None, title: str = "") -> str:
-    """A markdown table: median wall (min-max), ratio to `reference`, median CPU s, median peak RSS."""
+    """A markdown table: median wall (min-max), ratio to `reference`, median CPU s, median peak RSS; and the server's
+    median CPU s when every run measured it."""
     ref = statistics.median(s.wall for s in next(t for t in tools if t.label == reference).samples) if reference else None
-    lines = [f"| {title} | wall, median (min-max) | vs {reference or '-'} | CPU s | peak RSS |", "|---|---|---|---|---|"]
+    served = all(s.server_cpu is not None for t in tools for s in t.samples)
+    lines = [f"| {title} | wall, median (min-max) | vs {reference or '-'} | CPU s | peak RSS |{' server CPU s |' if served else ''}",
+             f"|---|---|---|---|---|{'---|' if served else ''}"]
     for tool in tools:
         walls = [s.wall for s in tool.samples]
         med = statistics.median(walls)
         ratio = f"{med / ref:.2f}x" if ref else ""
         cpu = statistics.median(s.cpu for s in tool.samples)
         rss = statistics.median(s.rss_mib for s in tool.samples)
-        lines.append(f"| {tool.label} | {_fmt(med)} ({_fmt(min(walls))}-{_fmt(max(walls))}) | {ratio} | {cpu:.2f} | {rss:.0f} MiB |")
+        server = f" {statistics.median(s.server_cpu or 0.0 for s in tool.samples):.2f} |" if served else ""
+        lines.append(f"| {tool.label} | {_fmt(med)} ({_fmt(min(walls))}-{_fmt(max(walls))}) | {ratio} | {cpu:.2f} | {rss:.0f} MiB |{server}")
     return "\n".join(lines)
 
 
