@@ -42,18 +42,19 @@ def main() -> None:
     parser.add_argument("--file-mib", type=int, default=256)
     args = parser.parse_args()
     server, env = start_server()
+    server_pid = server.process.pid if server.process else None  # its CPU is a column: it shares the cores
     work = Path(tempfile.mkdtemp(prefix="catalog-sync-bench-"))
     try:
         if args.what == "noop":
-            noop(args, server.url, server.port, env, work)
+            noop(args, server.url, server.port, env, work, server_pid)
         else:
-            upload(args, server.url, env, work)
+            upload(args, server.url, env, work, server_pid)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str], work: Path) -> None:
+def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str], work: Path, server_pid: int | None) -> None:
     files = args.files or 3
     manifests, data, _ = write_generated_catalog(work, BUCKET, args.models, files)
     s5 = s5cmd()
@@ -82,7 +83,7 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
         for entry in (full_cache / "warm-index").glob("sync-*.json"):
             entry.unlink()
 
-    rounds(tools, args.runs, reset=reset)
+    rounds(tools, args.runs, reset=reset, server_pid=server_pid)
     proxy = FaultProxy(port)
     counts = {}
     try:
@@ -104,7 +105,7 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
         print(f"  {label:<44} {count:5d}  ({count / args.models:.3f} per model)")
 
 
-def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path) -> None:
+def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path, server_pid: int | None) -> None:
     from resolve_cold import NAME, PREFIX, make_big
 
     files = args.files or 4
@@ -140,7 +141,7 @@ def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: P
         drop_bucket(endpoint, bucket(round_, "c" if tool is tools[0] else "s"))
 
     make_buckets()
-    rounds(tools, args.runs, reset, after)
+    rounds(tools, args.runs, reset, after, server_pid=server_pid)
     total = sum(s for _, s, _ in entries)
     print(f"machine: {machine()}\nupload of {len(entries)} files, {total / 2**20:.0f} MiB to SeaweedFS, {args.runs} rounds\n")
     print(table(tools, "s5cmd cp", "upload (defaults)"))
