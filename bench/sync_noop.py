@@ -83,7 +83,12 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
         for entry in (full_cache / "warm-index").glob("sync-*.json"):
             entry.unlink()
 
-    rounds(tools, args.runs, reset=reset, server_pid=server_pid)
+    # The floor of any full CLI call: the interpreter, click, PyYAML and pydantic up to its first model (what validating
+    # a manifest needs before a byte is read), plugins off as the CLI has them. Not a sync: no request, no listing.
+    floor = Tool("python -c 'import click, yaml, pydantic' + one model (the full CLI's floor)",
+                 [sys.executable, "-c", "import click, yaml\nfrom pydantic import BaseModel\nclass M(BaseModel):\n    x: int"],
+                 {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"})
+    rounds([*tools, floor], args.runs, reset=reset, server_pid=server_pid)
     proxy = FaultProxy(port)
     counts = {}
     try:
@@ -99,7 +104,7 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
     finally:
         proxy.close()
     print(f"machine: {machine()}\nno-op sync of {args.models} models x {files} files on SeaweedFS, {args.runs} rounds\n")
-    print(table(tools, "s5cmd sync", "no-op sync"))
+    print(table([*tools, floor], "s5cmd sync", "no-op sync"))
     print("\nrequests (one run each, through a counting proxy):")
     for label, count in counts.items():
         print(f"  {label:<44} {count:5d}  ({count / args.models:.3f} per model)")
