@@ -18,7 +18,7 @@ recorded at all (the full CLI makes the weights local).
 
 Start-up is the cost here (`docs/benchmarks.md`): this module imports only os, json and time from the standard
 library, the interpreter's built-in sha256, and two modules of ours written the same way (catalog/locations.py,
-resolver/view_stamps.py); no hashlib, dataclasses, pathlib, typing or logging.
+resolver/view_stamps.py); no dataclasses, pathlib, typing or logging, and hashlib only for an input over 1 MiB.
 """
 
 from __future__ import annotations
