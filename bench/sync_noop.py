@@ -7,8 +7,9 @@
 noop: 200 generated models (3 files each) already in the bucket; every tool syncs the same folder again. The
 catalog runs three ways: a call it recorded (answered by catalog_app/warm_sync.py after the same listing), the full
 CLI on the same runner (its recorded call removed before each run), and a fresh runner (no sync states cached).
+A last row times the full CLI's floor (the interpreter, click, PyYAML and pydantic to its first model; no sync).
 Requests are counted once per tool by a loopback proxy in front of the server (tests/servers.py), the
-same way for every tool; the timed runs go straight to the server.
+same way for every tool; the timed runs go straight to the server. Both tables give the server's CPU per run.
 upload: a 1 GiB model (4 x 256 MiB + config.json) into an empty bucket, each run a fresh bucket (dropped
 after the run, untimed). `catalog sync` hashes every file against the manifest before it uploads it.
 """
