@@ -73,6 +73,9 @@ RULES: tuple[Rule, ...] = (
     Rule("tensor-missing", "a tensor an index maps to a shard that does not hold it (naming the shard that does, if "
                            "any)", pins=True),
     Rule("tensor-duplicate", "a tensor held by two shards of one index", pins=True),
+    Rule("tensor-digests", "tensor digests (what `--load-format catalog` checks each tensor against) on some tensors "
+                           "of a file but not all; a `table:` whose tensors lack a digest or offset, overlap, or do not "
+                           "fit the file", pins=True),
     Rule("repo-type", "a dataset (`source.repo_type: dataset`) with a load format other than `dataset` or `auto`"),
     Rule("load-format", "what the format's row in the formats table needs among the pinned files (a config.json, a "
                         "`*.safetensors`, per-rank shards, a `*.tensors`, a `*.gguf`; a streamed format's tokenizer "
@@ -449,6 +452,12 @@ def _check_tensor_pins(m: ModelManifest, report: _Reporter) -> None:
                 report("header", (*loc, "header"), f"8 + length {h.length} + tensor bytes {h.tensor_bytes} make {made} bytes "
                        f"but the file has {entry.size}: the header is not this file's; "
                        f"run `catalog lock {m.name}`")
+        if entry.table is not None:
+            if entry.header is not None or entry.weight_map is not None:
+                report("tensor-table", (*loc, "table"), f"{entry.path!r} pins a `table:` beside a header or weight_map; "
+                       "`table:` is for weights without a safetensors header")
+            elif (message := naming.check_sha256(entry.table.table_sha256)) is not None:
+                report("tensor-table", (*loc, "table", "table_sha256"), message)
         if entry.weight_map is not None:
             if not is_safetensors_index(entry.path):
                 report("weight-map", (*loc, "weight_map"), f"{entry.path!r} is not a *.safetensors.index.json; only a "
@@ -463,12 +472,13 @@ def check_tensor_tables(m: ModelManifest, doc: TablesDoc, report: _Reporter) -> 
     Problems in the sidecar are reported at its own lines; a sidecar that is missing, at the manifest's.
     """
     out: list[Problem] = []
-    pinned = [(i, e) for i, e in enumerate(m.files) if e.header is not None or e.weight_map is not None]
+    pinned = [(i, e) for i, e in enumerate(m.files) if e.header is not None or e.weight_map is not None
+              or e.table is not None]
     relock = f"run `catalog lock {m.name}`"
     if doc.tables is None:
         if pinned and not doc.exists:
             i, entry = pinned[0]
-            report("tensor-table", ("files", i, "header" if entry.header is not None else "weight_map"),
+            report("tensor-table", ("files", i, _section(entry, TensorTables(m.name))[0]),
                    f"the tensor tables these pins name are missing: no {doc.display}; {relock}")
         return out  # an unreadable sidecar was reported when it was read
     tables = doc.tables
@@ -477,8 +487,8 @@ def check_tensor_tables(m: ModelManifest, doc: TablesDoc, report: _Reporter) -> 
         out.append(Problem(doc.display, tables.line_of(path, tensor), path, message, rule))
 
     if not pinned:
-        out.append(Problem(doc.display, 1, "", f"no file of {m.name} pins a header or weight_map; remove this file or "
-                           f"{relock}", "tensor-table"))
+        out.append(Problem(doc.display, 1, "", f"no file of {m.name} pins a header, table or weight_map; remove this "
+                           f"file or {relock}", "tensor-table"))
         return out
     if tables.model != m.name:
         out.append(Problem(doc.display, 1, "model", f"the tables are {tables.model!r}'s, not {m.name!r}'s; {relock}",
@@ -495,16 +505,19 @@ def check_tensor_tables(m: ModelManifest, doc: TablesDoc, report: _Reporter) -> 
             good.add(entry.path)
     with_pins = {e.path for _, e in pinned}
     for path in sorted((set(tables.headers) | set(tables.weight_maps)) - with_pins):
-        at(path, None, f"{path!r} is not a file of {m.name} with a pinned header or weight_map; {relock}", "tensor-table")
+        at(path, None, f"{path!r} is not a file of {m.name} with a pinned header, table or weight_map; {relock}",
+           "tensor-table")
     out += _checkpoint_problems(m, tables, good, doc.display)
+    out += _digest_problems(m, tables, good, doc.display)
     return out
 
 
 def _section(entry: FileEntry, tables: TensorTables) -> tuple[str, str, str | None]:
     """(the pin's key, the pinned digest, the digest of the sidecar's section or None when it has none)."""
     if entry.header is not None:
-        rows = tables.headers.get(entry.path)
-        return "header", entry.header.table_sha256, None if rows is None else table_sha256(rows)
+        return "header", entry.header.table_sha256, tables.section_sha256(entry.path)
+    if entry.table is not None:
+        return "table", entry.table.table_sha256, tables.section_sha256(entry.path)
     assert entry.weight_map is not None
     mapping = tables.weight_maps.get(entry.path)
     return "weight_map", entry.weight_map.sha256, None if mapping is None else weight_map_sha256(mapping)
@@ -540,6 +553,55 @@ def _checkpoint_problems(m: ModelManifest, tables: TensorTables, good: set[str],
                                        "engine; fix the checkpoint upstream or pin another revision", "tensor-duplicate"))
                 else:
                     first[tensor] = shard
+    return out
+
+
+def _digest_problems(m: ModelManifest, tables: TensorTables, good: set[str], display: str) -> list[Problem]:
+    """Tensor digests cover every tensor of a file or none; a `table:` (no safetensors header to say where each
+    tensor's bytes are) pins a digest and an offset for every tensor, in file order, each span inside the file."""
+    out: list[Problem] = []
+    for entry in m.files:
+        if entry.path not in good or entry.weight_map is not None:
+            continue
+        rows, digests = tables.headers[entry.path], tables.digests.get(entry.path, {})
+        lacking = [row[0] for row in rows if row[0] not in digests]
+        if lacking and (digests or entry.table is not None):
+            out.append(Problem(display, tables.line_of(entry.path, lacking[0]), entry.path,
+                               f"tensor {lacking[0]!r} has no digest while {len(rows) - len(lacking)} other(s) of the file do: "
+                               f"a loader could not check every tensor; run `catalog lock {m.name}` again", "tensor-digests"))
+        if entry.table is not None:
+            out += _span_problems(m.name, entry, rows, tables, display)
+    return out
+
+
+def _span_problems(model: str, entry: FileEntry, rows: tuple[tuple[str, str, tuple[int, ...]], ...],
+                   tables: TensorTables, display: str) -> list[Problem]:
+    """A `table:` file's tensors, by their offsets and sizes: in file order, not overlapping, inside the file."""
+    assert entry.table is not None
+    out: list[Problem] = []
+    offsets = tables.offsets.get(entry.path, {})
+    end = 0
+    if entry.table.tensors != len(rows):
+        out.append(Problem(display, tables.line_of(entry.path), entry.path, f"the table holds {len(rows)} tensors but "
+                           f"the manifest pins {entry.table.tensors}; run `catalog lock {model}` again", "tensor-digests"))
+    for name, dtype, shape in rows:
+        where = tables.line_of(entry.path, name)
+        if name not in offsets or dtype not in DTYPE_BITS:
+            what = "no offset" if name not in offsets else f"an unknown dtype {dtype!r}"
+            out.append(Problem(display, where, entry.path, f"tensor {name!r} has {what}; run `catalog lock {model}` again",
+                               "tensor-digests"))
+            return out
+        elements = 1
+        for dim in shape:
+            elements *= dim
+        start, size = offsets[name], elements * DTYPE_BITS[dtype] // 8
+        if start < end or start + size > entry.size:
+            why = f"starts at {start}, inside the tensor before it (which ends at {end})" if start < end else \
+                f"ends at {start + size}, past the file's {entry.size} bytes"
+            out.append(Problem(display, where, entry.path, f"tensor {name!r} {why}: the table is not this file's; run "
+                               f"`catalog lock {model}` again", "tensor-digests"))
+            return out
+        end = start + size
     return out
 
 

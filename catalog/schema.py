@@ -72,6 +72,15 @@ class WeightMapPin(_Strict):
                               json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
 
 
+class TablePin(_Strict):
+    """The tensor table of a weights file without a safetensors header (a tensorizer file), pinned by `catalog lock`
+    from the file's verified bytes: every tensor's dtype, shape, byte offset and sha256 live in <name>.tensors.json."""
+
+    tensors: StrictInt = Field(ge=0, description="How many tensors the file holds.")
+    table_sha256: StrictStr = Field(description="sha256 of this file's tensor table in <name>.tensors.json.",
+                                    json_schema_extra={"pattern": "^[0-9a-f]{64}$"})
+
+
 class FileEntry(_Strict):
     """One pinned file; written by `catalog lock`, never by hand."""
 
@@ -90,6 +99,8 @@ class FileEntry(_Strict):
     header: HeaderPin | None = Field(None, description="On a *.safetensors file: its header (machine-written by `catalog lock`).")
     weight_map: WeightMapPin | None = Field(None, description="On a *.safetensors.index.json: its weight_map (machine-written "
                                                               "by `catalog lock`).")
+    table: TablePin | None = Field(None, description="On a weights file without a safetensors header (*.tensors): its "
+                                                     "tensor table (machine-written by `catalog lock`).")
 
     @property
     def is_index(self) -> bool:

@@ -2,7 +2,10 @@
 
 A manifest pins each safetensors header by digest and a short summary (`header:` on the file's entry); the
 tensor names, dtypes and shapes behind it live here, one tensor per line, so a re-lock's diff shows each
-tensor that changed and every problem names its line. A large checkpoint has tens of thousands of tensors:
+tensor that changed and every problem names its line. Where lock read the bytes (a folder, or `--tensor-digests`),
+each tensor also carries the sha256 of its own bytes: what the engine's loader (`--load-format catalog`) checks a
+tensor against before the model sees it. A file without a safetensors header (a tensorizer file) pins its table
+with `table:` and each tensor also carries the absolute offset of its bytes in the file. A large checkpoint has tens of thousands of tensors:
 in the manifest they would bury the pins a reviewer must read. Each file's section is pinned by a digest in
 the manifest (`header.table_sha256`, `weight_map.sha256`), so an edit here that the manifest does not carry
 is caught by `validate` (the `tensor-table` rule), and the sidecar needs no trust of its own.
@@ -11,7 +14,11 @@ is caught by `validate` (the `tensor-table` rule), and the sidecar needs no trus
       "model": "tiny-qwen2",
       "files": {
         "model-00001-of-00002.safetensors": {
-          "model.embed_tokens.weight": ["BF16", [64, 32]],        <- a header: tensors in data-offset order
+          "model.embed_tokens.weight": ["BF16", [64, 32], "5f1c..."],   <- a header: tensors in data-offset order
+          ...                                                             (the sha256 of its bytes, where locked)
+        },
+        "model.tensors": {
+          "lm_head.weight": ["F32", [64, 128], "9a0e...", 262308],     <- another format's table: + the data offset
           ...
         },
         "model.safetensors.index.json": {
@@ -41,7 +48,10 @@ SUFFIX = ".tensors.json"
 SAFETENSORS_INDEX = ".safetensors.index.json"
 
 Row = tuple[str, str, tuple[int, ...]]  # tensor name, dtype, shape
+Digests = Mapping[str, str]  # tensor name -> sha256 of its bytes
+Offsets = Mapping[str, int]  # tensor name -> where its bytes start in the file (formats without a safetensors header)
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _SECTION = re.compile(r'^ {4}("(?:[^"\\]|\\.)*"): \{')
 _ENTRY = re.compile(r'^ {6}("(?:[^"\\]|\\.)*"): ')
 
@@ -69,9 +79,20 @@ def header_rows(header: Header) -> tuple[Row, ...]:
     return tuple((t.name, t.dtype, t.shape) for t in header.tensors)
 
 
-def table_sha256(rows: Sequence[Row]) -> str:
-    """The digest of a header's tensor table, in offset order (the file's layout is part of what is pinned)."""
-    return _digest([[name, dtype, list(shape)] for name, dtype, shape in rows])
+def table_sha256(rows: Sequence[Row], digests: Digests | None = None, offsets: Offsets | None = None) -> str:
+    """The digest of a file's tensor table, in offset order (the file's layout is part of what is pinned), with each
+    tensor's byte digest and offset where the table has them (a table without them digests as it always did)."""
+    return _digest([_canonical(row, digests, offsets) for row in rows])
+
+
+def _canonical(row: Row, digests: Digests | None, offsets: Offsets | None) -> list[object]:
+    name, dtype, shape = row
+    out: list[object] = [name, dtype, list(shape)]
+    if digests is not None and name in digests:
+        out.append(digests[name])
+        if offsets is not None and name in offsets:
+            out.append(offsets[name])
+    return out
 
 
 def weight_map_sha256(mapping: Mapping[str, str]) -> str:
@@ -94,8 +115,10 @@ def weight_map(index_path: str, raw: bytes) -> dict[str, str]:
 @dataclass(frozen=True)
 class TensorTables:
     model: str
-    headers: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)  # safetensors file -> its tensors
+    headers: Mapping[str, tuple[Row, ...]] = field(default_factory=dict)  # weights file -> its tensors, in file order
     weight_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # index -> tensor -> shard
+    digests: Mapping[str, Digests] = field(default_factory=dict)  # weights file -> tensor -> sha256 (where locked)
+    offsets: Mapping[str, Offsets] = field(default_factory=dict)  # a file without a safetensors header -> offsets
     text: str = field(default="", repr=False, compare=False)  # what was parsed: lines are found in it when asked
 
     @cached_property
@@ -107,12 +130,19 @@ class TensorTables:
         key = (path,) if tensor is None else (path, tensor)
         return self.lines.get(key) or self.lines.get((path,)) or 1
 
+    def section_sha256(self, path: str) -> str | None:
+        """What the manifest pins for this file's table (None: the tables have no such section)."""
+        rows = self.headers.get(path)
+        return None if rows is None else table_sha256(rows, self.digests.get(path), self.offsets.get(path))
 
-def render(model: str, headers: Mapping[str, Sequence[Row]], weight_maps: Mapping[str, Mapping[str, str]]) -> str:
-    """The sidecar's text: files by path, a header's tensors in offset order, a weight_map's by name."""
+
+def render(model: str, headers: Mapping[str, Sequence[Row]], weight_maps: Mapping[str, Mapping[str, str]],
+           digests: Mapping[str, Digests] | None = None, offsets: Mapping[str, Offsets] | None = None) -> str:
+    """The sidecar's text: files by path, a file's tensors in offset order, a weight_map's by name."""
     sections: dict[str, list[str]] = {}
     for path, rows in headers.items():
-        sections[path] = [f"{_key(name)}: {_value([dtype, list(shape)])}" for name, dtype, shape in rows]
+        own, at = (digests or {}).get(path), (offsets or {}).get(path)
+        sections[path] = [f"{_key(row[0])}: {_value(_canonical(row, own, at)[1:])}" for row in rows]
     for path, mapping in weight_maps.items():
         sections[path] = [f"{_key(t)}: {_value(shard)}" for t, shard in sorted(mapping.items())]
     out = ["{", f'  "model": {_value(model)},', '  "files": {']
@@ -143,14 +173,23 @@ def parse(text: str) -> TensorTables:
         raise TableError('expected an object with "model" and "files"', 1)
     headers: dict[str, tuple[Row, ...]] = {}
     maps: dict[str, dict[str, str]] = {}
+    digests: dict[str, dict[str, str]] = {}
+    offsets: dict[str, dict[str, int]] = {}
     for path, section in data["files"].items():
         if not isinstance(section, dict):
             raise TableError(f"{path!r}: expected an object of tensors", _lines(text).get((path,), 0))
         if is_safetensors_index(path):
             maps[path] = {str(t): _shard(path, t, s, text) for t, s in section.items()}
-        else:
-            headers[path] = tuple(_row(path, t, v, text) for t, v in section.items())
-    return TensorTables(data["model"], headers, maps, text)
+            continue
+        rows = []
+        for tensor, value in section.items():
+            rows.append(_row(path, tensor, value, text))
+            if len(value) > 2:
+                digests.setdefault(path, {})[tensor] = value[2]
+            if len(value) > 3:
+                offsets.setdefault(path, {})[tensor] = value[3]
+        headers[path] = tuple(rows)
+    return TensorTables(data["model"], headers, maps, digests, offsets, text)
 
 
 def _shard(path: str, tensor: str, value: Any, text: str) -> str:
@@ -161,10 +200,13 @@ def _shard(path: str, tensor: str, value: Any, text: str) -> str:
 
 
 def _row(path: str, tensor: str, value: Any, text: str) -> Row:
-    ok = (type(value) is list and len(value) == 2 and type(value[0]) is str and type(value[1]) is list
-          and all(type(d) is int and d >= 0 for d in value[1]))
+    ok = (type(value) is list and 2 <= len(value) <= 4 and type(value[0]) is str and type(value[1]) is list
+          and all(type(d) is int and d >= 0 for d in value[1])
+          and (len(value) < 3 or (type(value[2]) is str and _SHA256.fullmatch(value[2]) is not None))
+          and (len(value) < 4 or (type(value[3]) is int and value[3] >= 0)))
     if not ok:
-        raise TableError(f"{path!r}: tensor {tensor!r} is {value!r}, expected [dtype, shape]", _lines(text).get((path, tensor), 0))
+        raise TableError(f"{path!r}: tensor {tensor!r} is {value!r}, expected [dtype, shape] or [dtype, shape, sha256] "
+                         "or [dtype, shape, sha256, offset]", _lines(text).get((path, tensor), 0))
     return (tensor, value[0], tuple(value[1]))
 
 

@@ -25,42 +25,55 @@ import yaml
 
 from catalog import formats, naming, tensor_tables
 from catalog.errors import CatalogError, IntegrityError, StoreUnavailableError, UsageError
+from catalog.loading import load_tables
 from catalog.rules import dropped_by
-from catalog.safetensors_header import Header
-from catalog.schema import FileEntry, HeaderPin, ModelManifest, WeightMapPin
-from resolver import hashing, waits
+from catalog.safetensors_header import Header, HeaderError
+from catalog.schema import FileEntry, HeaderPin, ModelManifest, TablePin, WeightMapPin
+from resolver import hashing, tensor_pins, waits
 from resolver.completeness import index_shards, missing_shards
 from resolver.fsutil import atomic_write
 from resolver.headers import read_file_header, read_range, read_store_header
 from resolver.hub import HubOptions, HubStore, RetryLater, list_repo_files
 from resolver.stores import ObjectNotFound, Store
+from resolver.tensor_pins import TensorPinError
 
 
 @dataclass
 class Tensors:
     """What lock read of a model's checkpoints: each safetensors file's header, each safetensors index's weight_map
-    (tensor -> repo path of its shard). Pinned on the files' entries; the names go to `<name>.tensors.json`."""
+    (tensor -> repo path of its shard), and, where the bytes were read, each tensor's digest (plus, for a file with no
+    safetensors header, its table: rows and offsets). Pinned on the files' entries; the tables go to
+    `<name>.tensors.json`."""
 
     headers: dict[str, Header] = field(default_factory=dict)
     weight_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    digests: dict[str, dict[str, str]] = field(default_factory=dict)
+    tables: dict[str, tuple[tuple[tensor_tables.Row, ...], dict[str, int]]] = field(default_factory=dict)
 
     def pin(self, entries: Sequence[FileEntry]) -> list[FileEntry]:
-        return [e.model_copy(update={"header": header_pin(self.headers[e.path]) if e.path in self.headers else None,
-                                     "weight_map": map_pin(self.weight_maps[e.path]) if e.path in self.weight_maps else None})
-                for e in entries]
+        return [e.model_copy(update={
+            "header": header_pin(self.headers[e.path], self.digests.get(e.path)) if e.path in self.headers else None,
+            "weight_map": map_pin(self.weight_maps[e.path]) if e.path in self.weight_maps else None,
+            "table": self._table_pin(e.path) if e.path in self.tables else None}) for e in entries]
+
+    def _table_pin(self, path: str) -> TablePin:
+        rows, offsets = self.tables[path]
+        return TablePin(tensors=len(rows), table_sha256=tensor_tables.table_sha256(rows, self.digests[path], offsets))
 
     def render(self, model: str) -> str | None:
-        """The sidecar's text; None when there is nothing to write (no safetensors)."""
-        if not self.headers and not self.weight_maps:
+        """The sidecar's text; None when there is nothing to write (no safetensors, no other table)."""
+        if not self.headers and not self.weight_maps and not self.tables:
             return None
         rows = {path: tensor_tables.header_rows(h) for path, h in self.headers.items()}
-        return tensor_tables.render(model, rows, self.weight_maps)
+        rows |= {path: table[0] for path, table in self.tables.items()}
+        offsets = {path: table[1] for path, table in self.tables.items()}
+        return tensor_tables.render(model, rows, self.weight_maps, self.digests, offsets)
 
 
-def header_pin(header: Header) -> HeaderPin:
+def header_pin(header: Header, digests: Mapping[str, str] | None = None) -> HeaderPin:
     return HeaderPin(length=header.length, sha256=header.sha256, tensors=len(header.tensors), parameters=header.parameters,
                      bytes_by_dtype=header.bytes_by_dtype(),
-                     table_sha256=tensor_tables.table_sha256(tensor_tables.header_rows(header)))
+                     table_sha256=tensor_tables.table_sha256(tensor_tables.header_rows(header), digests))
 
 
 def map_pin(mapping: Mapping[str, str]) -> WeightMapPin:
@@ -103,6 +116,8 @@ def render_files_block(entries: Sequence[FileEntry]) -> str:
                       f"      bytes_by_dtype: {{{dtypes}}}", f"      table_sha256: {yaml_scalar(h.table_sha256)}"]
         if e.weight_map is not None:
             lines += ["    weight_map:", f"      tensors: {e.weight_map.tensors}", f"      sha256: {yaml_scalar(e.weight_map.sha256)}"]
+        if e.table is not None:
+            lines += ["    table:", f"      tensors: {e.table.tensors}", f"      table_sha256: {yaml_scalar(e.table.table_sha256)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -192,19 +207,42 @@ def _from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], 
             rel = (Path(dirpath) / filename).relative_to(folder).as_posix()
             if naming.check_relative_path(rel) is None:
                 paths.append(rel)
+    model = name or folder.name
     entries = []
     indexes = {}
+    tensors = Tensors()
+    unreadable: list[CatalogError] = []  # said after the selection is known complete: a missing shard comes first
     for rel in naming.select_files(paths, include, exclude):
-        size, digest = hashing.hash_file(folder / rel)
+        try:
+            size, digest = _hash_pinning_tensors(folder / rel, model, rel, tensors)
+        except (HeaderError, TensorPinError) as exc:
+            unreadable.append(exc)
+            size, digest = hashing.hash_file(folder / rel)
         entries.append(FileEntry(path=rel, size=size, sha256=digest))
         if formats.is_index_file(rel):
             indexes[rel] = (folder / rel).read_bytes()
-    model = name or folder.name
     entries = complete_selection(model, entries, indexes, paths, include, exclude, f"--from-dir {folder}")
-    # After the selection is known complete: a missing shard is the first thing to hear about.
-    tensors = Tensors({e.path: read_file_header(folder / e.path, model=model, path=e.path, size=e.size)
-                       for e in entries if is_safetensors(e.path)}, _weight_maps(indexes))
+    if unreadable:
+        raise unreadable[0]
+    tensors.weight_maps = _weight_maps(indexes)
     return entries, tensors
+
+
+def _hash_pinning_tensors(file: Path, model: str, path: str, tensors: Tensors) -> tuple[int, str]:
+    """(size, sha256) of a file in one read; a safetensors or tensorizer file's tensors are pinned on the way (their
+    header or table into `tensors`, each tensor's digest from the same bytes the file's sha256 is taken from)."""
+    if is_safetensors(path):
+        header = read_file_header(file, model=model, path=path, size=file.stat().st_size)
+        pins = tensor_pins.hash_file_spans(file, tensor_pins.safetensors_spans(header))
+        tensors.headers[path] = header
+    elif tensor_pins.is_tensorizer_file(path):
+        rows, offsets, spans = tensor_pins.tensorizer_table(file, f"{model}/{path}")
+        pins = tensor_pins.hash_file_spans(file, spans)
+        tensors.tables[path] = (rows, offsets)
+    else:
+        return hashing.hash_file(file)
+    tensors.digests[path] = pins.digests
+    return pins.size, pins.sha256
 
 
 def _weight_maps(indexes: Mapping[str, bytes]) -> dict[str, dict[str, str]]:
@@ -337,19 +375,45 @@ def _pins(entries: Sequence[FileEntry]) -> list[tuple[str, int, str, tuple[str, 
     return sorted((e.path, e.size, e.sha256, e.shards) for e in entries)
 
 
-def _records(entries: Sequence[FileEntry]) -> list[tuple[str, str | None, str | None, bool, bool]]:
-    return sorted((e.path, e.blob_id, e.xet_hash, e.header is not None, e.weight_map is not None) for e in entries)
+def _records(entries: Sequence[FileEntry]) -> list[tuple[str, str | None, str | None, str | None, bool, bool]]:
+    return sorted((e.path, e.blob_id, e.xet_hash, e.header.table_sha256 if e.header is not None else None,
+                   e.weight_map is not None, e.table is not None) for e in entries)
 
 
 def _tensor_drift(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> bool:
-    """A header or weight_map the manifest recorded that the source now gives otherwise (a first recording is no drift)."""
+    """A header or weight_map the manifest recorded that the source now gives otherwise (a first recording is no drift).
+    A header's table digest is left out: it changes when tensor digests are first recorded, and the digests of the
+    same bytes never change (the file's sha256 says whether the bytes did)."""
     after = {e.path: e for e in new}
     for a in old:
         b = after.get(a.path)
-        if b is not None and ((a.header is not None and b.header is not None and a.header != b.header)
-                              or (a.weight_map is not None and b.weight_map is not None and a.weight_map != b.weight_map)):
+        if b is None:
+            continue
+        if a.header is not None and b.header is not None and a.header.model_copy(update={"table_sha256": ""}) != \
+                b.header.model_copy(update={"table_sha256": ""}):
+            return True
+        if a.weight_map is not None and b.weight_map is not None and a.weight_map != b.weight_map:
             return True
     return False
+
+
+def _keep_tensor_pins(manifest: ModelManifest, manifest_path: Path, entries: Sequence[FileEntry], tensors: Tensors) -> None:
+    """A source that read no bytes (the Hub's metadata, headers from ranged reads) keeps the tensor digests (and a
+    headerless file's table) already pinned for the same bytes: one sha256 is one set of tensors. Only digests the
+    manifest pins are kept: the sidecar's are taken when its section still matches the manifest's pin."""
+    pinned = {(e.path, e.size, e.sha256): e for e in manifest.files}
+    old = load_tables(manifest_path, []).tables
+    if old is None:
+        return
+    for entry in entries:
+        was = pinned.get((entry.path, entry.size, entry.sha256))
+        if was is None or entry.path in tensors.digests or entry.path not in old.digests:
+            continue
+        if was.header is not None and entry.path in tensors.headers and old.section_sha256(entry.path) == was.header.table_sha256:
+            tensors.digests[entry.path] = dict(old.digests[entry.path])
+        elif was.table is not None and old.section_sha256(entry.path) == was.table.table_sha256:
+            tensors.digests[entry.path] = dict(old.digests[entry.path])
+            tensors.tables[entry.path] = (old.headers[entry.path], dict(old.offsets.get(entry.path, {})))
 
 
 def _keep_known(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[FileEntry]:
@@ -379,6 +443,7 @@ def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Pat
     if not entries:
         raise CatalogError(f"{manifest.name}: the source has no files matching source.include/exclude",
                            hint="check the patterns and the revision")
+    _keep_tensor_pins(manifest, manifest_path, entries, tensors)
     entries = _keep_known(manifest.files, tensors.pin(entries))
     result = LockResult(manifest.name, manifest_path, manifest.files, tuple(sorted(entries, key=lambda e: e.path)),
                         tensors.render(manifest.name))

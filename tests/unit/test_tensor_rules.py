@@ -73,7 +73,7 @@ def test_a_tensor_in_two_shards_fails_at_the_second_naming_the_first(tmp_path: P
 def test_a_sidecar_edited_by_hand_no_longer_matches_its_pin(tmp_path: Path) -> None:
     folder = locked(tmp_path, GOOD, GOOD_MAP)
     sidecar = folder / "tiny.tensors.json"
-    sidecar.write_text(sidecar.read_text().replace('"b": ["U8", [2]]', '"b": ["I8", [2]]'))
+    sidecar.write_text(sidecar.read_text().replace('"b": ["U8", [2],', '"b": ["I8", [2],'))
     [found] = problems_of(tmp_path, folder)
     header_line = (folder / "tiny.yaml").read_text().splitlines().index("    header:") + 1
     assert where([found]) == ["manifests/tiny.tensors.json:4: tensor-table"]
@@ -97,10 +97,10 @@ def test_a_missing_or_unreadable_sidecar_or_one_for_other_files_is_a_problem(tmp
 
     tables = parse(text)
     extra = {**tables.headers, "other.safetensors": (("x", "U8", (1,)),)}
-    sidecar.write_text(render("tiny", extra, tables.weight_maps))
+    sidecar.write_text(render("tiny", extra, tables.weight_maps, tables.digests))
     [stray] = problems_of(tmp_path, folder)
     assert where([stray]) == ["manifests/tiny.tensors.json:16: tensor-table"]  # sorted after the index's section
-    assert "'other.safetensors' is not a file of tiny with a pinned header" in stray.message
+    assert "'other.safetensors' is not a file of tiny with a pinned header, table or weight_map" in stray.message
 
 
 def test_validating_one_manifest_reports_its_sidecar_too(tmp_path: Path) -> None:
@@ -159,3 +159,69 @@ def memory_message(tmp_path: Path, text: str) -> str:
     shutil.rmtree(tmp_path / "manifests", ignore_errors=True)
     folder = write_catalog(tmp_path, {"tiny.yaml": text})
     return next(p.message for p in problems_of(tmp_path, folder) if p.rule == "gpu-memory")
+
+
+def test_lock_from_a_folder_pins_the_sha256_of_every_tensors_own_bytes(tmp_path: Path) -> None:
+    import hashlib
+
+    folder = locked(tmp_path, GOOD, GOOD_MAP)
+    tables = parse((folder / "tiny.tensors.json").read_text())
+    assert tables.digests[S1] == {"a": hashlib.sha256(bytes([1, 2])).hexdigest(), "b": hashlib.sha256(bytes([3, 4])).hexdigest()}
+    assert tables.digests[S2] == {"c": hashlib.sha256(bytes([5, 6])).hexdigest()}
+    sidecar = folder / "tiny.tensors.json"
+    flipped = sidecar.read_text().replace(hashlib.sha256(bytes([3, 4])).hexdigest(), hashlib.sha256(b"x").hexdigest())
+    sidecar.write_text(flipped)
+    [found] = problems_of(tmp_path, folder)
+    assert found.rule == "tensor-table" and "differs from the one pinned" in found.message  # a digest is pinned too
+
+
+def repin(folder: Path, path: str, text: str) -> None:
+    """Write `text` as the sidecar and pin its section for `path` in the manifest, as a hand edit of both would."""
+    import re
+
+    sidecar = folder / "tiny.tensors.json"
+    old = parse(sidecar.read_text()).section_sha256(path)
+    sidecar.write_text(text)
+    new = parse(text).section_sha256(path)
+    assert old is not None and new is not None
+    manifest = folder / "tiny.yaml"
+    manifest.write_text(re.sub(f"table_sha256: {old}", f"table_sha256: {new}", manifest.read_text()))
+
+
+def test_digests_on_some_tensors_of_a_file_but_not_all_fail_at_the_first_without(tmp_path: Path) -> None:
+    folder = locked(tmp_path, GOOD, GOOD_MAP)
+    tables = parse((folder / "tiny.tensors.json").read_text())
+    digests = {**tables.digests, S1: {"a": tables.digests[S1]["a"]}}
+    repin(folder, S1, render("tiny", tables.headers, tables.weight_maps, digests))
+    [found] = problems_of(tmp_path, folder)
+    assert where([found]) == ["manifests/tiny.tensors.json:6: tensor-digests"]
+    assert "tensor 'b' has no digest while 1 other(s) of the file do" in found.message
+    none = {S2: tables.digests[S2]}  # a file with no digests at all is a manifest locked before them: fine
+    repin(folder, S1, render("tiny", tables.headers, tables.weight_maps, none))
+    assert problems_of(tmp_path, folder) == []
+
+
+def test_a_tensorizer_table_pins_offsets_that_must_fit_the_file(tmp_path: Path) -> None:
+    pytest.importorskip("tensorizer")
+    from resolver.examples import write_model
+
+    source = write_model("tiny-llama-tensorizer", tmp_path / "src")
+    folder = write_catalog(tmp_path, {"tiny.yaml": manifest_text(files="", fmt="tensorizer")[: -len("files:\n")]})
+    [doc] = load_dir(folder).docs
+    assert doc.manifest is not None
+    lock_manifest(doc.manifest, doc.path, from_dir=source, hub=HubOptions(), write=True)
+    assert problems_of(tmp_path, folder) == []
+    tables = parse((folder / "tiny.tensors.json").read_text())
+    raw = (source / "model.tensors").read_bytes()
+    import hashlib
+
+    for name, dtype, shape in tables.headers["model.tensors"]:
+        start = tables.offsets["model.tensors"][name]
+        size = 4 * (shape[0] * (shape[1] if len(shape) > 1 else 1))
+        assert dtype == "F32" and hashlib.sha256(raw[start:start + size]).hexdigest() == tables.digests["model.tensors"][name]
+    first, second = tables.headers["model.tensors"][:2]
+    offsets = {**tables.offsets["model.tensors"], second[0]: tables.offsets["model.tensors"][first[0]] + 4}
+    repin(folder, "model.tensors", render("tiny", tables.headers, {}, tables.digests, {"model.tensors": offsets}))
+    [found] = problems_of(tmp_path, folder)
+    assert found.rule == "tensor-digests" and f"tensor {second[0]!r} starts at" in found.message
+    assert "inside the tensor before it" in found.message

@@ -58,3 +58,25 @@ def test_unreadable_tables_are_refused_with_a_line(text: str, line: int, says: s
     with pytest.raises(TableError) as caught:
         parse(text)
     assert says in caught.value.message and caught.value.line == line
+
+
+def test_digests_and_offsets_round_trip_and_are_pinned_with_the_rows() -> None:
+    rows = HEADERS["b.safetensors"]
+    digests = {"b.safetensors": {name: f"{i:064x}" for i, (name, _, _) in enumerate(rows)}}
+    offsets = {"b.safetensors": {name: 100 * i for i, (name, _, _) in enumerate(rows)}}
+    text = render("m", HEADERS, MAPS, digests, offsets)
+    tables = parse(text)
+    assert tables.digests == digests and tables.offsets == offsets and tables.headers == HEADERS
+    assert render("m", tables.headers, tables.weight_maps, tables.digests, tables.offsets) == text
+    plain = table_sha256(rows)
+    with_digests = table_sha256(rows, digests["b.safetensors"])
+    assert len({plain, with_digests, table_sha256(rows, digests["b.safetensors"], offsets["b.safetensors"])}) == 3
+    changed = {**digests["b.safetensors"], "z.weight": "f" * 64}
+    assert table_sha256(rows, changed) != with_digests
+    assert parse(render("m", HEADERS, MAPS)).section_sha256("b.safetensors") == plain  # tables locked before digests
+
+
+@pytest.mark.parametrize("value", ['["F32", [2], "ABC"]', '["F32", [2], "' + "a" * 64 + '", -1]', '["F32", [2], 3]'])
+def test_a_digest_or_offset_of_the_wrong_shape_is_refused(value: str) -> None:
+    with pytest.raises(TableError, match="expected \\[dtype, shape\\]"):
+        parse('{"model": "m", "files": {"a.safetensors": {"w": ' + value + '}}}')
