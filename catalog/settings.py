@@ -84,6 +84,12 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("DOCKER_CONFIG", "the folder of docker's config.json, read for oci:// registry credentials (default ~/.docker)"),
     EnvVar("CATALOG_STREAM_PROOF_MAX_AGE", "seconds a warm answer may rest on the proof that streamed objects are the "
                                            "verified ones (default 300); older, the full resolve proves them again"),
+    EnvVar("CATALOG_ENGINE_LOADER", "how vllm-args hand a streamed model to the engine: catalog (`--load-format catalog`: "
+                                    "the engine's loader hashes every tensor against its pin before the model sees it), "
+                                    "plain (the format's own streamer, which verifies nothing) or auto (default: catalog "
+                                    "where vLLM and the plugin are installed and every tensor is pinned)"),
+    EnvVar("CATALOG_LOAD_RECORD", "a file each verified load (`--load-format catalog`) appends one JSON line to: the "
+                                  "tensors delivered, from where, and any refused"),
 )
 ENV_NAMES = frozenset(v.name for v in ENV)
 
@@ -92,6 +98,7 @@ RETRY_MODES = ("standard", "adaptive", "legacy")
 MODES = {"ci": ("store", False), "dev": ("fallback", False), "offline": ("store", True)}
 SOURCES = ("store", "hf", "fallback")
 PREFER = ("local", "stream")  # --prefer: a streamed model with every weight at hand comes back local, or streams
+ENGINE_LOADERS = ("auto", "catalog", "plain")  # CATALOG_ENGINE_LOADER
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,8 @@ class Settings:
     trusted_keys: tuple[Path, ...] = ()  # given: they and trusted_roots replace catalog.yaml's anchors
     trusted_roots: tuple[Path, ...] = ()
     stream_proof_max_age: int = 300  # seconds a warm answer with a stream URI may rest on its proof
+    engine_loader: str = "auto"  # auto | catalog | plain: `--load-format catalog` for streamed models, or not
+    load_record: Path | None = None  # where verified loads append what they delivered
     debug: bool = False
     ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
     oci: OciOptions = field(default_factory=OciOptions)
@@ -191,6 +200,10 @@ class Settings:
         prefer = str(pick("prefer", "CATALOG_PREFER") or "local").strip().lower()
         if prefer not in PREFER:
             raise UsageError(f"--prefer / CATALOG_PREFER {prefer!r} is not one of {', '.join(PREFER)}")
+        engine_loader = str(pick("engine_loader", "CATALOG_ENGINE_LOADER") or "auto").strip().lower()
+        if engine_loader not in ENGINE_LOADERS:
+            raise UsageError(f"CATALOG_ENGINE_LOADER {engine_loader!r} is not one of {', '.join(ENGINE_LOADERS)}")
+        record = env.get("CATALOG_LOAD_RECORD") or None
         keys = flags.get("trusted_keys") or [p for p in (env.get("CATALOG_TRUSTED_KEYS") or "").split(":") if p.strip()]
         roots = flags.get("trusted_roots") or [p for p in (env.get("CATALOG_TRUSTED_ROOTS") or "").split(":") if p.strip()]
         return cls(
@@ -214,6 +227,8 @@ class Settings:
             mirrors=tuple(str(u).strip() for u in mirrors),
             cache_max_size=parse_size(max_size, "CATALOG_CACHE_MAX_SIZE") if max_size is not None else None,
             prefer=prefer,
+            engine_loader=engine_loader,
+            load_record=Path(record).expanduser() if record else None,
             stream_proof_max_age=_whole(env.get("CATALOG_STREAM_PROOF_MAX_AGE") or "300", "CATALOG_STREAM_PROOF_MAX_AGE",
                                         maximum=envparse.MAX_SECONDS),
             debug=envparse.flag(env.get("CATALOG_DEBUG", ""), "CATALOG_DEBUG"),

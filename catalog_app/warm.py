@@ -13,8 +13,11 @@ the full CLI warns about) goes to the full CLI, which records again.
 
 A stream URI vouches for bytes in the store, which no stat here can see change: an answer that streams rests on
 the proof the full CLI made when it recorded the entry, for at most `Settings.stream_proof_max_age` seconds
-(CATALOG_STREAM_PROOF_MAX_AGE, 300); older, the full CLI proves the objects again. Offline, no streamed answer is
-recorded at all (the full CLI makes the weights local).
+(CATALOG_STREAM_PROOF_MAX_AGE, 300); older, the full CLI proves the objects again. An answer that hands the weights
+to the engine's verified loader (`--load-format catalog`) needs no such proof: the engine hashes every tensor
+itself. Whether that loader is handed out by default depends on vLLM being installed: the entry keeps the path
+that said so, and one stat of it must say the same. Offline, no streamed answer is recorded at all (the full CLI
+makes the weights local).
 
 Start-up is the cost here (`docs/benchmarks.md`): this module imports only os, json and time from the standard
 library, the interpreter's built-in sha256, and two modules of ours written the same way (catalog/locations.py,
@@ -83,7 +86,8 @@ KEY_VARIABLES = (
     "CATALOG_HUB_MAX_WAIT", "CATALOG_SHARED_CACHE", "CATALOG_MIRRORS", "CATALOG_CACHE_MAX_SIZE", "CATALOG_GPU_CLASS",
     "CATALOG_GPU_COUNT", "CATALOG_DEBUG", "CATALOG_PREFER", "CATALOG_REQUIRE_SIGNATURE", "CATALOG_TRUSTED_KEYS",
     "CATALOG_TRUSTED_ROOTS", "CATALOG_OCI_USERNAME", "CATALOG_OCI_PASSWORD", "CATALOG_OCI_REGISTRY",
-    "CATALOG_OCI_PLAIN_HTTP", "DOCKER_CONFIG", "CATALOG_STREAM_PROOF_MAX_AGE",
+    "CATALOG_OCI_PLAIN_HTTP", "DOCKER_CONFIG", "CATALOG_STREAM_PROOF_MAX_AGE", "CATALOG_ENGINE_LOADER",
+    "CATALOG_LOAD_RECORD",
 )
 # Settings that may name something relative to the working directory: when one does, the directory enters the key.
 _PATH_FLAGS = ("store", "shared_caches", "mirrors", "trusted_keys", "trusted_roots")
@@ -222,6 +226,9 @@ def lookup(entry: Mapping[str, Any], fmt: str, now: float) -> str | None:
         return None
     if not proof_holds(entry, now):
         return None
+    probe = entry.get("engine_probe")
+    if probe is not None and os.path.exists(probe[0]) is not probe[1]:
+        return None  # vLLM (and so the verified loader) was installed or removed since
     markers: dict[str, dict[str, Any]] = {}
     for path in entry["markers"]:
         try:
@@ -273,12 +280,14 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], resu
     failures to record are harmless. `local_when`: the cache blobs of streamed weights which, once all present, make
     the full CLI answer with a local folder instead."""
     from catalog_app import outputs
+    from resolver import engines
 
     request = parse_argv(argv)
     if request is None or settings.ignored:
         return  # a call the warm path never answers, or one whose warnings only the full CLI prints
     where = place(request, env)
     streams = any(r.streams for r in results)
+    unproved = any(r.streams and r.verified_loader is None for r in results)  # a URI handed to an unverifying loader
     if where is None or (streams and settings.offline):
         return
     answers = [r.from_cache() for r in results]
@@ -302,7 +311,8 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], resu
         entry = {"version": INDEX_VERSION, "inputs": digests, "cache": where[1], "outputs": rendered,
                  "markers": sorted({str(m) for r in results for m in r.markers}),
                  "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
-                 "proved_at": began, "valid_until": began + settings.stream_proof_max_age if streams else None}
+                 "proved_at": began, "valid_until": began + settings.stream_proof_max_age if unproved else None,
+                 "engine_probe": list(engines.vllm_probe()) if streams and settings.engine_loader == "auto" else None}
         folder = os.path.join(where[1], INDEX_FOLDER)
         os.makedirs(folder, exist_ok=True)
         view_stamps.replace_atomically(os.path.join(folder, f"{index_key(request, env, *where)}.json"),

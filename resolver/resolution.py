@@ -7,6 +7,7 @@ pydantic or any store.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,6 +16,10 @@ from typing import Any
 from catalog.formats import EngineTarget, LoadFormat
 from resolver import mounts
 from resolver.views import Layout
+
+
+# what vLLM's dotted-argument parser reads as a number with a unit (its human_readable_int): "80g", "1.5k"
+_SIZE_LIKE = re.compile(r"[0-9.]+\s*[a-zA-Z]{1,3}")
 
 
 class NoEngineArguments(ValueError):
@@ -46,6 +51,9 @@ class Resolution:
     sources: Mapping[str, str] = field(default_factory=dict)  # file -> where its bytes came from (cache, a store)
     weights_uri: str | None = None  # the store prefix the engine streams the weights from (None: they are local)
     filesystem: str | None = None  # the type of the filesystem holding `path` (resolver/mounts.py), None: unknown
+    # `--load-format catalog`: the loader config the engine's verified loader gets (the logical name and where the
+    # catalog, store and cache are); None: the format's own loader reads the weights (local, or streamed unverified)
+    verified_loader: Mapping[str, str] | None = None
 
     @property
     def streams(self) -> bool:
@@ -58,7 +66,7 @@ class Resolution:
             "tokenizer": self.tokenizer, "files": list(self.files), "streamed": list(self.streamed),
             "bytes": self.bytes, "source": self.source, "sources": dict(self.sources), "layout": self.layout.value,
             "hub_cache": str(self.hub_cache) if self.hub_cache else None, "weights_uri": self.weights_uri,
-            "filesystem": self.filesystem,
+            "filesystem": self.filesystem, "engine_loader": "catalog" if self.verified_loader is not None else "plain",
             "engine_args": engine_args(self) if self.load_format.spec.engine else None, "env": engine_env(self),
         }
 
@@ -92,6 +100,15 @@ def engine_args(r: Resolution) -> list[str]:
     NoEngineArguments for what no engine loads (a dataset)."""
     if not r.load_format.spec.engine:
         raise NoEngineArguments(f"{r.name} is a {r.load_format.value}: no engine loads it, so it has no engine arguments")
+    if r.verified_loader is not None:
+        # The engine's loader reads the weights (by pinned span, each tensor hashed before the model sees it); the
+        # local folder gives it the config and tokenizer.
+        args = ["--model", str(r.path), "--served-model-name", r.name, "--load-format", VERIFIED_LOAD_FORMAT]
+        if r.tokenizer is not None:
+            args += ["--tokenizer", r.tokenizer]
+        if r.tensor_parallel:
+            args += ["--tensor-parallel-size", str(r.tensor_parallel)]
+        return args + loader_config_args(r.verified_loader)
     if r.layout is Layout.HF_CACHE and not r.streams:
         args = ["--model", r.hf_repo, "--revision", r.revision]
     else:
@@ -101,11 +118,39 @@ def engine_args(r: Resolution) -> list[str]:
         args += ["--tokenizer", r.tokenizer]
     if r.tensor_parallel:
         args += ["--tensor-parallel-size", str(r.tensor_parallel)]
-    if r.loader:
-        args += ["--model-loader-extra-config", json.dumps(dict(r.loader), sort_keys=True, separators=(",", ":"))]
+    args += loader_config_args(r.loader)
     if prefetch(r):
         args += ["--safetensors-load-strategy", "prefetch"]
     return args
+
+
+VERIFIED_LOAD_FORMAT = "catalog"  # the load format the package's vLLM plugin registers (catalog_app/vllm_plugin.py)
+LOADER_CONFIG = "--model-loader-extra-config"
+
+
+def loader_config_args(config: Mapping[str, Any]) -> list[str]:
+    """A loader config as one `--model-loader-extra-config.KEY=VALUE` per key (vLLM's dotted form, nested keys
+    joined by dots): no JSON braces or quotes, so the arguments survive both `eval` and a plain `$(...)` splice
+    (word splitting keeps no shell quotes). A value vLLM would read as something else (a string that parses as JSON
+    or a size like "1k") is written as a JSON string."""
+    args: list[str] = []
+    for key, value in sorted(config.items()):
+        if isinstance(value, Mapping):
+            args += [arg.replace(LOADER_CONFIG, f"{LOADER_CONFIG}.{key}", 1) for arg in loader_config_args(value)]
+        else:
+            args.append(f"{LOADER_CONFIG}.{key}={_dotted_value(value)}")
+    return args
+
+
+def _dotted_value(value: object) -> str:
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            if not _SIZE_LIKE.fullmatch(value) and value.strip() == value and value:
+                return value
+        return json.dumps(value)
+    return json.dumps(value, separators=(",", ":"))
 
 
 def prefetch(r: Resolution) -> bool:

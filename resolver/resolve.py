@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from catalog import formats, naming
+from catalog import formats, load_plan, naming
 from catalog.errors import (CacheWriteError, CatalogError, IntegrityError, MissingObjectError, NotCachedError,
                             SnapshotOwnerError, StoreUnavailableError, UnsafePathError, UsageError)
 from catalog.formats import LoadFormat
+from catalog.loading import load_tables
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
-from resolver import capacity, hashing, mounts, signatures, stream_check, tiers
+from resolver import capacity, engines, hashing, mounts, signatures, stream_check, tiers
 from resolver.cache import Cache, cache_error
 from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
@@ -242,6 +243,7 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         except NoEngineArguments as exc:
             raise UsageError(f"{manifest.name}: {exc}", hint="pin exactly one weights file (source.include)") from None
     return Resolution(
+        verified_loader=verified_handoff(cat, manifest, cache, options) if plan.streamed else None,
         name=manifest.name, hf_repo=manifest.source.hf_repo, revision=manifest.source.revision,
         load_format=manifest.load_format, model=model, path=path, tokenizer=tokenizer,
         files=tuple(e.path for e in plan.local), streamed=tuple(e.path for e in plan.streamed),
@@ -253,6 +255,25 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
         filesystem=mounts.filesystem_type(path),
     )
+
+
+def verified_handoff(cat: Catalog, manifest: ModelManifest, cache: Cache, options: ResolveOptions) -> dict[str, str] | None:
+    """The loader config of `--load-format catalog` for a model whose weights stay in the store, or None for the
+    format's own streamer: CATALOG_ENGINE_LOADER=catalog always (UsageError when a tensor has no pinned digest),
+    plain never, auto where vLLM (and so the package's plugin) is installed and every tensor is pinned."""
+    choice = options.settings.engine_loader if options.settings is not None else "auto"
+    if choice == "plain" or (choice == "auto" and not engines.vllm_installed()):
+        return None
+    source = cat.sources.get(manifest.name)
+    tables = load_tables(source, []).tables if source is not None else None
+    if choice == "auto" and not load_plan.has_tensor_digests(manifest, tables):
+        return None
+    load_plan.plan(manifest, tables)  # CATALOG_ENGINE_LOADER=catalog: say why it cannot be (NotVerifiable)
+    config = {"model": manifest.name, "catalog": str(cat.root.resolve()), "cache": str(cache.root)}
+    store = options.settings.store if options.settings is not None else None
+    if store and "@" not in store.split("://", 1)[-1].split("/", 1)[0]:  # never a URL carrying credentials
+        config["store"] = store
+    return config
 
 
 def _weights_at_hand(manifest: ModelManifest, cache: Cache, options: ResolveOptions) -> dict[str, str] | None:

@@ -60,10 +60,12 @@ _caches = itertools.count()
 
 
 def resolve_cli(store: str, name: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """vllm-args for the format's own streamer (which reads the URI unverified: what the proof is for)."""
     cache = tmp_path / f"cache-{next(_caches)}"
     return subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", name,
                            "--format", "vllm-args", "--store", store, "--cache", str(cache), *extra],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CATALOG_ENGINE_LOADER": "plain"})
 
 
 def uploaded(bundled: Catalog, sources: dict[str, Path], target: Bucketish, name: str) -> str:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te", "trailer",
               "upgrade", "expect"}
-KINDS = ("status", "stall", "short", "inflate", "reset", "stall_body")
+KINDS = ("status", "stall", "short", "inflate", "reset", "stall_body", "flip")
 
 
 @dataclass
@@ -37,6 +37,8 @@ class Fault:
       inflate     announce `after` more bytes than the body has, send the body, close
       reset       send `after` body bytes, then reset the connection (RST)
       stall_body  send `after` body bytes, wait `seconds`, close
+      flip        relay the real answer with the body byte at `after` inverted (same length, same ETag: a store
+                  that serves other bytes than it lists, or a bit flipped on the way)
     """
 
     kind: str
@@ -167,7 +169,9 @@ class HttpFaultProxy:
         h.end_headers()
         if h.command == "HEAD":
             return
-        if fault is None or fault.kind == "stall":
+        if fault is not None and fault.kind == "flip" and fault.after < len(data):
+            data = data[:fault.after] + bytes([data[fault.after] ^ 0xFF]) + data[fault.after + 1:]
+        if fault is None or fault.kind in ("stall", "flip"):
             h.wfile.write(data)
             return
         if fault.kind == "inflate":

@@ -138,7 +138,8 @@ def test_a_file_dropped_into_a_dir_view_with_the_folder_mtime_put_back_is_remove
 
 
 def test_a_warm_stream_answer_rests_on_a_proof_of_bounded_age(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
-    env = env_for(tmp_path, CATALOG_STORE=str(store_dir))
+    """For the format's own streamer, which reads the URI unverified (the verified loader needs no proof: below)."""
+    env = env_for(tmp_path, CATALOG_STORE=str(store_dir), CATALOG_ENGINE_LOADER="plain")
     cold = run_catalog(["resolve", "tiny-qwen2", "--format", "json"], env)
     assert cold.returncode == 0, explain(cold)
     assert json.loads(cold.stdout)["streamed"]
@@ -156,6 +157,25 @@ def test_a_warm_stream_answer_rests_on_a_proof_of_bounded_age(bundled: Catalog, 
     stale = run_catalog(["resolve", "tiny-qwen2", "--format", "json"], env)
     assert stale.returncode == 1 and "rewritten since sync verified it" in stale.stderr, explain(stale)
     assert stale.stdout == ""
+
+
+def test_a_warm_answer_for_the_verified_loader_needs_no_proof_of_the_objects(bundled: Catalog, store_dir: Path,
+                                                                           tmp_path: Path) -> None:
+    """`--load-format catalog`: the engine hashes every tensor itself, so a warm answer stays valid past the proof's
+    age (and the object it names may change: the engine refuses the changed tensor, tests/integration/
+    test_verified_load.py); a changed engine choice misses."""
+    env = env_for(tmp_path, CATALOG_STORE=str(store_dir), CATALOG_ENGINE_LOADER="catalog")
+    cold = run_catalog(["resolve", "tiny-qwen2", "--format", "vllm-args"], env)
+    assert cold.returncode == 0 and "--load-format catalog" in cold.stdout, explain(cold)
+    [entry] = sorted((tmp_path / "cache" / "warm-index").glob("*.json"))
+    record = json.loads(entry.read_bytes())
+    assert record["valid_until"] is None
+    record["proved_at"] -= 3600
+    entry.write_text(json.dumps(record))
+    warm = run_catalog(["resolve", "tiny-qwen2", "--format", "vllm-args"], env)
+    assert warm.returncode == 0 and warm.stdout == cold.stdout, explain(warm)
+    plain = run_catalog(["resolve", "tiny-qwen2", "--format", "vllm-args"], {**env, "CATALOG_ENGINE_LOADER": "plain"})
+    assert plain.returncode == 0 and "--load-format runai_streamer" in plain.stdout, explain(plain)
 
 
 def test_offline_after_an_online_resolve_never_answers_a_stream_uri(store_dir: Path, tmp_path: Path) -> None:
