@@ -88,7 +88,8 @@ def _redirect_target(r: Resolution) -> str:
     if needs is not None:
         raise OutputError(f"--format redirect: {r.name} ({r.load_format.value}) needs {needs}, which a redirect file "
                           f"cannot carry; start the engine with `catalog resolve {r.name} --format vllm-args` instead")
-    return r.model
+    # A streamed model's prefix URI, for the engine's own streamer (a redirect cannot carry `--load-format catalog`)
+    return r.weights_uri if r.streams and r.weights_uri is not None else r.model
 
 
 OUTPUTS: dict[str, Renderer] = {

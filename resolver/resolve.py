@@ -236,14 +236,15 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
     tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, bool(plan.streamed), cache, store, options, progress)
     weights_uri = store.stream_uri(cat.store_key(manifest)) if plan.streamed else None
     model, loader = str(path), dict(manifest.loader)
-    if manifest.load_format.spec.engine:
+    verified = verified_handoff(cat, manifest, cache, options) if plan.streamed else None
+    if manifest.load_format.spec.engine and verified is None:  # the verified loader takes the folder as --model
         try:
             model, loader = engine_target(manifest.load_format, [f.path for f in manifest.files], path, weights_uri,
                                           manifest.loader)
         except NoEngineArguments as exc:
             raise UsageError(f"{manifest.name}: {exc}", hint="pin exactly one weights file (source.include)") from None
     return Resolution(
-        verified_loader=verified_handoff(cat, manifest, cache, options) if plan.streamed else None,
+        verified_loader=verified,
         name=manifest.name, hf_repo=manifest.source.hf_repo, revision=manifest.source.revision,
         load_format=manifest.load_format, model=model, path=path, tokenizer=tokenizer,
         files=tuple(e.path for e in plan.local), streamed=tuple(e.path for e in plan.streamed),

@@ -60,16 +60,16 @@ class EngineSession:
         assert done.returncode == 0, f"catalog {' '.join(args)}: {done.stderr}"
         return done.stdout
 
-    def vllm_args(self, name: str, *flags: str) -> list[str]:
-        return shlex.split(self.catalog("resolve", name, "--format", "vllm-args", *flags))
+    def vllm_args(self, name: str, *flags: str, env: Mapping[str, str] | None = None) -> list[str]:
+        return shlex.split(self.catalog("resolve", name, "--format", "vllm-args", *flags, env=env))
 
-    def exported(self, *args: str) -> dict[str, str]:
+    def exported(self, *args: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """What `--format env` exports, parsed as a shell would."""
-        env = {}
-        for line in self.catalog(*args, "--format", "env").splitlines():
+        found = {}
+        for line in self.catalog(*args, "--format", "env", env=env).splitlines():
             key, _, value = line.removeprefix("export ").partition("=")
-            env[key] = shlex.split(value)[0] if value else ""
-        return env
+            found[key] = shlex.split(value)[0] if value else ""
+        return found
 
     def run(self, jobs: Sequence[EngineJob], **env: str) -> dict[str, EngineResult]:
         """Run `jobs` in one engine worker with this session's environment (plus `env`): a private HOME and caches,
@@ -77,8 +77,16 @@ class EngineSession:
         base = {"HOME": str(self.home), "VLLM_CACHE_ROOT": str(self.home / "vllm"), "HF_HOME": str(self.home / "hf"),
                 "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(self.home / "empty-hub"), "HF_ENDPOINT": self.hub_url,
                 "HF_HUB_DISABLE_TELEMETRY": "1", **env}
-        results = run_jobs(jobs, env=base, log=self.home / "engine.log", timeout=900)
+        results = run_jobs(jobs, env=base, log=self.home / "engine.log", timeout=worker_timeout())
         return {r.id: r for r in results}
+
+
+def worker_timeout(base: float = 900.0) -> float:
+    """The cap on one engine worker: `base` on a quiet machine, up to 4x as long when the run queue is longer than
+    the cores (a CI runner with a noisy neighbour, or two suites at once: the per-rank loads of the tensor-parallel
+    model then take several times as long, and a fixed cap failed them)."""
+    busy = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return base * min(4.0, max(1.0, busy))
 
 
 def job(id: str, args: Sequence[str], model: str, env: Mapping[str, str] | None = None) -> EngineJob:

@@ -43,12 +43,19 @@ def direct(engine_session: EngineSession) -> dict[str, EngineResult]:
     # A streamed model's folder with its weights brought local is an engine folder too.
     jobs.append(job("path:tiny-qwen2", ["--model", s.catalog("resolve", "tiny-qwen2", "--materialize-weights").strip()],
                     "tiny-qwen2"))
+    plain = {"CATALOG_ENGINE_LOADER": "plain"}
     for name in STREAMED:
         stream = ("--prefer", "stream")  # the default hands out weights already at hand locally (below)
         jobs.append(job(f"stream:{name}", s.vllm_args(name, *stream), name, s.exported("resolve", name, *stream)))
+        jobs.append(job(f"plain:{name}", s.vllm_args(name, *stream, env=plain), name,
+                        s.exported("resolve", name, *stream, env=plain)))
         jobs.append(job(f"local:{name}", s.vllm_args(name, "--materialize-weights"), name))
         # Now that its weights are verified in the cache, the default (--prefer local) hands out the local folder.
         jobs.append(job(f"at-hand:{name}", s.vllm_args(name), name))
+    # `vllm serve $(catalog resolve NAME --format vllm-args)`: word splitting only, no quote removal (no eval)
+    for name, env in (("tiny-qwen2", plain), ("tiny-llama-tensorizer", {})):
+        printed = s.catalog("resolve", name, "--format", "vllm-args", "--prefer", "stream", env=env)
+        jobs.append(job(f"spliced:{name}", printed.split(), name, s.exported("resolve", name, "--prefer", "stream", env=env)))
     return s.run(jobs)
 
 
@@ -94,15 +101,38 @@ def test_vllm_args_of_a_local_model_serve_the_reference_under_its_logical_name(
 
 
 @pytest.mark.parametrize("name", STREAMED)
-def test_vllm_args_stream_from_the_bucket_and_serve_the_reference(
-        direct: dict[str, EngineResult], references: dict[str, Reference], name: str) -> None:
+def test_vllm_args_stream_from_the_bucket_through_the_verified_loader_and_serve_the_reference(
+        direct: dict[str, EngineResult], references: dict[str, Reference], engine_session: EngineSession,
+        name: str) -> None:
     """runai_streamer, runai_streamer_sharded (two tensor-parallel ranks, one core each) and tensorizer, streamed
-    from SeaweedFS with the environment `--format env` exports and the credentials of the standard chain. The
-    tensorizer load needs the worker's workaround of vLLM 0.32's CPU-build bug (see vllm_worker.py): said here."""
+    from SeaweedFS through `--load-format catalog` (each tensor hashed against its pin inside the engine), with the
+    environment `--format env` exports and the credentials of the standard chain. No workaround is applied: the
+    catalog's loader ends in vLLM's common path, which the CPU build's tensorizer loader skips."""
+    args = engine_session.vllm_args(name, "--prefer", "stream")
+    assert args[args.index("--load-format") + 1] == "catalog"
     result = direct[f"stream:{name}"]
+    assert_matches(result, reference_of(references, name), served=name)
+    assert result.patched == ()
+
+
+@pytest.mark.parametrize("name", STREAMED)
+def test_the_formats_own_streamer_still_serves_the_reference(
+        direct: dict[str, EngineResult], references: dict[str, Reference], name: str) -> None:
+    """CATALOG_ENGINE_LOADER=plain: the format's own loader streams the URI (unverified; resolve's proof vouches for
+    the objects). The tensorizer load needs the worker's workaround of vLLM 0.32's CPU-build bug (see
+    vllm_worker.py): said here."""
+    result = direct[f"plain:{name}"]
     assert_matches(result, reference_of(references, name), served=name)
     if name == "tiny-llama-tensorizer":
         assert result.patched and "process_weights_after_loading" in result.patched[0]
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama-tensorizer"])
+def test_vllm_args_spliced_into_a_command_without_eval_serve_the_reference(
+        direct: dict[str, EngineResult], references: dict[str, Reference], name: str) -> None:
+    """`$(catalog resolve ...)` as CI writes it: tiny-qwen2's plain streamer with its loader config (the JSON form kept
+    its shell quotes there and vLLM refused it), tensorizer's verified loader with its own config."""
+    assert_matches(direct[f"spliced:{name}"], reference_of(references, name), served=name)
 
 
 @pytest.mark.parametrize("name", STREAMED)

@@ -72,7 +72,12 @@ def test_engine_arguments() -> None:
                            loader={"concurrency": 4}, stream_env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
     # The logical name is the served name: a storage URI never becomes the engine's model id or metric label.
     assert engine_args(streamed) == ["--model", "s3://b/m/", "--served-model-name", "m", "--load-format", "runai_streamer",
-                                     "--tokenizer", "/cache/m", "--model-loader-extra-config", '{"concurrency":4}']
+                                     "--tokenizer", "/cache/m", "--model-loader-extra-config.concurrency=4"]
+    verified = dataclasses.replace(streamed, verified_loader={"model": "m", "catalog": "/repo/manifests", "cache": "/cache"})
+    assert engine_args(verified) == ["--model", "/cache/models/m/x", "--served-model-name", "m", "--load-format", "catalog",
+                                     "--tokenizer", "/cache/m", "--model-loader-extra-config.cache=/cache",
+                                     "--model-loader-extra-config.catalog=/repo/manifests",
+                                     "--model-loader-extra-config.model=m"]
     sharded = _resolution(load_format=LoadFormat.RUNAI_STREAMER_SHARDED, model="s3://b/m/", streamed=("r.safetensors",),
                           tensor_parallel=2)
     assert engine_args(sharded)[-2:] == ["--tensor-parallel-size", "2"]
@@ -80,6 +85,37 @@ def test_engine_arguments() -> None:
     hf = _resolution(layout=Layout.HF_CACHE, hub_cache=Path("/cache/hub"))
     assert engine_args(hf)[:4] == ["--model", "org/m", "--revision", "a" * 40]  # the plain repo id: no string rewriting
     assert engine_env(hf) == {"HF_HUB_CACHE": "/cache/hub", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.mark.parametrize(("config", "printed"), [
+    ({"concurrency": 4, "distributed": True}, ["--model-loader-extra-config.concurrency=4",
+                                              "--model-loader-extra-config.distributed=true"]),
+    ({"deserialization_kwargs": {"verify_hash": False}, "tensorizer_uri": "s3://b/k/model.tensors"},
+     ["--model-loader-extra-config.deserialization_kwargs.verify_hash=false",
+      "--model-loader-extra-config.tensorizer_uri=s3://b/k/model.tensors"]),
+    ({"name": "1k", "other": "true", "list": ["a", "b"]},  # strings vLLM would read as a number, a bool: JSON strings
+     ['--model-loader-extra-config.list=["a","b"]', '--model-loader-extra-config.name="1k"',
+      '--model-loader-extra-config.other="true"']),
+])
+def test_loader_configs_are_printed_in_the_dotted_form_that_survives_word_splitting(
+        config: dict[str, object], printed: list[str]) -> None:
+    """vLLM's parser reads `--x.key=value` (value: JSON if it parses, else a size like 1k, else the string): each
+    argument round-trips to the config, and carries no whitespace a splice would cut."""
+    import json
+
+    from resolver.resolution import loader_config_args
+
+    args = loader_config_args(config)
+    assert args == printed and all(" " not in a for a in args)
+    back: dict[str, object] = {}
+    for arg in args:
+        keys, value = arg.removeprefix("--model-loader-extra-config.").split("=", 1)
+        *parents, last = keys.split(".")
+        node = back
+        for key in parents:
+            node = node.setdefault(key, {})  # type: ignore[assignment]
+        node[last] = json.loads(value) if value[:1] in '"[{' or value in ("true", "false") or value.isdigit() else value
+    assert back == config
 
 
 @pytest.mark.parametrize(("text", "size"), [("1048576", 1 << 20), ("64MiB", 64 << 20), ("8M", 8 << 20), ("1GiB", 1 << 30), ("16mb", 16 << 20)])
