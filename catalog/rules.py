@@ -550,6 +550,8 @@ def signature_problem(doc: ManifestDoc, finding: Finding) -> Problem:
     difference = finding.difference
     if difference is not None:
         loc: Loc = ("files", difference.file_index, "path") if difference.file_index is not None else ("files",)
+    elif finding.field and doc.manifest is not None and finding.field[0] in doc.manifest.model_fields_set:
+        loc = finding.field  # a field edited after signing (its nearest key that is there; one removed since: the name)
     else:
         loc = ("name",)
     report("signature", loc, finding.message)

@@ -55,7 +55,7 @@ def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
     offline: bool, prefer: str | None, source: str | None, verify_stream: str, shared_caches: tuple[str, ...], mirrors: tuple[str, ...],
     require_signature: bool, trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...],
-    store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
+    trusted_identities: tuple[str, ...], trusted_log_keys: tuple[str, ...], store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
 ) -> int:
     """Materialize verified models and print where they are."""
     if bool(names) == all_models:
@@ -65,7 +65,8 @@ def resolve_command(
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
                        source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
                        require_signature=require_signature or None, trusted_keys=trusted_keys or None,
-                       trusted_roots=trusted_roots or None, prefer=prefer)
+                       trusted_roots=trusted_roots or None, trusted_identities=trusted_identities or None,
+                       trusted_log_keys=trusted_log_keys or None, prefer=prefer)
     # The hf-cache layout decides which manifest answers for a repo id from every manifest pinning it.
     cat = load_catalog(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names)
     cache = Cache(current.cache_dir)
@@ -121,14 +122,16 @@ def resolve_command(
 @cache_option
 @click.pass_context
 def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, check_signatures: bool,
-                   trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...], cache_dir: str | None) -> int:
+                   trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...], trusted_identities: tuple[str, ...],
+                   trusted_log_keys: tuple[str, ...], cache_dir: str | None) -> int:
     """Check the cache's views against the manifests (stat check; --deep re-hashes; --signatures against the
     models' signatures)."""
     from catalog.signing import policy_of
     from resolver.maintenance import verify
     from resolver.signatures import load_anchors
 
-    current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None)
+    current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None,
+                       trusted_identities=trusted_identities or None, trusted_log_keys=trusted_log_keys or None)
     cat = load_catalog(ctx)
     cache = Cache(current.cache_dir)
     anchors = load_anchors(policy_of(cat.settings, cat.root, current)) if check_signatures else None
