@@ -46,6 +46,7 @@ class Resolution:
     sources: Mapping[str, str] = field(default_factory=dict)  # file -> where its bytes came from (cache, a store)
     weights_uri: str | None = None  # the store prefix the engine streams the weights from (None: they are local)
     filesystem: str | None = None  # the type of the filesystem holding `path` (resolver/mounts.py), None: unknown
+    trust_remote_code: bool = False  # the manifest allows code (allow_code) and pins *.py files for the engine to run
 
     @property
     def streams(self) -> bool:
@@ -99,6 +100,8 @@ def engine_args(r: Resolution) -> list[str]:
     args += ["--served-model-name", r.name, "--load-format", r.load_format.value]
     if r.tokenizer is not None:
         args += ["--tokenizer", r.tokenizer]
+    if r.trust_remote_code:  # never for a model whose manifest does not say why (allow_code)
+        args.append("--trust-remote-code")
     if r.tensor_parallel:
         args += ["--tensor-parallel-size", str(r.tensor_parallel)]
     if r.loader:
