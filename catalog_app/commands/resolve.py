@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,13 +21,17 @@ from resolver.resolve import ResolveOptions, Source, command_in_use, resolve, sn
 from resolver.stores import open_catalog_store
 from resolver.signatures import require as require_signatures
 
+if TYPE_CHECKING:
+    from catalog.lookup import Catalog
+    from catalog.settings import Settings
+
 log = logging.getLogger("catalog.resolve")
 
 
 @click.command("resolve")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
-@click.option("--format", "fmt", type=click.Choice(list(outputs.OUTPUTS)), default="path", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(list(outputs.FORMATS)), default="path", show_default=True)
 @click.option("--layout", type=click.Choice([layout.value for layout in Layout]), default="dir", show_default=True)
 @click.option("--materialize-weights", is_flag=True, help="Streaming formats: download the weights too.")
 @click.option("--offline", is_flag=True, help="Use the cache only; fail fast naming what is missing.")
@@ -55,7 +60,8 @@ def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
     offline: bool, prefer: str | None, source: str | None, verify_stream: str, shared_caches: tuple[str, ...], mirrors: tuple[str, ...],
     require_signature: bool, trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...],
-    trusted_identities: tuple[str, ...], trusted_log_keys: tuple[str, ...], store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
+    trusted_identities: tuple[str, ...], trusted_log_keys: tuple[str, ...],
+    store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
 ) -> int:
     """Materialize verified models and print where they are."""
     if bool(names) == all_models:
@@ -99,7 +105,9 @@ def resolve_command(
     finally:
         progress.finish()
     try:
-        text = outputs.render(results, fmt)
+        text = outputs.render(results, fmt) if fmt in outputs.OUTPUTS else _bill(fmt, cat, results, current, {
+            "names": selected, "all": all_models, "layout": layout, "materialize_weights": materialize_weights,
+            "source": current.source, "offline": current.offline})
     except outputs.OutputError as exc:
         raise UsageError(str(exc)) from None
     click.echo(text, nl=False)
@@ -110,6 +118,12 @@ def resolve_command(
         if argv is not None:  # the call as typed: the warm path keys its answer by exactly that
             warm.record(argv, current, inputs, results, local_when=streamed_weights, proved_at=began)
     return 0
+
+
+def _bill(fmt: str, cat: Catalog, results: list[Resolution], current: Settings, request: dict[str, object]) -> str:
+    from catalog_app import bom
+
+    return bom.render(fmt, bom.facts(cat, results, current), request)
 
 
 @click.command("verify")
