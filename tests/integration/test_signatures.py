@@ -362,7 +362,7 @@ def test_anchors_on_the_runner_require_signatures_whatever_catalog_yaml_says(set
 EDITS = {
     "tokenizer": ("name: tiny-qwen2\n", "name: tiny-qwen2\ntokenizer: tiny-llama\n"),
     "loader": ("concurrency: 4", "concurrency: 8"),
-    "allow_pickle": ("name: tiny-qwen2\n", "name: tiny-qwen2\nallow_pickle: true\n"),
+    "allow_code": ("name: tiny-qwen2\n", "name: tiny-qwen2\nallow_code: a reason added after signing\n"),
     "load_format": ("load_format: runai_streamer\n", "load_format: safetensors\n"),
     "hf_repo": ("hf_repo: ", "hf_repo: other-"),
     "revision": ("revision: ", "revision: 0"),
