@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from catalog.settings import Settings
     from resolver.resolution import Resolution
 
-FORMATS = ("cyclonedx", "intoto")
 PREDICATE_TYPE = "https://model-catalog/resolve/v1"  # the job's resolve request, and what each model resolved to
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 INSTALL_HINT = "install the bom extra: pip install 'model-catalog[bom]'"
