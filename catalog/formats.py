@@ -57,7 +57,9 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".tensors", ".gguf", "
 # An index maps tensor names to the shard files holding them (`weight_map`): `<weights>.index.json`.
 INDEX_SUFFIX = ".index.json"
 # Pickle-based files can run code when loaded.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib")
+# Python modules: what a config's auto_map loads with --trust-remote-code.
+CODE_SUFFIXES = (".py",)
 # Repos often carry the same weights several times; CI needs one copy. `catalog add` writes these
 # into a new safetensors manifest, visible and editable, rather than hiding them in code.
 OTHER_WEIGHT_FORMATS = ("*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.ot", "*.onnx", "*.gguf", "onnx/", "openvino/", "coreml/")
@@ -98,6 +100,9 @@ class FormatSpec:
     # the engine reads local safetensors through the loader that takes --safetensors-load-strategy (vLLM's default
     # loader for auto/safetensors/mistral; not fastsafetensors, the streamers or sharded_state)
     load_strategy: bool = False
+    # What the loading side must run for this format to be loaded safely (a requirement, said in the docs' table and
+    # in the load-safety rule's message: the catalog cannot see the engine's environment)
+    loader_requires: str | None = None
 
     def weight_files(self, paths: list[str]) -> list[str]:
         return [p for p in paths if any(fnmatchcase(p, pattern) for pattern in self.weight_patterns)]
@@ -110,7 +115,8 @@ FORMATS: dict[LoadFormat, FormatSpec] = {
                                        loader="safetensors", load_strategy=True),
     LoadFormat.FASTSAFETENSORS: FormatSpec(needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS,
                                            loader="safetensors"),
-    LoadFormat.PT: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth")),
+    LoadFormat.PT: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth"),
+                              loader_requires="torch>=2.10 (weights_only loads: CVE-2026-24747 ran code through them before)"),
     LoadFormat.NPCACHE: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth", "*.npy")),
     LoadFormat.BITSANDBYTES: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors", "*.bin")),
     LoadFormat.MISTRAL: FormatSpec(loader="safetensors", load_strategy=True),
@@ -148,6 +154,15 @@ def is_index_file(path: str) -> bool:
 
 def is_pickle_file(path: str) -> bool:
     return path.endswith(PICKLE_SUFFIXES)
+
+
+def executes_on_load(path: str) -> str | None:
+    """Why loading this file can run code (decided from its name alone), or None."""
+    if path.endswith(PICKLE_SUFFIXES):
+        return "pickle-based: unpickling can call any function"
+    if path.endswith(CODE_SUFFIXES):
+        return "Python code: run by --trust-remote-code when a config's auto_map names it"
+    return None
 
 
 def tensor_parallel_ranks(spec: FormatSpec, paths: list[str]) -> int | None:

@@ -85,7 +85,9 @@ RULES: tuple[Rule, ...] = (
     Rule("primary", "several manifests of one Hub repo with no `primary: true`, or more than one (the manifest that "
                     "answers for the repo id in `--format redirect` and the hf-cache layout)"),
     Rule("tensor-parallel", "per-rank shards (`model-rank-N-...`) for a number of ranks other than `gpu.count`"),
-    Rule("pickle", "`.bin`/`.pt`/`.pth`/`.ckpt` weights unless `allow_pickle: true`", pins=True),
+    Rule("load-safety", "pins of files that run code when loaded (pickle-based `.bin`/`.pt`/`.pth`/`.ckpt`/`.pkl`/"
+                        "`.pickle`/`.joblib`, `*.py`), decided from their paths, unless `allow_code:` says why; "
+                        "`allow_pickle: true` alone (it says that, not why)", pins=True),
     Rule("gpu-class", "an unknown GPU class"),
     Rule("gpu-memory", "weights (exact tensor bytes where headers are pinned) x `gpu_memory_factor` larger than the "
                        "class's memory x count", pins=True),
@@ -168,6 +170,9 @@ def check_manifest(
         report("revision-unpinned", ("source", "revision"), message)
     _check_prefix(m, settings, report)
     _check_files(m, report)
+    if m.allow_pickle and m.allow_code is None:
+        report("load-safety", ("allow_pickle",), "`allow_pickle: true` says that pickles may be pinned, not why; replace "
+               "it with `allow_code: <the reason a reviewer reads>`")
     _check_shards(m, report)
     _check_tensor_pins(m, report)
     _check_repo_type(m, report)
@@ -205,9 +210,11 @@ def _check_files(m: ModelManifest, report: _Reporter) -> None:
             report("sha256", (*loc, "sha256"), message)
         if entry.size < 0:
             report("size", (*loc, "size"), f"size {entry.size} is negative")
-        if formats.is_pickle_file(entry.path) and not m.allow_pickle:
-            report("pickle", (*loc, "path"), f"{entry.path!r} is pickle-based and can run code when loaded; "
-                   "prefer safetensors, or set `allow_pickle: true` to opt in")
+        if m.allow_code is None and (why := formats.executes_on_load(entry.path)) is not None:
+            requires = m.load_format.spec.loader_requires
+            report("load-safety", (*loc, "path"), f"{entry.path!r} runs code when loaded ({why}); prefer safetensors, "
+                   "or say why a reviewer should accept it in `allow_code: <reason>`"
+                   + (f" (its loader must then run {requires})" if requires else ""))
         if not _selected(entry.path, m):
             report("file-selection", (*loc, "path"), f"{entry.path!r} is not selected by source.include/exclude")
         if entry.blob_id is not None and not _BLOB_ID.fullmatch(entry.blob_id):
@@ -612,6 +619,8 @@ def signature_problem(doc: ManifestDoc, finding: Finding) -> Problem:
     difference = finding.difference
     if difference is not None:
         loc: Loc = ("files", difference.file_index, "path") if difference.file_index is not None else ("files",)
+    elif finding.field and doc.manifest is not None and finding.field[0] in doc.manifest.model_fields_set:
+        loc = finding.field  # a field edited after signing (its nearest key that is there; one removed since: the name)
     else:
         loc = ("name",)
     report("signature", loc, finding.message)

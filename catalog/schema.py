@@ -126,7 +126,12 @@ class ModelManifest(_Strict):
     gpu: GpuRequirement = Field(default_factory=lambda: GpuRequirement())
     tags: tuple[StrictStr, ...] = ()
     tokenizer: StrictStr | None = Field(None, description="Another model's logical name, or a subfolder of this one.")
-    allow_pickle: StrictBool = Field(False, description="Opt in to pickle-based weights (.bin, .pt, .pth): they can run code.")
+    allow_pickle: StrictBool = Field(False, description="Superseded by allow_code (which says why): still read, never "
+                                     "enough alone for files that run code.")
+    allow_code: StrictStr | None = Field(
+        None, min_length=1, description="Why this model may pin files that run code when loaded (pickle-based weights, "
+        "*.py, remote code its config's auto_map names): a reason a reviewer reads. Also what lets `--format vllm-args` "
+        "pass --trust-remote-code, for a model that pins *.py files.")
     primary: StrictBool = Field(False, description="When several manifests pin one Hub repo, this one answers for the repo id "
                                                    "in repo-id outputs (resolve --format redirect).")
     files: tuple[FileEntry, ...] = Field((), description="Every pinned file; machine-written by `catalog lock`.")
@@ -161,6 +166,16 @@ class ModelManifest(_Strict):
         return next((f for f in self.files if f.path == path), None)
 
 
+class TrustedIdentity(_Strict):
+    """Who may sign with a certificate (catalog/signing.py Identity)."""
+
+    identity: StrictStr = Field(min_length=1, description="A name the signing certificate must carry: its subject DN "
+                                "(RFC 4514, e.g. CN=ci,O=Org) or one of its alternative names (email, URI, DNS).")
+    issuer: StrictStr = Field(min_length=1, description="The certificate's OIDC issuer extension (Sigstore keyless: "
+                              "e.g. https://token.actions.githubusercontent.com); for a certificate without one, its "
+                              "issuer DN (RFC 4514).")
+
+
 class GpuClass(_Strict):
     memory_gib: float = Field(gt=0, le=1e6, description="Memory per device in GiB (host RAM for `cpu`).")
     description: StrictStr = ""
@@ -184,6 +199,15 @@ class CatalogSettings(_Strict):
                                                 "trusted, by path relative to this folder (--trusted-key replaces them).")
     trusted_roots: tuple[StrictStr, ...] = Field((), description="PEM CA certificates: a signature whose certificate chains "
                                                  "to one is trusted, by path relative to this folder (--trusted-root replaces them).")
+    trusted_identities: tuple[TrustedIdentity, ...] = Field(
+        (), description="Who may sign with a certificate: a certificate-signed model is refused unless its certificate "
+                        "names one of these identities with its issuer (--trusted-identity replaces them).")
+    trusted_log_keys: tuple[StrictStr, ...] = Field(
+        (), description="PEM public keys of transparency logs (Rekor): a bundle's log entry must carry a signed entry "
+                        "timestamp one of them made (--trusted-log-key replaces them).")
+    log_entries: Literal["check", "accept-unchecked"] = Field(
+        "check", description="check: a bundle carrying log entries is refused unless a trusted log key checks them; "
+                             "accept-unchecked: accepted without (the signing time is then not proven).")
 
 
 def json_schema() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from catalog import envparse, locations, urls
 from catalog.errors import CatalogNotFoundError, UsageError
+from catalog.signing import parse_identity
 
 MiB = 1024 * 1024
 MANIFESTS_DIR = locations.MANIFESTS_DIR
@@ -73,10 +74,17 @@ ENV: tuple[EnvVar, ...] = (
                              "a shared tier is handed out as its local folder, or always as the stream URI"),
     EnvVar("CATALOG_REQUIRE_SIGNATURE", "1: resolve refuses, before any download, a model without a signature that a "
                                         "trusted key or root vouches for (--require-signature; catalog.yaml signatures:)"),
-    EnvVar("CATALOG_TRUSTED_KEYS", "PEM public keys whose signatures are trusted, ':'-separated (--trusted-key, "
-                                   "repeatable); given, they and CATALOG_TRUSTED_ROOTS replace catalog.yaml's"),
+    EnvVar("CATALOG_TRUSTED_KEYS", "PEM public keys whose signatures are trusted (every key of each file), ':'-separated "
+                                   "(--trusted-key, repeatable); any CATALOG_TRUSTED_* given replaces catalog.yaml's trust "
+                                   "and requires signatures"),
     EnvVar("CATALOG_TRUSTED_ROOTS", "PEM CA certificates a signing certificate must chain to, ':'-separated "
                                     "(--trusted-root, repeatable)"),
+    EnvVar("CATALOG_TRUSTED_IDENTITIES", "who may sign with a certificate, one IDENTITY|ISSUER per line (--trusted-identity, "
+                                         "repeatable): a name the certificate carries and its OIDC issuer"),
+    EnvVar("CATALOG_TRUSTED_LOG_KEYS", "PEM public keys of transparency logs whose signed entry timestamps are checked, "
+                                       "':'-separated (--trusted-log-key, repeatable)"),
+    EnvVar("CATALOG_LOG_ENTRIES", "check (default) or accept-unchecked: whether a bundle's transparency-log entries no "
+                                  "trusted log key checks are refused"),
     EnvVar("CATALOG_OCI_USERNAME", "user for an oci:// registry (sent only to CATALOG_OCI_REGISTRY, else the --store URL's registry)"),
     EnvVar("CATALOG_OCI_PASSWORD", "password or access token for CATALOG_OCI_USERNAME", secret=True),
     EnvVar("CATALOG_OCI_REGISTRY", "host[:port] that CATALOG_OCI_USERNAME/PASSWORD belong to (default: the --store URL's)"),
@@ -99,6 +107,7 @@ MODES = {"ci": ("store", False), "dev": ("fallback", False), "offline": ("store"
 SOURCES = ("store", "hf", "fallback")
 PREFER = ("local", "stream")  # --prefer: a streamed model with every weight at hand comes back local, or streams
 ENGINE_LOADERS = ("auto", "catalog", "plain")  # CATALOG_ENGINE_LOADER
+LOG_ENTRIES = ("check", "accept-unchecked")  # CATALOG_LOG_ENTRIES: transparency-log entries checked, or not
 
 
 @dataclass(frozen=True)
@@ -159,6 +168,9 @@ class Settings:
     require_signature: bool = False  # on top of catalog.yaml's `signatures:`
     trusted_keys: tuple[Path, ...] = ()  # given: they and trusted_roots replace catalog.yaml's anchors
     trusted_roots: tuple[Path, ...] = ()
+    trusted_identities: tuple[tuple[str, str], ...] = ()  # (identity, issuer)
+    trusted_log_keys: tuple[Path, ...] = ()
+    log_entries: str | None = None  # check | accept-unchecked; None: catalog.yaml's
     stream_proof_max_age: int = 300  # seconds a warm answer with a stream URI may rest on its proof
     engine_loader: str = "auto"  # auto | catalog | plain: `--load-format catalog` for streamed models, or not
     load_record: Path | None = None  # where verified loads append what they delivered
@@ -206,6 +218,13 @@ class Settings:
         record = env.get("CATALOG_LOAD_RECORD") or None
         keys = flags.get("trusted_keys") or [p for p in (env.get("CATALOG_TRUSTED_KEYS") or "").split(":") if p.strip()]
         roots = flags.get("trusted_roots") or [p for p in (env.get("CATALOG_TRUSTED_ROOTS") or "").split(":") if p.strip()]
+        log_keys = flags.get("trusted_log_keys") or [p for p in (env.get("CATALOG_TRUSTED_LOG_KEYS") or "").split(":")
+                                                     if p.strip()]
+        identities = [(i, "--trusted-identity") for i in flags.get("trusted_identities") or ()] or \
+            [(i, "CATALOG_TRUSTED_IDENTITIES") for i in (env.get("CATALOG_TRUSTED_IDENTITIES") or "").splitlines() if i.strip()]
+        log_entries = (env.get("CATALOG_LOG_ENTRIES") or "").strip().lower() or None
+        if log_entries not in (None, *LOG_ENTRIES):
+            raise UsageError(f"CATALOG_LOG_ENTRIES={log_entries!r} is not one of {', '.join(LOG_ENTRIES)}")
         return cls(
             catalog_dir=Path(catalog).expanduser() if catalog else None,
             store=pick("store", "CATALOG_STORE"),
@@ -235,6 +254,10 @@ class Settings:
             require_signature=bool(flags.get("require_signature")) or _switch(env, "CATALOG_REQUIRE_SIGNATURE"),
             trusted_keys=tuple(Path(str(k).strip()).expanduser() for k in keys),
             trusted_roots=tuple(Path(str(r).strip()).expanduser() for r in roots),
+            trusted_identities=tuple((found.identity, found.issuer) for found in
+                                     (parse_identity(str(i), what) for i, what in identities)),
+            trusted_log_keys=tuple(Path(str(k).strip()).expanduser() for k in log_keys),
+            log_entries=log_entries,
             ignored=ignored,
             oci=_oci_options(env),
         )
@@ -249,12 +272,17 @@ class Settings:
         given = {k: v for k, v in flags.items() if v is not None}
         if "cache_dir" in given:
             given["cache_dir"] = Path(given["cache_dir"]).expanduser()
-        for name in ("shared_caches", "mirrors", "trusted_keys", "trusted_roots"):  # a repeatable flag not given: ()
+        for name in ("shared_caches", "mirrors", "trusted_keys", "trusted_roots", "trusted_identities",
+                     "trusted_log_keys"):  # a repeatable flag not given: ()
             if name in given and not given[name]:
                 del given[name]
-        for name in ("trusted_keys", "trusted_roots"):
+        for name in ("trusted_keys", "trusted_roots", "trusted_log_keys"):
             if name in given:
                 given[name] = tuple(Path(p).expanduser() for p in given[name])
+        if "trusted_identities" in given:
+            given["trusted_identities"] = tuple((found.identity, found.issuer) for found in
+                                                (parse_identity(str(i), "--trusted-identity")
+                                                 for i in given["trusted_identities"]))
         if "shared_caches" in given:
             given["shared_caches"] = tuple(tier_path(str(t)) for t in given["shared_caches"])
         if "mirrors" in given:

@@ -55,9 +55,10 @@ def formats() -> str:
 
 
 def outputs() -> str:
-    from catalog_app.outputs import OUTPUTS
+    from catalog_app.outputs import BOM_OUTPUTS, OUTPUTS
 
     rows = [f"| `{name}` | {_cell(' '.join((fn.__doc__ or '').split()))} |" for name, fn in OUTPUTS.items()]
+    rows += [f"| `{name}` | {_cell(text)} |" for name, text in BOM_OUTPUTS.items()]
     return "| `--format` | what it prints |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 

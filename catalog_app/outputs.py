@@ -101,6 +101,19 @@ OUTPUTS: dict[str, Renderer] = {
 }
 
 
+# Bills of materials (catalog_app/bom.py): the resolve command renders them from facts beyond the Resolutions (every
+# file's pin, the signature's verdict); they are never rendered into the warm index (their library's import would cost
+# every cold resolve), so a warm call asking for one goes to the full CLI. Name -> the docs' row.
+BOM_OUTPUTS: dict[str, str] = {
+    "cyclonedx": "A CycloneDX 1.6 bill of materials (JSON): one machine-learning-model (data, for a dataset) component "
+                 "per model with its purl pkg:huggingface/org/name@commit, every file it resolved with its SHA-256, the "
+                 "signature's verdict; byte-identical for identical inputs (docs/bom.md).",
+    "intoto": "An in-toto v1 statement: every resolved file as a subject (sha256), the resolve request and each "
+              "model's repo, commit and signature verdict as its predicate (docs/bom.md).",
+}
+FORMATS = (*OUTPUTS, *BOM_OUTPUTS)
+
+
 def render(results: Sequence[Resolution], fmt: str) -> str:
     return OUTPUTS[fmt](results) + "\n"
 

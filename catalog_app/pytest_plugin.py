@@ -153,6 +153,7 @@ class _Session:
         self.ready: tuple[Catalog, Store, Cache, ResolveOptions] | None = None
         self.machine: Machine | None = None
         self.failed: dict[tuple[str, str], Exception] = {}  # prefetch failures, raised again by each test
+        self.used: list[Resolution] = []  # every resolution handed to a test (or prefetched for one), in order
 
     def setup(self) -> tuple[Catalog, Store, Cache, ResolveOptions]:
         with self.lock:
@@ -187,7 +188,10 @@ class _Session:
         if (failure := self.failed.get(_key(name, kwargs))) is not None:
             raise failure
         cat, store, cache, options = self.setup()
-        return resolve(cat, name, cache=cache, store=store, options=_options(options, kwargs))
+        result = resolve(cat, name, cache=cache, store=store, options=_options(options, kwargs))
+        with self.lock:
+            self.used.append(result)  # for --catalog-bom
+        return result
 
 
 def _options(base: ResolveOptions, kwargs: Mapping[str, Any]) -> ResolveOptions:
@@ -250,6 +254,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--catalog-prefetch", action="store_true", default=False,
                     help="Resolve every model the collected tests mark with catalog_model, in parallel, before "
                          "the first test runs.")
+    group.addoption("--catalog-bom", metavar="FILE", default=None,
+                    help="At the end, write a CycloneDX 1.6 bill of materials of every model this session's tests "
+                         "resolved (files, sha256, the signature's verdict) to FILE.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -312,6 +319,28 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     failed = sum(1 for key in wanted if key in state.failed)
     _report(config, f"catalog: prefetched {len(wanted) - failed} model(s) in {time.monotonic() - started:.1f}s"
                     + (f", {failed} failed" if failed else ""))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """--catalog-bom FILE: the bill of materials of the models the session's tests resolved, written whole (temp +
+    rename), sorted by name so that the same models give the same bytes whatever order the tests ran in."""
+    target = session.config.getoption("catalog_bom", None)
+    state = session.config.stash.get(SESSION, None)
+    if not target or state is None:
+        return
+    import os
+    from pathlib import Path
+
+    from catalog_app import bom
+
+    used = sorted(state.used, key=lambda r: r.name)
+    models = bom.facts(state.ready[0], used, state.settings) if used and state.ready is not None else []
+    text = bom.render("cyclonedx", models, {})
+    path = Path(target)
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    staging.write_text(text)
+    os.replace(staging, path)
+    _report(session.config, f"catalog: bill of materials of {len({r.name for r in used})} model(s) in {path}")
 
 
 def _report(config: pytest.Config, line: str) -> None:

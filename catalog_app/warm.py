@@ -71,7 +71,8 @@ _VALUE_FLAGS = {"--format": "fmt", "--layout": "layout", "--source": "source", "
 _BOOL_FLAGS = {"--materialize-weights": "materialize_weights", "--offline": "offline",
                "--require-signature": "require_signature"}
 _MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors",  # repeatable: collected in order
-                "--trusted-key": "trusted_keys", "--trusted-root": "trusted_roots"}
+                "--trusted-key": "trusted_keys", "--trusted-root": "trusted_roots",
+                "--trusted-identity": "trusted_identities", "--trusted-log-key": "trusted_log_keys"}
 _REQUEST = {"fmt", "layout", "materialize_weights"}  # the rest are settings
 
 # Every variable `Settings.build` reads enters the key as it is (a test holds this list to catalog.settings.ENV),
@@ -85,14 +86,15 @@ KEY_VARIABLES = (
     "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "HF_ENDPOINT", "HF_TOKEN",
     "CATALOG_HUB_MAX_WAIT", "CATALOG_SHARED_CACHE", "CATALOG_MIRRORS", "CATALOG_CACHE_MAX_SIZE", "CATALOG_GPU_CLASS",
     "CATALOG_GPU_COUNT", "CATALOG_DEBUG", "CATALOG_PREFER", "CATALOG_REQUIRE_SIGNATURE", "CATALOG_TRUSTED_KEYS",
-    "CATALOG_TRUSTED_ROOTS", "CATALOG_OCI_USERNAME", "CATALOG_OCI_PASSWORD", "CATALOG_OCI_REGISTRY",
-    "CATALOG_OCI_PLAIN_HTTP", "DOCKER_CONFIG", "CATALOG_STREAM_PROOF_MAX_AGE", "CATALOG_ENGINE_LOADER",
-    "CATALOG_LOAD_RECORD",
+    "CATALOG_TRUSTED_ROOTS", "CATALOG_TRUSTED_IDENTITIES", "CATALOG_TRUSTED_LOG_KEYS", "CATALOG_LOG_ENTRIES",
+    "CATALOG_OCI_USERNAME", "CATALOG_OCI_PASSWORD", "CATALOG_OCI_REGISTRY", "CATALOG_OCI_PLAIN_HTTP", "DOCKER_CONFIG",
+    "CATALOG_STREAM_PROOF_MAX_AGE", "CATALOG_ENGINE_LOADER", "CATALOG_LOAD_RECORD",
 )
 # Settings that may name something relative to the working directory: when one does, the directory enters the key.
-_PATH_FLAGS = ("store", "shared_caches", "mirrors", "trusted_keys", "trusted_roots")
+_PATH_FLAGS = ("store", "shared_caches", "mirrors", "trusted_keys", "trusted_roots", "trusted_log_keys")
 _PATH_VARIABLES = ("CATALOG_STORE", "CATALOG_SHARED_CACHE", "CATALOG_MIRRORS", "CATALOG_TRUSTED_KEYS",
-                   "CATALOG_TRUSTED_ROOTS", "DOCKER_CONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+                   "CATALOG_TRUSTED_ROOTS", "CATALOG_TRUSTED_LOG_KEYS", "DOCKER_CONFIG", "AWS_CONFIG_FILE",
+                   "AWS_SHARED_CREDENTIALS_FILE")
 
 
 class ResolveRequest:
@@ -303,7 +305,10 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], resu
     try:
         digests: dict[str, str] = {}
         for path in inputs:
-            where_read = os.path.abspath(path)  # not resolved: a symlink retargeted later reads the new file
+            # As the full CLI opened it, joined to the working directory but not normalized: `LINK/../ci.pub` read
+            # through LINK's target now and at every lookup (abspath would drop `LINK/..` and watch another file), and
+            # not resolved either, so a symlink retargeted later is read anew.
+            where_read = os.path.join(os.getcwd(), path)
             digest = sha256_of(where_read)
             if digest is None:
                 return

@@ -46,7 +46,7 @@ def choose_load_format(files: list[RemoteFile], requested: str | None) -> tuple[
         fmt = LoadFormat.GGUF
     else:
         raise UsageError("the repo has no safetensors or gguf weights",
-                         hint="pass --load-format (pickle-based .bin/.pt weights also need `allow_pickle: true`)")
+                         hint="pass --load-format (pickle-based .bin/.pt weights also need `allow_code: <reason>`)")
     if fmt.spec.default_excludes and any(p.endswith(".safetensors") for p in paths):
         return fmt, fmt.spec.default_excludes
     return fmt, ()

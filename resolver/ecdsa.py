@@ -117,12 +117,28 @@ class PublicKey(NamedTuple):
 
 def load_public_key(pem: bytes) -> PublicKey:
     """The first `PUBLIC KEY` block of a PEM file (SubjectPublicKeyInfo of an EC key on P-256/384/521)."""
-    match = _PEM.search(pem)
-    if match is None:
+    return load_public_keys(pem)[0]
+
+
+def load_public_keys(pem: bytes) -> tuple[PublicKey, ...]:
+    """Every `PUBLIC KEY` block of a PEM file, in order (a key file may hold the old and the new key while a
+    signing key rotates: each is trusted). KeyFormatError when there is none or one cannot be read."""
+    blocks = _PEM.findall(pem)
+    if not blocks:
         raise KeyFormatError("no '-----BEGIN PUBLIC KEY-----' block (a public key in PEM is expected; "
                              "`openssl ec -in KEY -pubout` writes one)")
+    keys = []
+    for number, block in enumerate(blocks, 1):
+        try:
+            keys.append(_spki_key(block))
+        except KeyFormatError as exc:
+            raise KeyFormatError(f"key {number} of {len(blocks)}: {exc}" if len(blocks) > 1 else str(exc)) from None
+    return tuple(keys)
+
+
+def _spki_key(block: bytes) -> PublicKey:
     try:
-        der = base64.b64decode(b"".join(match.group(1).split()), validate=True)
+        der = base64.b64decode(b"".join(block.split()), validate=True)
         spki, rest = _read(der, 0x30)
         algorithm, bits = _read(spki, 0x30)
         kind, params = _read(algorithm, 0x06)

@@ -25,7 +25,7 @@ from pathlib import Path
 from catalog.errors import CacheWriteError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry
-from resolver import capacity
+from resolver import capacity, load_safety
 from resolver.cache import Cache, idle_file
 from resolver.fsutil import atomic_write
 from resolver.hashing import hash_file
@@ -84,6 +84,9 @@ def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, con
         for item in wanted:
             report.published.append(item.label)
             report.bytes += item.entry.size
+    for name in names:  # one scan verdict per pickle's sha256, for every runner reading the tier
+        if cat.get(name).allow_code is not None:
+            load_safety.publish_verdicts(tier, cat.get(name).files)
     _remove_empty_tmp(target)
     return report
 

@@ -51,6 +51,7 @@ class Resolution:
     sources: Mapping[str, str] = field(default_factory=dict)  # file -> where its bytes came from (cache, a store)
     weights_uri: str | None = None  # the store prefix the engine streams the weights from (None: they are local)
     filesystem: str | None = None  # the type of the filesystem holding `path` (resolver/mounts.py), None: unknown
+    trust_remote_code: bool = False  # the manifest allows code (allow_code) and pins *.py files for the engine to run
     # `--load-format catalog`: the loader config the engine's verified loader gets (the logical name and where the
     # catalog, store and cache are); None: the format's own loader reads the weights (local, or streamed unverified)
     verified_loader: Mapping[str, str] | None = None
@@ -100,25 +101,20 @@ def engine_args(r: Resolution) -> list[str]:
     NoEngineArguments for what no engine loads (a dataset)."""
     if not r.load_format.spec.engine:
         raise NoEngineArguments(f"{r.name} is a {r.load_format.value}: no engine loads it, so it has no engine arguments")
-    if r.verified_loader is not None:
-        # The engine's loader reads the weights (by pinned span, each tensor hashed before the model sees it); the
-        # local folder gives it the config and tokenizer.
-        args = ["--model", str(r.path), "--served-model-name", r.name, "--load-format", VERIFIED_LOAD_FORMAT]
-        if r.tokenizer is not None:
-            args += ["--tokenizer", r.tokenizer]
-        if r.tensor_parallel:
-            args += ["--tensor-parallel-size", str(r.tensor_parallel)]
-        return args + loader_config_args(r.verified_loader)
     if r.layout is Layout.HF_CACHE and not r.streams:
         args = ["--model", r.hf_repo, "--revision", r.revision]
     else:
-        args = ["--model", r.model]
-    args += ["--served-model-name", r.name, "--load-format", r.load_format.value]
+        args = ["--model", r.model]  # under the verified loader: the local folder (config, tokenizer)
+    # The verified loader reads the weights itself, by pinned span, each tensor hashed before the model sees it.
+    load_format = r.load_format.value if r.verified_loader is None else VERIFIED_LOAD_FORMAT
+    args += ["--served-model-name", r.name, "--load-format", load_format]
     if r.tokenizer is not None:
         args += ["--tokenizer", r.tokenizer]
+    if r.trust_remote_code:  # never for a model whose manifest does not say why (allow_code)
+        args.append("--trust-remote-code")
     if r.tensor_parallel:
         args += ["--tensor-parallel-size", str(r.tensor_parallel)]
-    args += loader_config_args(r.loader)
+    args += loader_config_args(r.loader if r.verified_loader is None else r.verified_loader)
     if prefetch(r):
         args += ["--safetensors-load-strategy", "prefetch"]
     return args

@@ -34,7 +34,7 @@ from catalog.loading import load_tables
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
-from resolver import capacity, engines, hashing, mounts, signatures, stream_check, tiers
+from resolver import capacity, engines, hashing, load_safety, mounts, signatures, stream_check, tiers
 from resolver.cache import Cache, cache_error
 from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
@@ -145,7 +145,9 @@ def resolve(
     capacity.check_limit(options.max_size, request_bytes(cat, [name], options), name)
     try:
         with capacity.active(cache, names, blobs):  # what a concurrent eviction must leave alone
-            return _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)
+            result = _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)
+            load_safety.after_fetch(manifest, {f: result.path / f for f in result.files}, options.tiers)
+            return result
     except CatalogError:
         raise
     except OSError as exc:
@@ -253,6 +255,8 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         stream_env=dict(store.stream_target().env) if plan.streamed else {},
         tensor_parallel=formats.tensor_parallel_ranks(manifest.load_format.spec, [f.path for f in manifest.files]),
         primary=manifest.primary, sources=sources, weights_uri=weights_uri,
+        trust_remote_code=manifest.allow_code is not None and any(f.path.endswith(formats.CODE_SUFFIXES)
+                                                                  for f in manifest.files),
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
         filesystem=mounts.filesystem_type(path),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,13 +21,17 @@ from resolver.resolve import ResolveOptions, Source, command_in_use, resolve, sn
 from resolver.stores import open_catalog_store
 from resolver.signatures import require as require_signatures
 
+if TYPE_CHECKING:
+    from catalog.lookup import Catalog
+    from catalog.settings import Settings
+
 log = logging.getLogger("catalog.resolve")
 
 
 @click.command("resolve")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
-@click.option("--format", "fmt", type=click.Choice(list(outputs.OUTPUTS)), default="path", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(list(outputs.FORMATS)), default="path", show_default=True)
 @click.option("--layout", type=click.Choice([layout.value for layout in Layout]), default="dir", show_default=True)
 @click.option("--materialize-weights", is_flag=True, help="Streaming formats: download the weights too.")
 @click.option("--offline", is_flag=True, help="Use the cache only; fail fast naming what is missing.")
@@ -55,6 +60,7 @@ def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,
     offline: bool, prefer: str | None, source: str | None, verify_stream: str, shared_caches: tuple[str, ...], mirrors: tuple[str, ...],
     require_signature: bool, trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...],
+    trusted_identities: tuple[str, ...], trusted_log_keys: tuple[str, ...],
     store: str | None, cache_dir: str | None, part_size: str | None, concurrency: int | None,
 ) -> int:
     """Materialize verified models and print where they are."""
@@ -65,7 +71,8 @@ def resolve_command(
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
                        source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
                        require_signature=require_signature or None, trusted_keys=trusted_keys or None,
-                       trusted_roots=trusted_roots or None, prefer=prefer)
+                       trusted_roots=trusted_roots or None, trusted_identities=trusted_identities or None,
+                       trusted_log_keys=trusted_log_keys or None, prefer=prefer)
     # The hf-cache layout decides which manifest answers for a repo id from every manifest pinning it.
     cat = load_catalog(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names)
     cache = Cache(current.cache_dir)
@@ -98,7 +105,9 @@ def resolve_command(
     finally:
         progress.finish()
     try:
-        text = outputs.render(results, fmt)
+        text = outputs.render(results, fmt) if fmt in outputs.OUTPUTS else _bill(fmt, cat, results, current, {
+            "names": selected, "all": all_models, "layout": layout, "materialize_weights": materialize_weights,
+            "source": current.source, "offline": current.offline})
     except outputs.OutputError as exc:
         raise UsageError(str(exc)) from None
     click.echo(text, nl=False)
@@ -111,6 +120,12 @@ def resolve_command(
     return 0
 
 
+def _bill(fmt: str, cat: Catalog, results: list[Resolution], current: Settings, request: dict[str, object]) -> str:
+    from catalog_app import bom
+
+    return bom.render(fmt, bom.facts(cat, results, current), request)
+
+
 @click.command("verify")
 @click.argument("names", nargs=-1)
 @click.option("--deep", is_flag=True, help="Re-hash every file instead of trusting unchanged stats.")
@@ -121,14 +136,16 @@ def resolve_command(
 @cache_option
 @click.pass_context
 def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, check_signatures: bool,
-                   trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...], cache_dir: str | None) -> int:
+                   trusted_keys: tuple[str, ...], trusted_roots: tuple[str, ...], trusted_identities: tuple[str, ...],
+                   trusted_log_keys: tuple[str, ...], cache_dir: str | None) -> int:
     """Check the cache's views against the manifests (stat check; --deep re-hashes; --signatures against the
     models' signatures)."""
     from catalog.signing import policy_of
     from resolver.maintenance import verify
     from resolver.signatures import load_anchors
 
-    current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None)
+    current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None,
+                       trusted_identities=trusted_identities or None, trusted_log_keys=trusted_log_keys or None)
     cat = load_catalog(ctx)
     cache = Cache(current.cache_dir)
     anchors = load_anchors(policy_of(cat.settings, cat.root, current)) if check_signatures else None

@@ -15,21 +15,31 @@ from catalog_app.context import load_catalog, settings
 @click.command("sign")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
-@click.option("--private-key", required=True, type=click.Path(path_type=Path), metavar="PEM",
-              help="The EC private key (P-256 or P-384; PEM) to sign with.")
+@click.option("--private-key", type=click.Path(path_type=Path), metavar="PEM",
+              help="The EC private key (P-256 or P-384; PEM) to sign with (required unless --subject-into).")
 @click.option("--certificate", type=click.Path(path_type=Path), metavar="CHAIN",
               help="The key's certificate chain (PEM: the signing certificate first, then intermediates), for keys "
                    "an organisation's CA issued; verifiers then trust its root instead of the key.")
+@click.option("--subject-into", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+              help="Sign nothing: write the model's signed subject (the manifest fields that change what is loaded) "
+                   "into DIR as .model-catalog-subject.json, for a folder another tool (model_signing sign) signs.")
 @click.pass_context
-def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, private_key: Path,
-                 certificate: Path | None) -> int:
+def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, private_key: Path | None,
+                 certificate: Path | None, subject_into: Path | None) -> int:
     """Sign the pins of NAMES (or --all): writes <name>.sig beside each <name>.yaml (OpenSSF model-signing
     format, verifiable with `model_signing verify` against a resolved view)."""
     from catalog.signing import policy_of
-    from resolver.signatures import load_anchors, sign, verify_bundle, write
+    from resolver.signatures import load_anchors, sign, verify_bundle, write, write_subject
 
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
+    if subject_into is not None:
+        if len(names) != 1:
+            raise UsageError("--subject-into writes one model's subject: name exactly one model")
+        click.echo(write_subject(load_catalog(ctx, only=names).get(names[0]), subject_into))
+        return 0
+    if private_key is None:
+        raise UsageError("--private-key PEM is required to sign")
     current = settings(ctx)
     cat = load_catalog(ctx, only=None if all_models else names)
     selected = [m.name for m in cat.filter()] if all_models else list(dict.fromkeys(names))

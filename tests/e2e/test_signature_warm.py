@@ -1,6 +1,6 @@
 """Required signatures on the warm path: a warm answer loads no signature code, no `cryptography` and no sigstore
-stack, and never outlives a change to a signature or a trust anchor; a cold resolve with a recorded verification
-skips the cryptography too (a certificate-signed model's would load `cryptography`)."""
+stack, and never outlives a change to a signature or a trust anchor (named through a symlink and `..` too); a cold
+resolve verifies again, whatever the cache holds."""
 
 from __future__ import annotations
 
@@ -101,18 +101,45 @@ def test_the_runners_flags_and_variables_are_answered_warm(env: dict[str, str], 
     assert probe(relaxed, "resolve", "tiny-llama")[2]["code"] == 0  # not required there: the unsigned model resolves
 
 
-def test_a_recorded_verification_spares_a_cold_resolve_the_cryptography(env: dict[str, str], tmp_path: Path) -> None:
+def test_every_cold_resolve_verifies_a_certificate_chain_again(env: dict[str, str], tmp_path: Path) -> None:
     org = pki(tmp_path / "pki", "org")
     settings = Path(env["CATALOG_DIR"]) / "catalog.yaml"
-    settings.write_text(settings.read_text().replace("trusted_keys: [../keys/signer.pub]", "trusted_roots: [../pki/org-root.pem]"))
+    settings.write_text(settings.read_text().replace(
+        "trusted_keys: [../keys/signer.pub]", "trusted_roots: [../pki/org-root.pem]\n"
+        "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]"))
     subprocess.run([sys.executable, "-m", "catalog", "sign", "tiny-llama", "--private-key", str(org.key), "--certificate",
                     str(org.chain)], capture_output=True, env=env, check=True)
     first = probe(env, "resolve", "tiny-llama")[2]
     assert first["code"] == 0 and "cryptography" in first["loaded"]  # a certificate chain needs it
+    assert probe(env, "resolve", "tiny-llama")[2] == {"code": 0, "loaded": []}  # warm: nothing loads
     cache = Path(env["CATALOG_CACHE"])
-    shutil.rmtree(cache / "warm-index")  # a cold resolve: the full CLI
+    shutil.rmtree(cache / "warm-index")  # a cold resolve: the full CLI, which keeps no verdict on disk
     again = probe(env, "resolve", "tiny-llama")[2]
-    assert again["code"] == 0 and "pydantic" in again["loaded"] and "cryptography" not in again["loaded"]
-    shutil.rmtree(cache / "warm-index")
-    shutil.rmtree(cache / "signature-checks")  # without the record, it is verified again
-    assert "cryptography" in probe(env, "resolve", "tiny-llama")[2]["loaded"]  # type: ignore[operator]
+    assert again["code"] == 0 and "cryptography" in again["loaded"]  # type: ignore[operator]
+    assert not (cache / "signature-checks").exists()
+
+
+def test_a_key_named_through_a_symlink_and_dotdot_is_watched_where_it_is_read(env: dict[str, str], tmp_path: Path) -> None:
+    """`--trusted-key LINK/../ci.pub` reads LINK's target's sibling; the warm answer must watch that file, not the
+    `ci.pub` beside LINK that a lexical normalization names: after the real key rotates, the warm answer misses."""
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    shutil.copy(tmp_path / "keys" / "signer.pub", real / "ci.pub")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "link").symlink_to(real / "sub")
+    shutil.copy(tmp_path / "keys" / "signer.pub", work / "ci.pub")  # the decoy a lexical `..` lands on
+    run_env = {**env, "PWD": str(work)}
+    args = ("resolve", "tiny-llama", "--trusted-key", "link/../ci.pub")
+
+    def probe_in_work() -> tuple[str, dict[str, object]]:
+        done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=run_env, cwd=work)
+        lines = done.stderr.strip().splitlines()
+        return "\n".join(lines[:-1]), json.loads(lines[-1])
+
+    assert probe_in_work()[1]["code"] == 0
+    assert probe_in_work()[1] == {"code": 0, "loaded": []}  # answered warm
+    other = key_pair(tmp_path / "other", "other")
+    (real / "ci.pub").write_bytes(other.public.read_bytes())  # the key the runner trusts rotates
+    err, refused = probe_in_work()
+    assert refused["code"] == 1 and "is not trusted" in err

@@ -126,7 +126,9 @@ def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalo
     cache = tmp_path / "cache"
     opened = [p for p in report["opened"] if p.startswith(str(cache))]
     assert any(p.startswith(str(cache / "markers")) for p in opened)  # the marker was read ...
-    assert not [p for p in opened if p.startswith((str(cache / "blobs"), str(cache / "models")))]  # ... and no model file
+    # ... and no model file but the two small configs the load-safety check reads for an auto_map (resolver/load_safety.py)
+    assert not [p for p in opened if p.startswith((str(cache / "blobs"), str(cache / "models")))
+                and Path(p).name not in ("config.json", "tokenizer_config.json")]
 
 
 def test_a_tokenizer_from_another_model_brings_only_its_non_weight_files(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:

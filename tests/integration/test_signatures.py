@@ -1,9 +1,13 @@
 """Signed pins through the CLI: `catalog sign`, the `signature` rule of `validate`, the resolve gate (refusing before
-any download), certificate chains to a configured root, the runner's own anchors, `verify --signatures`, and the
-record of verifications that held. Real files in a temp catalog (a copy of manifests/), a folder store, real keys."""
+any download), certificate chains to a configured root with identities and log entries, the runner's own anchors,
+`verify --signatures`, and that no verdict is taken from the cache. Real files in a temp catalog (a copy of
+manifests/), a folder store, real keys."""
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -215,9 +219,13 @@ def test_required_without_anchors_is_a_catalog_problem(setup: Setup, capsys: pyt
     assert code == 2 and "missing.pub" in err
 
 
+ORG_TRUST = ("signatures: required\ntrusted_roots: [../pki/org-root.pem]\n"
+             "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]\n")
+
+
 def test_certificate_signatures_chain_to_a_configured_root(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
     org = pki(setup.tmp / "pki", "org")
-    setup.policy("signatures: required\ntrusted_roots: [../pki/org-root.pem]\n")
+    setup.policy(ORG_TRUST)
     code, _, err = catalog(capsys, "sign", "--all", "--private-key", str(org.key), "--certificate", str(org.chain))
     assert code == 0 and "warning" not in err, err
     assert catalog(capsys, "validate")[0] == 0
@@ -226,22 +234,43 @@ def test_certificate_signatures_chain_to_a_configured_root(setup: Setup, capsys:
     assert len(bundle["verificationMaterial"]["x509CertificateChain"]["certificates"]) == 2
     # Another organisation's root does not vouch for it.
     pki(setup.tmp / "pki2", "other")
-    code, _, err = catalog(capsys, "resolve", "tiny-qwen2", "--trusted-root", str(setup.tmp / "pki2" / "other-root.pem"))
+    code, _, err = catalog(capsys, "resolve", "tiny-qwen2", "--trusted-root", str(setup.tmp / "pki2" / "other-root.pem"),
+                           "--trusted-identity", "CN=org signer|CN=org intermediate")
     assert code == 1 and "does not chain to a trusted root" in err
+    # The chain alone is not enough: a root vouches for everyone it issues to.
+    setup.policy("signatures: required\ntrusted_roots: [../pki/org-root.pem]\n")
+    code, out, _ = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
+    assert code == 1 and "no identity is configured" in out and "trusted_identities" in out
+    for identity in ("CN=someone else|CN=org intermediate", "CN=org signer|CN=another issuer"):
+        code, _, err = catalog(capsys, "resolve", "tiny-llama", "--trusted-root", str(org.root), "--trusted-identity",
+                               identity)
+        assert code == 1 and ("none of them a trusted identity" in err if "someone" in identity
+                              else "not a trusted issuer" in err), err
+
+
+D = dt.timedelta(days=1)
 
 
 @pytest.mark.parametrize(("kind", "message"), [
     ("not-for-signing", "is not for signing"),
+    ("key-usage-without-digital-signature", "key usage lacks digitalSignature"),
     ("issued-by-a-leaf", "does not chain to a trusted root"),
+    # The issuer expired 1,000 days ago; the leaf, dated back into its life, was valid then and is now.
+    ("expired-intermediate", "is not valid now"),
+    ("expired-leaf", "no transparency-log entry proves when it signed"),
 ])
 def test_a_certificate_a_verifier_must_refuse(setup: Setup, capsys: pytest.CaptureFixture[str], kind: str,
                                               message: str) -> None:
     org = pki(setup.tmp / "pki", "org", code_signing=kind != "not-for-signing",
-              leaf_issuer="leaf" if kind == "issued-by-a-leaf" else "intermediate")
-    setup.policy("signatures: required\ntrusted_roots: [../pki/org-root.pem]\n")
+              digital_signature=kind != "key-usage-without-digital-signature",
+              leaf_issuer="leaf" if kind == "issued-by-a-leaf" else "intermediate",
+              intermediate_valid=(-3000 * D, -1000 * D) if kind == "expired-intermediate" else (-3000 * D, 3000 * D),
+              leaf_valid=((-1500 * D, 3000 * D) if kind == "expired-intermediate" else
+                          (-2 * D, -D) if kind == "expired-leaf" else (-D, D)))
+    setup.policy(ORG_TRUST)
     assert catalog(capsys, "sign", "tiny-llama", "--private-key", str(org.key), "--certificate", str(org.chain))[0] == 0
     code, out, _ = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
-    assert code == 1 and message in out
+    assert code == 1 and message in out, out
 
 
 def test_sign_refuses_a_certificate_of_another_key_and_a_non_ec_key(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
@@ -279,56 +308,230 @@ def test_verify_signatures_checks_the_views(setup: Setup, capsys: pytest.Capture
     assert code == 1 and "tiny-llama" in out
 
 
-def test_a_verification_is_recorded_by_content_and_gc_bounds_the_records(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
-    checks = setup.cache / "signature-checks"
-    assert catalog(capsys, "resolve", "tiny-llama")[0] == 0
-    first = sorted(checks.rglob("*"))
-    assert len([p for p in first if p.is_file()]) == 1
-    assert catalog(capsys, "resolve", "tiny-llama", "--format", "json")[0] == 0
-    assert sorted(checks.rglob("*")) == first  # the same bytes: the same record
-    # Re-signing (ECDSA signatures differ each time) is another key: verified again, recorded again.
-    assert catalog(capsys, "sign", "tiny-llama", "--private-key", str(setup.key.private))[0] == 0
-    assert catalog(capsys, "resolve", "tiny-llama")[0] == 0
-    records = [p for p in checks.rglob("*") if p.is_file()]
-    assert len(records) == 2
-    week_old = time.time() - 8 * 24 * 3600
-    os.utime(records[0], (week_old, week_old))
+def test_a_verdict_planted_in_the_cache_is_not_taken(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
+    """Whoever can write a runner's cache (a pull request's job on a persistent runner) could plant a record under the
+    name earlier versions computed from public inputs (pins, signature and anchor bytes) and trusted by its presence:
+    a stranger's signature is refused all the same, no verdict is written, and gc removes such records."""
+    from catalog.signing import statement_of
+
+    import catalog as catalog_api
+
+    stranger = key_pair(setup.tmp / "stranger", "stranger")
+    assert catalog(capsys, "sign", "tiny-llama", "--private-key", str(stranger.private))[0] == 0
+    manifest = catalog_api.load(setup.catalog).get("tiny-llama")
+    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    trusted = setup.key.public.read_bytes()
+    name = sha("\n".join(["1", sha(statement_of(manifest.name, manifest.files).payload()),
+                          sha(setup.sig("tiny-llama").read_bytes()),
+                          sha(f"key\0{len(trusted)}\0".encode() + trusted)]).encode())
+    planted = setup.cache / "signature-checks" / name[:2] / name
+    planted.parent.mkdir(parents=True)
+    planted.write_text(json.dumps({"model": "tiny-llama", "verified_at": time.time()}))
+    code, _, err = catalog(capsys, "resolve", "tiny-llama")
+    assert code == 1 and "is not trusted" in err and nothing_fetched(setup.cache)
+    assert catalog(capsys, "resolve", "tiny-qwen2")[0] == 0  # a verification that held ...
+    assert [p for p in (setup.cache / "signature-checks").rglob("*") if p.is_file()] == [planted]  # ... leaves nothing
     code, out, _ = catalog(capsys, "gc")
-    assert code == 0 and str(records[0]) in out and not records[0].exists() and records[1].exists()
+    assert code == 0 and str(planted) in out and not planted.exists()
 
 
-def test_a_keyless_style_bundle_is_trusted_through_a_configured_intermediate(setup: Setup,
+def test_every_key_of_a_trusted_key_file_is_trusted(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
+    """A key being rotated: the file holds the old key and the new one; a signature by the second verifies."""
+    new = key_pair(setup.tmp / "keys", "new")
+    both = setup.tmp / "keys" / "both.pub"
+    both.write_bytes(setup.key.public.read_bytes() + new.public.read_bytes())
+    setup.policy("signatures: required\ntrusted_keys: [../keys/both.pub]\n")
+    assert catalog(capsys, "sign", "tiny-llama", "--private-key", str(new.private))[0] == 0
+    code, out, err = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
+    assert code == 0, out + err
+    both.write_bytes(setup.key.public.read_bytes() + b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    code, out, _ = catalog(capsys, "validate")
+    assert code == 1 and "key 2 of 2" in out
+
+
+def test_anchors_on_the_runner_require_signatures_whatever_catalog_yaml_says(setup: Setup,
                                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """Sigstore's keyless bundles carry the signing certificate alone (and log entries, not checked here): the
-    intermediate that issued it must be among the trusted roots."""
-    import base64
+    setup.policy("signatures: optional\n")  # a merged change to catalog.yaml
+    setup.sig("tiny-llama").unlink()
+    assert catalog(capsys, "resolve", "tiny-llama", "--format", "json")[0] == 0  # optional, and no runner anchors
+    code, _, err = catalog(capsys, "resolve", "tiny-llama", "--trusted-key", str(setup.key.public))
+    assert code == 1 and "no signature" in err and "refused before any download" in err
 
+
+# Every field that changes what the engine loads is signed; description, tags and gpu are not.
+EDITS = {
+    "tokenizer": ("name: tiny-qwen2\n", "name: tiny-qwen2\ntokenizer: tiny-llama\n"),
+    "loader": ("concurrency: 4", "concurrency: 8"),
+    "allow_code": ("name: tiny-qwen2\n", "name: tiny-qwen2\nallow_code: a reason added after signing\n"),
+    "load_format": ("load_format: runai_streamer\n", "load_format: safetensors\n"),
+    "hf_repo": ("hf_repo: ", "hf_repo: other-"),
+    "revision": ("revision: ", "revision: 0"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(EDITS))
+def test_an_edit_to_a_field_that_changes_the_load_breaks_the_signature(setup: Setup, capsys: pytest.CaptureFixture[str],
+                                                                      field: str) -> None:
+    manifest = setup.manifest("tiny-qwen2")
+    text = manifest.read_text()
+    old, new = EDITS[field]
+    assert old in text
+    edited = text.replace(old, new, 1)
+    if field == "revision":  # still 40 hex: drop the last digit
+        edited = re.sub(r"revision: 0([0-9a-f]{39})[0-9a-f]", r"revision: 0\1", edited)
+    manifest.write_text(edited)
+    code, out, _ = catalog(capsys, "validate", str(manifest))
+    assert code == 1 and "does not cover the manifest" in out and re.search(rf"`([a-z_]+\.)?{field}(\.[a-z_]+)?` is", out), out
+    key = "concurrency" if field == "loader" else field
+    assert f"tiny-qwen2.yaml:{line_of(manifest, key + ':')}:" in out, out  # at the edited key's line
+    code, _, err = catalog(capsys, "resolve", "tiny-qwen2")
+    assert code == 1 and "refused before any download" in err and nothing_fetched(setup.cache)
+
+
+def test_description_tags_and_gpu_are_not_signed(setup: Setup, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = setup.manifest("tiny-qwen2")
+    text = re.sub(r"(?m)^description: .*$", "description: edited", manifest.read_text())
+    text = re.sub(r"(?m)^tags: .*$", "tags: [new]", re.sub(r"(?m)^gpu: .*$", "gpu: {class: l4, count: 1}", text))
+    assert text != manifest.read_text()
+    manifest.write_text(text)
+    code, out, err = catalog(capsys, "validate", str(manifest))
+    assert code == 0, out + err
+
+
+# -- keyless (Sigstore-style) bundles: a short-lived certificate, an identity and issuer, a log entry ------------
+@dataclass
+class Keyless:
+    bundle: dict[str, object]
+    log_key: Path
+    entry: dict[str, object]
+    body: dict[str, object]
+    log: object  # the log's private key
+    time: int
+
+    def write(self, setup: Setup, *, body: dict[str, object] | None = None, time_shift: int = 0) -> None:
+        """The bundle as tiny-llama.sig, its entry signed by the log (over `body`, at the entry's time + shift)."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        entry = dict(self.entry)
+        entry["canonicalizedBody"] = _b64(json.dumps(body or self.body, sort_keys=True, separators=(",", ":")).encode())
+        entry["integratedTime"] = str(self.time + time_shift)
+        signed = json.dumps({"body": entry["canonicalizedBody"], "integratedTime": self.time + time_shift,
+                             "logID": base64.b64decode(self.entry["logId"]["keyId"]).hex(),  # type: ignore[index]
+                             "logIndex": 42}, sort_keys=True, separators=(",", ":")).encode()
+        assert isinstance(self.log, ec.EllipticCurvePrivateKey)
+        entry["inclusionPromise"] = {"signedEntryTimestamp": _b64(self.log.sign(signed, ec.ECDSA(hashes.SHA256())))}
+        material = dict(self.bundle["verificationMaterial"])  # type: ignore[call-overload]
+        material["tlogEntries"] = [entry]
+        setup.sig("tiny-llama").write_text(json.dumps({**self.bundle, "verificationMaterial": material}))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture
+def keyless(setup: Setup) -> Keyless:
+    """A Fulcio-style chain (root, intermediate) and a signing certificate for ci@example.org through
+    https://issuer.example, valid for ten minutes two hours ago; a log key; tiny-llama signed then, and logged."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     import catalog as catalog_api
-    from catalog.signing import PAYLOAD_TYPE, pae, statement_of
+    from catalog.signing import PAYLOAD_TYPE, pae, signed_statement
 
-    org = pki(setup.tmp / "pki", "org")
-    payload = statement_of("tiny-llama", catalog_api.load(setup.catalog).get("tiny-llama").files).payload()
+    ago = dt.timedelta(hours=2)
+    org = pki(setup.tmp / "pki", "fulcio", leaf_valid=(-ago, -ago + dt.timedelta(minutes=10)), email="ci@example.org",
+              oidc_issuer="https://issuer.example")
+    log = ec.generate_private_key(ec.SECP256R1())
+    log_key = setup.tmp / "pki" / "rekor.pub"
+    log_der = log.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    log_key.write_bytes(log.public_key().public_bytes(serialization.Encoding.PEM,
+                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
+    payload = signed_statement(catalog_api.load(setup.catalog).get("tiny-llama")).payload()
     key = serialization.load_pem_private_key(org.key.read_bytes(), None)
     assert isinstance(key, ec.EllipticCurvePrivateKey)
-    leaf = x509.load_pem_x509_certificate(org.leaf.read_bytes()).public_bytes(serialization.Encoding.DER)
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    leaf = x509.load_pem_x509_certificate(org.leaf.read_bytes())
+    signature = key.sign(pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256()))
     bundle = {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-              "verificationMaterial": {"certificate": {"rawBytes": b64(leaf)},
-                                       "tlogEntries": [{"logIndex": "1", "kindVersion": {"kind": "dsse", "version": "0.0.1"}}]},
-              "dsseEnvelope": {"payload": b64(payload), "payloadType": PAYLOAD_TYPE,
-                               "signatures": [{"sig": b64(key.sign(pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256())))}]}}
-    setup.sig("tiny-llama").write_text(json.dumps(bundle))
-    setup.policy("signatures: required\ntrusted_roots: [../pki/org-root.pem]\n")
-    code, out, _ = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
-    assert code == 1 and "does not chain to a trusted root" in out
-    setup.policy("signatures: required\ntrusted_roots: [../pki/org-root.pem, ../pki/org-intermediate.pem]\n")
+              "verificationMaterial": {"certificate": {"rawBytes": _b64(leaf.public_bytes(serialization.Encoding.DER))}},
+              "dsseEnvelope": {"payload": _b64(payload), "payloadType": PAYLOAD_TYPE, "signatures": [{"sig": _b64(signature)}]}}
+    body = {"apiVersion": "0.0.1", "kind": "dsse",
+            "spec": {"payloadHash": {"algorithm": "sha256", "value": hashlib.sha256(payload).hexdigest()},
+                     "signatures": [{"signature": _b64(signature),
+                                     "verifier": _b64(leaf.public_bytes(serialization.Encoding.PEM))}]}}
+    entry = {"logIndex": "42", "logId": {"keyId": _b64(hashlib.sha256(log_der).digest())},
+             "kindVersion": {"kind": "dsse", "version": "0.0.1"}}
+    made = Keyless(bundle, log_key, entry, body, log, int(time.time() - ago.total_seconds() + 60))
+    made.write(setup)
+    return made
+
+
+KEYLESS_ROOTS = "trusted_roots: [../pki/fulcio-root.pem, ../pki/fulcio-intermediate.pem]\n"
+KEYLESS_IDENTITY = "trusted_identities: [{identity: ci@example.org, issuer: 'https://issuer.example'}]\n"
+KEYLESS_LOG = "trusted_log_keys: [../pki/rekor.pub]\n"
+
+
+def test_a_keyless_bundle_verifies_with_its_identity_issuer_and_log_entry(setup: Setup, keyless: Keyless,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    setup.policy("signatures: required\n" + KEYLESS_ROOTS + KEYLESS_IDENTITY + KEYLESS_LOG)
     code, out, err = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
     assert code == 0, out + err
     assert catalog(capsys, "resolve", "tiny-llama")[0] == 0
+    # The same through the runner's own settings (flags and variables) rather than catalog.yaml.
+    setup.policy("signatures: optional\n")
+    pki_dir = setup.tmp / "pki"
+    code, _, err = catalog(capsys, "resolve", "tiny-llama", "--trusted-root", str(pki_dir / "fulcio-root.pem"),
+                           "--trusted-root", str(pki_dir / "fulcio-intermediate.pem"), "--trusted-log-key",
+                           str(keyless.log_key), "--trusted-identity", "ci@example.org|https://issuer.example")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(("policy", "message"), [
+    (KEYLESS_ROOTS + KEYLESS_LOG, "no identity is configured"),
+    (KEYLESS_ROOTS + KEYLESS_LOG + "trusted_identities: [{identity: someone@example.org, issuer: 'https://issuer.example'}]\n",
+     "names ci@example.org (issuer https://issuer.example), none of them a trusted identity"),
+    (KEYLESS_ROOTS + KEYLESS_LOG + "trusted_identities: [{identity: ci@example.org, issuer: 'https://other.example'}]\n",
+     "was issued through https://issuer.example, not a trusted issuer"),
+    (KEYLESS_ROOTS + KEYLESS_IDENTITY, "log entries are not checkable here"),
+    # Accepting log entries unchecked proves no signing time: the ten-minute certificate is checked now, and fails.
+    (KEYLESS_ROOTS + KEYLESS_IDENTITY + "log_entries: accept-unchecked\n", "no transparency-log entry proves when it signed"),
+    ("trusted_roots: [../pki/fulcio-root.pem]\n" + KEYLESS_IDENTITY + KEYLESS_LOG, "does not chain to a trusted root"),
+])
+def test_a_keyless_bundle_is_refused_unless_everything_it_needs_is_configured(
+        setup: Setup, keyless: Keyless, capsys: pytest.CaptureFixture[str], policy: str, message: str) -> None:
+    setup.policy("signatures: required\n" + policy)
+    code, out, _ = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
+    assert code == 1 and message in out, out
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("other-bytes", "is for other bytes"),
+    ("other-signature", "records another signature or signer"),
+    ("altered-entry", "does not verify with the trusted log key"),
+    ("outside-the-certificate", "was not valid at"),
+])
+def test_a_log_entry_that_does_not_vouch_for_the_bundle_is_refused(setup: Setup, keyless: Keyless,
+                                                                  capsys: pytest.CaptureFixture[str], case: str,
+                                                                  message: str) -> None:
+    setup.policy("signatures: required\n" + KEYLESS_ROOTS + KEYLESS_IDENTITY + KEYLESS_LOG)
+    spec = keyless.body["spec"]
+    assert isinstance(spec, dict)
+    if case == "other-bytes":  # an entry the log really made, for another payload
+        keyless.write(setup, body={**keyless.body, "spec": {**spec, "payloadHash": {
+            "algorithm": "sha256", "value": hashlib.sha256(b"other bytes").hexdigest()}}})
+    elif case == "other-signature":
+        keyless.write(setup, body={**keyless.body, "spec": {**spec, "signatures": [
+            {**spec["signatures"][0], "signature": _b64(b"another")}]}})
+    elif case == "altered-entry":  # the entry's time moved after the log signed it
+        sig = json.loads(setup.sig("tiny-llama").read_text())
+        sig["verificationMaterial"]["tlogEntries"][0]["integratedTime"] = str(keyless.time - 30)
+        setup.sig("tiny-llama").write_text(json.dumps(sig))
+    else:  # logged (and signed by the log) an hour after the certificate expired
+        keyless.write(setup, time_shift=3600)
+    code, out, _ = catalog(capsys, "validate", str(setup.manifest("tiny-llama")))
+    assert code == 1 and message in out, out
 
 
 def test_validating_key_signed_models_loads_no_crypto_library(setup: Setup) -> None:

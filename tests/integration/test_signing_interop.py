@@ -1,7 +1,9 @@
 """Interoperability with OpenSSF model signing, both ways, through model-signing 1.1.1's own CLI: every bundled model's
 resolved view verifies (`verify key`, `verify certificate`) with the signature `catalog sign` made from the manifest
-alone; a signature `model_signing sign key|certificate` made over a folder holding exactly the pinned files verifies
-in the catalog; a changed byte, a missing file and an extra file each fail on both sides."""
+alone (its predicate also carries the manifest's subject, which model-signing does not read); a signature
+`model_signing sign key|certificate` made over a folder holding exactly the pinned files plus the subject file
+`catalog sign NAME --subject-into DIR` writes verifies in the catalog, and one over the pinned files alone is refused
+as covering the files only; a changed byte, a missing file and an extra file each fail on both sides."""
 
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ class World:
         for stray in folder.glob("*.sig"):
             stray.unlink()
         with open(folder / "catalog.yaml", "a") as f:
-            f.write(f"signatures: required\ntrusted_keys: [{self.key.public}]\ntrusted_roots: [{self.org.root}]\n")
+            f.write(f"signatures: required\ntrusted_keys: [{self.key.public}]\ntrusted_roots: [{self.org.root}]\n"
+                    "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]\n")
         return folder
 
     def catalog(self, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -86,6 +89,9 @@ def test_model_signing_signatures_over_the_pinned_files_verify_in_the_catalog(wo
     keyed, certified = world.catalog_copy("ms-keyed"), world.catalog_copy("ms-certified")
     names = sorted(world.views)
     folders = {n: pinned_folder(world.views[n], world.tmp / "ms-folders" / n) for n in names}
+    for n in names:  # the fields that change what is loaded, as one more file model_signing signs
+        done = world.catalog(keyed, "sign", n, "--subject-into", str(folders[n]))
+        assert done.returncode == 0 and done.stdout.strip() == str(folders[n] / ".model-catalog-subject.json"), done.stderr
     results = model_signing(
         *[["sign", "key", folders[n], "--signature", keyed / f"{n}.sig", "--private_key", world.key.private] for n in names],
         *[["sign", "certificate", folders[n], "--signature", certified / f"{n}.sig", "--private_key", world.org.key,
@@ -145,6 +151,15 @@ def test_a_changed_byte_a_missing_file_and_an_extra_file_fail_on_both_sides(worl
         assert done.returncode == 1 and expected[how] in done.stdout and f"{name}.yaml:" in done.stdout, done.stdout
         done = world.catalog(theirs[how], "resolve", name)
         assert done.returncode == 1 and expected[how] in done.stderr and "refused before any download" in done.stderr
+    # model_signing over the pinned files alone: valid, but it does not cover tokenizer, loader, load_format ...
+    files_only = world.catalog_copy("negative-files-only")
+    assert model_signing(["sign", "key", pinned_folder(world.views[name], world.tmp / "negative" / "files-only"),
+                          "--signature", files_only / f"{name}.sig", "--private_key", world.key.private],
+                         env=world.env)[0][0] == 0
+    done = world.catalog(files_only, "validate", str(files_only / f"{name}.yaml"))
+    assert done.returncode == 1 and "signs the files only" in done.stdout and "--subject-into" not in done.stdout
+    done = world.catalog(files_only, "resolve", name)
+    assert done.returncode == 1 and "signs the files only" in done.stderr and "--subject-into DIR" in done.stderr
     # A file pinned after model_signing signed exactly the pinned files: the catalog refuses the signature.
     exact = world.catalog_copy("negative-extra-pin")
     assert model_signing(["sign", "key", pinned_folder(world.views[name], world.tmp / "negative" / "exact"), "--signature",

@@ -42,7 +42,7 @@ def test_gguf_and_pt_cannot_be_load_checked() -> None:
 @pytest.mark.parametrize("fmt", UNCHECKED, ids=lambda f: f.value)
 def test_a_format_without_a_loader_is_skipped_not_failed(fmt: LoadFormat, tmp_path: Path) -> None:
     files = files_yaml(("config.json", 10, SHA), ("model.gguf", 1000, "b" * 64), ("pytorch_model.bin", 1000, "c" * 64))
-    text = manifest_text("weights", fmt=fmt.value, files=files, extra="allow_pickle: true\n")
+    text = manifest_text("weights", fmt=fmt.value, files=files, extra="allow_code: pickle weights of the loader test\n")
     if fmt is LoadFormat.DATASET:
         text = text.replace("  revision:", "  repo_type: dataset\n  revision:")
     cat = catalog.load(write_catalog(tmp_path, {"weights.yaml": text}))

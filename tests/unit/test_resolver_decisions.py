@@ -73,7 +73,7 @@ def test_engine_arguments() -> None:
     # The logical name is the served name: a storage URI never becomes the engine's model id or metric label.
     assert engine_args(streamed) == ["--model", "s3://b/m/", "--served-model-name", "m", "--load-format", "runai_streamer",
                                      "--tokenizer", "/cache/m", "--model-loader-extra-config.concurrency=4"]
-    verified = dataclasses.replace(streamed, verified_loader={"model": "m", "catalog": "/repo/manifests", "cache": "/cache"})
+    verified = dataclasses.replace(streamed, model="/cache/models/m/x", verified_loader={"model": "m", "catalog": "/repo/manifests", "cache": "/cache"})
     assert engine_args(verified) == ["--model", "/cache/models/m/x", "--served-model-name", "m", "--load-format", "catalog",
                                      "--tokenizer", "/cache/m", "--model-loader-extra-config.cache=/cache",
                                      "--model-loader-extra-config.catalog=/repo/manifests",

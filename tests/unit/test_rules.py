@@ -208,12 +208,29 @@ def test_load_format_requirements(tmp_path: Path, fmt: str, paths: list[str], ok
     assert lines(found) == ([] if ok else ["manifests/tiny.yaml:6: load-format"])
 
 
-def test_pickle_weights_need_an_explicit_opt_in(tmp_path: Path) -> None:
-    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: pytorch_model.bin\n    size: 10\n    sha256: {SHA}\n"
+@pytest.mark.parametrize("path", ["pytorch_model.bin", "optimizer.pt", "weights.pth", "x.ckpt", "data.pkl",
+                                  "sub/state.pickle", "model.joblib", "modeling_tiny.py", "sub/configuration_x.py"])
+def test_files_that_run_code_on_load_need_a_reason(tmp_path: Path, path: str) -> None:
+    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: {path}\n    size: 10\n    sha256: {SHA}\n"
     refused = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files)})
-    assert lines(refused) == ["manifests/tiny.yaml:12: pickle"]
-    allowed = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files, extra="allow_pickle: true\n")})
+    assert lines(refused) == ["manifests/tiny.yaml:12: load-safety"]
+    assert "allow_code" in refused[0].message and repr(path) in refused[0].message
+    assert "torch>=2.10" in refused[0].message  # the pt format's loader requirement is said
+    reason = "allow_code: legacy checkpoint, reviewed in PR 123; scanned on every runner\n"
+    allowed = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files, extra=reason)})
     assert allowed == []
+
+
+def test_allow_pickle_alone_does_not_say_why(tmp_path: Path) -> None:
+    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: pytorch_model.bin\n    size: 10\n    sha256: {SHA}\n"
+    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files, extra="allow_pickle: true\n")})
+    assert sorted(lines(found)) == ["manifests/tiny.yaml:13: load-safety", "manifests/tiny.yaml:8: load-safety"]
+    assert any("replace it with `allow_code:" in p.message for p in found)
+    both = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files,
+                                                             extra="allow_pickle: true\nallow_code: reviewed\n")})
+    assert both == []
+    empty = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files, extra="allow_code: ''\n")})
+    assert [p.rule for p in empty] == ["schema"]  # a reason, not an empty string
 
 
 def test_gpu_class_must_be_known(tmp_path: Path) -> None:

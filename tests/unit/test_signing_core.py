@@ -107,15 +107,26 @@ def test_bundles_read_and_write_as_model_signings(tmp_path: Path) -> None:
         assert sign_sigstore_pb.Signature.read(tmp_path / "model.sig").bundle.to_json().encode() == data
 
 
-def test_a_keyless_sigstore_bundle_is_read() -> None:
+def test_a_keyless_sigstore_bundle_is_read_with_its_log_entries() -> None:
     payload = statement_of("m", entries(PATHS)).payload()
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    entry = {"logIndex": "7", "logId": {"keyId": b64(b"\x01" * 32)}, "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+             "integratedTime": "1700000000", "inclusionPromise": {"signedEntryTimestamp": b64(b"set")},
+             "canonicalizedBody": b64(b'{"kind":"dsse"}')}
     body = {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-            "verificationMaterial": {"certificate": {"rawBytes": base64.b64encode(b"leaf").decode()},
-                                     "tlogEntries": [{"logIndex": "1"}]},
-            "dsseEnvelope": {"payload": base64.b64encode(payload).decode(), "payloadType": PAYLOAD_TYPE,
-                             "signatures": [{"sig": base64.b64encode(b"s").decode()}]}}
+            "verificationMaterial": {"certificate": {"rawBytes": b64(b"leaf")}, "tlogEntries": [entry]},
+            "dsseEnvelope": {"payload": b64(payload), "payloadType": PAYLOAD_TYPE, "signatures": [{"sig": b64(b"s")}]}}
     bundle = parse_bundle(json.dumps(body).encode())
     assert bundle.certificates == (b"leaf",) and bundle.transparency_log and bundle.payload == payload
+    (logged,) = bundle.log_entries
+    assert (logged.log_index, logged.log_id, logged.integrated_time, logged.kind, logged.promise) == \
+        (7, b"\x01" * 32, 1700000000, "dsse", b"set")
+    # What the log's signed entry timestamp is made over (sigstore-python's RFC 8785 form of the same four fields)
+    assert logged.set_payload() == (b'{"body":"eyJraW5kIjoiZHNzZSJ9","integratedTime":1700000000,"logID":"' +
+                                    b"01" * 32 + b'","logIndex":7}')
+    del entry["logId"]
+    with pytest.raises(SignatureFormatError, match="logId"):
+        parse_bundle(json.dumps(body).encode())
 
 
 @pytest.mark.parametrize(("data", "match"), [
@@ -146,6 +157,35 @@ def test_anchors_given_to_the_runner_replace_catalog_yamls(tmp_path: Path) -> No
     assert runner.required and runner.keys == (Path("/etc/ci.pub"),) and runner.roots == ()
     flagged = policy_of(catalog, tmp_path, Settings.build({}, trusted_roots=["ca.pem"], require_signature=True))
     assert flagged.required and flagged.keys == () and flagged.roots == (Path("ca.pem"),)
+
+
+@pytest.mark.parametrize("given", [{"CATALOG_TRUSTED_KEYS": "/etc/ci.pub"}, {"CATALOG_TRUSTED_ROOTS": "/etc/ca.pem"},
+                                   {"CATALOG_TRUSTED_IDENTITIES": "ci@example.org|https://issuer.example"},
+                                   {"CATALOG_TRUSTED_LOG_KEYS": "/etc/rekor.pub"}])
+def test_anchors_given_to_the_runner_require_signatures_whatever_catalog_yaml_says(tmp_path: Path,
+                                                                                   given: dict[str, str]) -> None:
+    """A merged `signatures: optional` must not switch off the gate of a runner that names its own trust."""
+    catalog = CatalogSettings.model_validate({"store": "s3://b/", "gpu_classes": {"l4": {"memory_gib": 24}},
+                                              "signatures": "optional", "trusted_keys": ["keys/a.pub"],
+                                              "trusted_identities": [{"identity": "pr@evil", "issuer": "x"}],
+                                              "log_entries": "accept-unchecked"})
+    runner = policy_of(catalog, tmp_path, Settings.build(given))
+    assert runner.required and runner.runner
+    assert all(i.identity != "pr@evil" for i in runner.identities) and not runner.unchecked_log_entries
+    assert tmp_path / "keys/a.pub" not in runner.keys
+
+
+def test_identities_parse_as_identity_and_issuer() -> None:
+    from catalog.errors import UsageError
+
+    built = Settings.build({"CATALOG_TRUSTED_IDENTITIES": "CN=ci,O=Org|CN=Org CA\nci@example.org|https://accounts.example"})
+    assert built.trusted_identities == (("CN=ci,O=Org", "CN=Org CA"), ("ci@example.org", "https://accounts.example"))
+    assert Settings.build({}, trusted_identities=["a|b"]).trusted_identities == (("a", "b"),)
+    for bad in ("no-issuer", "|issuer", "identity|"):
+        with pytest.raises(UsageError, match="IDENTITY.ISSUER"):
+            Settings.build({"CATALOG_TRUSTED_IDENTITIES": bad})
+    with pytest.raises(UsageError, match="CATALOG_LOG_ENTRIES"):
+        Settings.build({"CATALOG_LOG_ENTRIES": "maybe"})
 
 
 def test_a_typo_in_the_require_switch_is_a_usage_error() -> None:
