@@ -124,10 +124,12 @@ def write_catalog(root: Path, folder: Path) -> Path:
     manifests.mkdir(parents=True)
     (manifests / "catalog.yaml").write_text(f"store: s3://{BUCKET}/\ndefault_gpu: cpu\ngpu_classes:\n  cpu: {{memory_gib: 64}}\n")
     (manifests / f"{NAME}.yaml").write_text(
-        f"name: {NAME}\nsource:\n  hf_repo: bench/{NAME}\n  revision: {'0' * 40}\n"
+        f"name: {NAME}\nsource:\n  hf_repo: bench/{NAME}\n  revision: {'a' * 40}\n"
         f"s3_prefix: s3://{BUCKET}/bench/{NAME}/\nload_format: runai_streamer\ngpu: {{class: cpu}}\n")
-    subprocess.run([*catalog(), "--catalog", str(manifests), "lock", NAME, "--from-dir", str(folder)], check=True,
-                   capture_output=True)
+    done = subprocess.run([*catalog(), "--catalog", str(manifests), "lock", NAME, "--from-dir", str(folder)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"catalog lock failed: {done.stderr}")
     return manifests
 
 
