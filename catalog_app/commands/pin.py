@@ -41,17 +41,24 @@ def lockable(root: Path, names: list[str] | None) -> list[tuple[ModelManifest, P
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 if the pinned files differ from the source.")
 @click.option("--from-store", is_flag=True, help="Keep the pins; read the safetensors headers from the store's verified copies.")
 @click.option("--store", metavar="URL", help="With --from-store: override catalog.yaml's store (env CATALOG_STORE).")
+@click.option("--tensor-digests", is_flag=True,
+              help="Also pin every tensor's sha256 (what --load-format catalog checks): reads every weight byte, verified "
+                   "against the pins on the way, from the cache, the tiers, the store or the Hub as resolve would (a lock "
+                   "--from-dir always pins them).")
+@click.option("--cache", "cache_dir", metavar="DIR", help="With --tensor-digests: the cache the weights are verified into.")
 @click.pass_context
 def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, from_dir: Path | None, check: bool,
-                 from_store: bool, store: str | None) -> int:
+                 from_store: bool, store: str | None, tensor_digests: bool, cache_dir: str | None) -> int:
     """Fill in `files` (path, size, sha256, safetensors headers) from the Hub at the pinned revision, or from a folder."""
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
     if from_store and from_dir is not None:
         raise UsageError("--from-store and --from-dir are two sources; pass one")
-    if store is not None and not from_store:
+    if store is not None and not (from_store or tensor_digests):
         raise UsageError("--store names the store --from-store reads headers from; pass --from-store too")
-    current = settings(ctx, store=store)
+    if tensor_digests and check:
+        raise UsageError("--tensor-digests writes what it reads; --check changes nothing", hint="pass one of them")
+    current = settings(ctx, store=store, cache_dir=cache_dir)
     hub = HubOptions.from_settings(current)
     bucket = _store(ctx, current) if from_store else None
     drift = failed = False
@@ -60,6 +67,8 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
             folder = _model_dir(from_dir, manifest.name, single=len(names) == 1)
             result: LockResult = lock_manifest(manifest, path, from_dir=folder, hub=hub, write=not check,
                                                store=(bucket[0], manifest.s3_prefix[len(bucket[1]):]) if bucket else None)
+            if tensor_digests and folder is None:
+                result = _with_tensor_digests(ctx, current, manifest.name, path, result)
         except UsageError as exc:
             if not all_models:
                 raise
@@ -76,6 +85,22 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
         for line in diff_files(result.old, result.new):
             click.echo(f"  {line}")
     return 1 if failed or (check and drift) else 0
+
+
+def _with_tensor_digests(ctx: click.Context, current: Settings, name: str, path: Path, first: LockResult) -> LockResult:
+    """Lock `name` again from a folder of its verified bytes: resolved with its weights (every byte hashed against the
+    pins just written, from wherever resolve takes them), then pinned as `--from-dir` pins, tensor digests included.
+    The pins cannot change on the way (the same bytes); `first` stays the answer about them."""
+    from catalog.lookup import load
+    from resolver.cache import Cache
+    from resolver.resolve import ResolveOptions, resolve
+    from resolver.stores import open_catalog_store
+
+    cat = load(catalog_dir(ctx), only=[name])
+    options = ResolveOptions.from_settings(current, cat, materialize_weights=True)
+    resolved = resolve(cat, name, cache=Cache(current.cache_dir), store=open_catalog_store(cat, current), options=options)
+    again = lock_manifest(cat.get(name), path, from_dir=resolved.path, hub=HubOptions.from_settings(current), write=True)
+    return LockResult(first.name, first.manifest_path, first.old, again.new, again.tables)
 
 
 def _model_dir(from_dir: Path | None, name: str, *, single: bool) -> Path | None:

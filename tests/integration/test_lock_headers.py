@@ -127,6 +127,27 @@ def test_the_same_pins_come_from_seaweedfs_with_at_most_two_reads_per_shard(
     assert proxy.requests[f"GET /{bucket}"] == 1  # one listing (and sync's record), to prove the objects first
 
 
+def test_tensor_digests_are_pinned_from_the_stores_verified_bytes_when_locked_from_the_hub(
+        tmp_path: Path, hub: HubDouble, big: Path, bucket: str) -> None:
+    """The Hub's metadata pins files without reading them, so no tensor digest; `--tensor-digests` reads every weight
+    byte from the store (verified against the pins on the way) and pins the same digests a lock from the folder does."""
+    from_dir = new_catalog(tmp_path / "dir")
+    assert cli(tmp_path, from_dir, "lock", "big", "--from-dir", str(big)).returncode == 0
+    folder = new_catalog(tmp_path / "hub")
+    assert cli(tmp_path, folder, "lock", "big", extra={"HF_ENDPOINT": hub.url}).returncode == 0
+    assert not re.search(rb'"[0-9a-f]{64}"', pinned(folder)[1])  # headers only
+    upload_from_dir(catalog.load(from_dir), "big", big, open_store(f"s3://{bucket}/"))
+    done = cli(tmp_path, folder, "lock", "big", "--tensor-digests", "--store", f"s3://{bucket}/", "--cache",
+               str(tmp_path / "cache"), extra={"HF_ENDPOINT": hub.url})
+    assert done.returncode == 0, done.stderr
+    # the very same pins and tables, digests included (and the Hub's informational ids, which a folder does not give)
+    hub_ids = re.compile(rb"\n    (blob_id|xet_hash): [0-9a-f]+")
+    assert pinned(folder)[1] == pinned(from_dir)[1]
+    assert hub_ids.sub(b"", pinned(folder)[0]) == pinned(from_dir)[0] and hub_ids.search(pinned(folder)[0])
+    # The Hub gave each lock one header read of each shard; every weight byte came from the store
+    assert hub.requests[f"GET /org/big/resolve/{REV}/{shard_name(2, SHARDS)}"] == 2
+
+
 def test_from_store_refuses_objects_sync_never_verified(tmp_path: Path, big: Path, proxied: tuple[FaultProxy, str]) -> None:
     proxy, bucket = proxied
     folder = new_catalog(tmp_path / "c")
