@@ -126,9 +126,10 @@ def report(resolution: Resolution, result: EngineResult) -> LoadReport:
         problems = [f"the engine serves it as {result.served_model_name!r}, not as its logical name {resolution.name!r}"]
     else:
         problems = [] if result.ok else [f"vLLM refused it: {result.error}"]
+    loader = "--load-format catalog" if resolution.verified_loader is not None else f"--load-format {resolution.load_format.value}"
     return LoadReport(resolution.name, resolution.load_format, seconds=result.seconds, problems=problems,
-                      uri=resolution.weights_uri or resolution.model, engine=f"vllm: {what}" if result.ok else "vllm",
-                      notes=list(result.patched))
+                      uri=resolution.weights_uri or resolution.model,
+                      engine=f"vllm ({loader}): {what}" if result.ok else f"vllm ({loader})", notes=list(result.patched))
 
 
 def check_with_engine(cat: Catalog, names: Sequence[str], *, store: Store, cache: Cache, options: ResolveOptions,

@@ -282,9 +282,12 @@ def test_check_load_and_the_engine_agree_on_every_bundled_model(engine_session: 
     own = json.loads(engine_session.catalog("check-load", "--all", "--format", "json"))
     engine = json.loads(engine_session.catalog("check-load", "--all", "--engine", "vllm", "--format", "json",
                                                env={"HOME": str(engine_session.home), "HF_HUB_OFFLINE": "1",
-                                                    "VLLM_CACHE_ROOT": str(engine_session.home / "vllm")}))
+                                                    "VLLM_CACHE_ROOT": str(engine_session.home / "vllm"),
+                                                    "CATALOG_PREFER": "stream"}))  # weights at hand still stream
     assert [r["name"] for r in engine] == sorted(m.name for m in bundled)
     assert {r["name"]: (r["ok"], bool(r["skipped"])) for r in engine} == {r["name"]: (r["ok"], bool(r["skipped"])) for r in own}
     assert all(r["ok"] for r in engine)
     assert [r["name"] for r in engine if r["skipped"]] == ["tiny-sts"]
-    assert all(r["engine"].startswith("vllm: ") for r in engine if not r["skipped"])
+    assert all(r["engine"].startswith("vllm (--load-format ") for r in engine if not r["skipped"])
+    # the streamed models are loaded by the verified loader, every tensor hashed inside the engine
+    assert {r["name"] for r in engine if r["engine"].startswith("vllm (--load-format catalog)")} == set(STREAMED)
