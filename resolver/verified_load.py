@@ -23,9 +23,11 @@ reader's own ring of the same size), not by the files' sizes.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
+import stat
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -154,7 +156,7 @@ def sources_for(manifest: ModelManifest, entry: FileEntry, key: str, *, cache: C
     for store in stores:
         ranged = StoreReader(store, key, entry.size, max_wait=max_wait)
         target = store.stream_target()
-        if store.engine_streamable and target.scheme == "s3":
+        if store.engine_streamable and target.scheme == "s3" and _streamer_installed():
             out.append(Source(StreamerReader(store.stream_uri(key), target, window, min_rate, rate_window), ranged))
         elif store.engine_streamable and target.scheme is None:
             local = LocalReader(Path(store.stream_uri(key).rstrip("/")))
@@ -169,9 +171,12 @@ def _regular_of_size(path: Path, size: int) -> bool:
         st = path.stat()
     except OSError:
         return False
-    import stat
-
     return stat.S_ISREG(st.st_mode) and st.st_size == size
+
+
+def _streamer_installed() -> bool:
+    """runai's reader where the engine has it (vLLM's runai extra); else the store's own ranged GETs, same checks."""
+    return importlib.util.find_spec("runai_model_streamer") is not None
 
 
 # -- the load ---------------------------------------------------------------------------------------------
