@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import stat
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -90,11 +91,12 @@ class FileRecord:
     by_source: dict[str, int] = field(default_factory=dict)  # where -> tensors delivered from it
     refused: list[dict[str, str]] = field(default_factory=list)  # {"tensor", "from", "got"}
     failures: list[str] = field(default_factory=list)  # sources that could not go on, and why
+    hash_seconds: float = 0.0  # CPU seconds the hashing threads spent on this file's tensors
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "sha256": self.sha256, "tensors": self.tensors, "delivered": self.delivered,
                 "bytes": self.bytes, "by_source": dict(self.by_source), "refused": list(self.refused),
-                "failures": list(self.failures)}
+                "failures": list(self.failures), "hash_seconds": round(self.hash_seconds, 3)}
 
 
 @dataclass
@@ -119,13 +121,14 @@ class LoadRecord:
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "rank": self.rank, "ok": self.ok, "error": self.error,
                 "seconds": round(self.seconds, 3), "tensors": self.delivered, "bytes": self.bytes,
-                "files": [f.to_json() for f in self.files]}
+                "hash_seconds": round(sum(f.hash_seconds for f in self.files), 3), "files": [f.to_json() for f in self.files]}
 
     def summary(self) -> str:
         sources = sorted({s for f in self.files for s in f.by_source})
         refused = sum(len(f.refused) for f in self.files)
         return (f"{self.model}: {self.delivered} tensors ({self.bytes / MiB:.1f} MiB) verified against their pins and "
-                f"delivered in {self.seconds:.2f} s from {', '.join(sources) or 'nowhere'}"
+                f"delivered in {self.seconds:.2f} s (hashing: {sum(f.hash_seconds for f in self.files):.2f} CPU s) from "
+                f"{', '.join(sources) or 'nowhere'}"
                 + (f"; {refused} refused and fetched again" if refused else ""))
 
     def append_to(self, path: Path) -> None:
@@ -191,7 +194,7 @@ def verified_tensors(model: str, load: FileLoad, sources: Sequence[Source], reco
                 break
             later = sources[position + 1:]
             try:
-                for tensor, owned, digest in _hashed(source.stream.stream(list(pending.values())), pool, window):
+                for tensor, owned, digest in _hashed(source.stream.stream(list(pending.values())), pool, window, record):
                     if tensor.name not in pending:
                         continue
                     if digest != tensor.sha256:
@@ -230,7 +233,8 @@ def _refetch(model: str, tensor: PinnedTensor, got: str, source: Source, later: 
         except ReadFailed as exc:
             tried.append(exc.message)
             continue
-        digest = _sha256(owned)
+        digest, cpu = _sha256(owned)
+        record.hash_seconds += cpu
         if digest == tensor.sha256:
             record.by_source[other.where] = record.by_source.get(other.where, 0) + 1
             return owned
@@ -239,11 +243,11 @@ def _refetch(model: str, tensor: PinnedTensor, got: str, source: Source, later: 
     raise TensorRefused(model, tensor, got, source.where, tried)
 
 
-def _hashed(stream: Iterator[tuple[PinnedTensor, Any]], pool: ThreadPoolExecutor,
-            window: int) -> Iterator[tuple[PinnedTensor, torch.Tensor, str]]:
+def _hashed(stream: Iterator[tuple[PinnedTensor, Any]], pool: ThreadPoolExecutor, window: int,
+            record: FileRecord) -> Iterator[tuple[PinnedTensor, torch.Tensor, str]]:
     """The reader's tensors, each copied out of its buffer here (before the reader reuses it), hashed in `pool`,
     yielded in arrival order with its digest; at most `window` bytes (or one tensor) copied and not yet yielded."""
-    queue: deque[tuple[PinnedTensor, torch.Tensor, Future[str]]] = deque()
+    queue: deque[tuple[PinnedTensor, torch.Tensor, Future[tuple[str, float]]]] = deque()
     in_flight = 0
     try:
         for tensor, chunk in stream:
@@ -253,10 +257,10 @@ def _hashed(stream: Iterator[tuple[PinnedTensor, Any]], pool: ThreadPoolExecutor
             while queue and (in_flight > window or queue[0][2].done()):
                 done = queue.popleft()
                 in_flight -= done[0].nbytes
-                yield done[0], done[1], done[2].result()
+                yield done[0], done[1], _digest(done[2], record)
         while queue:
             done = queue.popleft()
-            yield done[0], done[1], done[2].result()
+            yield done[0], done[1], _digest(done[2], record)
     finally:
         close = getattr(stream, "close", None)
         if close is not None:
@@ -273,9 +277,18 @@ def _own(chunk: Any) -> torch.Tensor:
     return copied
 
 
-def _sha256(owned: torch.Tensor) -> str:
+def _digest(future: Future[tuple[str, float]], record: FileRecord) -> str:
+    digest, cpu = future.result()
+    record.hash_seconds += cpu
+    return digest
+
+
+def _sha256(owned: torch.Tensor) -> tuple[str, float]:
+    """The digest, and the CPU seconds this thread spent on it (the load record says where the hashing went)."""
+    started = time.thread_time()
     data: Any = owned.numpy()  # a uint8 array over the tensor's memory: no copy
-    return hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256(data).hexdigest()
+    return digest, time.thread_time() - started
 
 
 def _typed(owned: torch.Tensor, tensor: PinnedTensor) -> torch.Tensor:
