@@ -188,6 +188,7 @@ def run(args: argparse.Namespace, base: list[str], store: str, env: dict[str, st
     engine_env = {**env, **ENGINE_ENV, "HOME": str(home), "VLLM_CACHE_ROOT": str(home / "vllm")}
     rows: dict[str, list[tuple[float, ...]]] = {}
     stream_cache = work / "stream-cache"
+    hashing: list[float] = []  # CPU seconds the verified loader's hashing threads spent, per run
     for round_ in range(args.runs):
         shutil.rmtree(home, ignore_errors=True)
         wall, cpu, rss, got = engine(["--model", f"{store}bench/{NAME}/", "--load-format", "runai_streamer"], engine_env)
@@ -200,7 +201,11 @@ def run(args: argparse.Namespace, base: list[str], store: str, env: dict[str, st
         extra = dict(line.removeprefix("export ").split("=", 1) for line in exports.splitlines())
         vllm_args = shlex.split(printed)
         assert vllm_args[vllm_args.index("--load-format") + 1] == "catalog", printed
-        wall, cpu, rss, got = engine(vllm_args, {**engine_env, **{k: shlex.split(v)[0] for k, v in extra.items()}})
+        record = work / "load-record.jsonl"
+        record.unlink(missing_ok=True)
+        wall, cpu, rss, got = engine(vllm_args, {**engine_env, **{k: shlex.split(v)[0] for k, v in extra.items()},
+                                                 "CATALOG_LOAD_RECORD": str(record)})
+        hashing.append(json.loads(record.read_text())["hash_seconds"])
         rows.setdefault("catalog (every tensor hashed)", []).append((got["load"], got["load_cpu"], r_wall, r_cpu, wall, cpu, rss))
 
         shutil.rmtree(home, ignore_errors=True)
@@ -224,6 +229,8 @@ def run(args: argparse.Namespace, base: list[str], store: str, env: dict[str, st
         print(f"| {way} | {med(load):.2f} s ({min(load):.2f}-{max(load):.2f}) | {med(load) / ref:.2f}x | "
               f"{med(s[1] for s in samples):.2f} | {resolved} | {med(total):.2f} s | "
               f"{med(s[5] for s in samples):.1f} s, {med(s[6] for s in samples):.0f} MiB |")
+    print(f"\nthe verified loader's hashing threads: {statistics.median(hashing):.2f} CPU s a load "
+          f"({min(hashing):.2f}-{max(hashing):.2f}), {weights / 2**30 / statistics.median(hashing):.2f} GiB/s of one core")
 
 
 if __name__ == "__main__":
