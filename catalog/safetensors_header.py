@@ -7,7 +7,7 @@ section. The header names every tensor without a weight byte, so `catalog lock` 
 prints the inventory. One parser for all of them, as strict as the reference implementation where that one is
 strict, and stricter where it is lenient about something that makes a checkpoint ambiguous:
 
-- the length must fit the file (and the reference's 100 MiB bound);
+- the length must fit the file (and the reference's bound of 100,000,000 bytes);
 - the JSON must be an object of tensors with a known dtype, a shape of non-negative integers and two offsets;
 - offsets, sorted, must tile the data section from 0 to its end: no gap, no overlap, nothing past the file;
 - each tensor's byte span must be exactly its element count x its dtype's width;
@@ -29,7 +29,7 @@ from typing import Any
 from catalog.errors import CatalogError
 
 PREFIX = 8  # the little-endian u64 header length
-MAX_HEADER = 100 * 1024 * 1024  # the reference implementation refuses larger headers too
+MAX_HEADER = 100_000_000  # bytes: the reference implementation refuses a longer header (checked with safetensors 0.8)
 METADATA = "__metadata__"
 
 # Bits per element of every dtype safetensors 0.8 reads (checked against its parser). Sub-byte types (F4, F6)

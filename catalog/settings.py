@@ -3,9 +3,9 @@
 `ENV` declares every environment variable the catalog reads. `Settings.build(env, flags)` is pure;
 `Settings.from_process(flags)` is the one place in the project that reads `os.environ` (a test checks it),
 called by the entry points: the CLI, the pytest plugin and `catalog.load()` for library callers.
-The warm resolve keys its index on the built value (`Settings.fingerprint`), so two spellings of one
-setting (`--cache=D`, `--cache D`, `CATALOG_CACHE=D`) share an entry and an undeclared variable cannot
-make a stale answer.
+The warm resolve (catalog_app/warm.py) keys its index on the call's own inputs: the flags as parsed, every
+variable `ENV` declares, and the catalog and cache folders resolved, so an undeclared variable cannot make a
+stale answer.
 
 Standard library only: the warm path builds a Settings before anything heavy is imported.
 """

@@ -90,6 +90,27 @@ def test_a_broken_header_is_refused_saying_what_is_wrong(case: str) -> None:
         parse(data, size or len(data))
 
 
+def test_the_header_bound_is_the_references(tmp_path: Path) -> None:
+    """A header of exactly MAX_HEADER bytes opens in safetensors and parses here; one byte more is refused by both."""
+    from safetensors import safe_open
+
+    for length, valid in ((MAX_HEADER, True), (MAX_HEADER + 1, False)):
+        data = struct.pack("<Q", length) + b"{}" + b" " * (length - 2)
+        path = tmp_path / "f.safetensors"
+        path.write_bytes(data)
+        try:
+            with safe_open(str(path), "np"):
+                opened = True
+        except Exception:  # noqa: BLE001 - the reference raises its own error types
+            opened = False
+        try:
+            parse(data, len(data))
+            parsed = True
+        except HeaderError:
+            parsed = False
+        assert opened is parsed is valid, length
+
+
 def test_the_reference_reader_agrees_on_what_is_valid(tmp_path: Path) -> None:
     """What we accept, safetensors itself opens; what it refuses (but for duplicate names, which it takes as the
     last one silently), we refuse too."""
