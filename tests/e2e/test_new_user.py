@@ -1,0 +1,107 @@
+"""What a new user meets off the main path, through the CLI as they type it: an unreachable Hub, a registry as a
+second store, `verify` of what is not cached, several models at once, the CI switch beside a flag, the hints and
+summaries of sync, audit-upstream, check-load and publish, and the test suite beside a model of one's own."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from hubdouble import HubDouble
+from oci_registry import RegistryServer
+from signing_keys import key_pair
+
+from catalog.formats import LoadFormat
+from catalog.lookup import Catalog
+from catalog_app.commands.check_load import render_markdown
+from resolver.loaders import LoadReport
+from resolver.stores import open_store
+from resolver.upload import upload_from_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A user's shell: the bundled catalog, a cache and a home of the test's own, nothing of the machine's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "HF_", "DOCKER_"))}
+    return env | {"HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
+                  "DOCKER_CONFIG": str(tmp_path / "docker"), "CATALOG_DIR": str(ROOT / "manifests"),
+                  "CATALOG_CACHE": str(tmp_path / "cache")} | extra
+
+
+@pytest.fixture
+def closed_hub() -> str:
+    """The address of a Hub that is gone: the double's port, closed."""
+    double = HubDouble()
+    double.close()
+    return double.url
+
+
+@pytest.fixture
+def store(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> Path:
+    """A folder store holding tiny-llama and tiny-sts, as `catalog sync` leaves them."""
+    folder = tmp_path / "store"
+    for name in ("tiny-llama", "tiny-sts"):
+        upload_from_dir(bundled, name, sources[name], open_store(str(folder)))
+    return folder
+
+
+def scratch_catalog(tmp_path: Path, *names: str) -> Path:
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    for name in ("catalog", *names):
+        shutil.copy(ROOT / "manifests" / f"{name}.yaml", folder)
+    return folder
+
+
+# -- an unreachable Hub -------------------------------------------------------------------------------------------------
+def test_add_with_the_hub_unreachable_is_one_error_naming_the_endpoint(closed_hub: str, tmp_path: Path) -> None:
+    catalog_dir = scratch_catalog(tmp_path)
+    done = cli(user_env(tmp_path, HF_ENDPOINT=closed_hub, CATALOG_DIR=str(catalog_dir)), "add", "org/name")
+    assert done.returncode == 1, done.stderr
+    error, hint = done.stderr.splitlines()
+    assert error == f"error: resolving org/name@main: cannot reach the Hub at {closed_hub}: ConnectError"
+    assert hint.startswith("hint: check the network and HF_ENDPOINT") and "--from-dir" in hint
+    assert sorted(p.name for p in catalog_dir.iterdir()) == ["catalog.yaml"]
+
+
+def test_a_list_import_with_the_hub_unreachable_refuses_each_line_and_asks_once(closed_hub: str, tmp_path: Path) -> None:
+    catalog_dir = scratch_catalog(tmp_path)
+    listing = tmp_path / "models.txt"
+    listing.write_text("org/first@main\norg/second\n")
+    done = cli(user_env(tmp_path, HF_ENDPOINT=closed_hub, CATALOG_DIR=str(catalog_dir)), "import", "--repos", str(listing))
+    assert done.returncode == 1 and "internal error" not in done.stderr, done.stderr
+    first, second, summary = done.stderr.splitlines()
+    assert first.startswith(f"error: org/first@main: {listing}:1: resolving org/first@main: cannot reach the Hub at {closed_hub}")
+    assert second == (f"error: org/second@main: {listing}:2: not tried: the Hub at {closed_hub} gave no answer at "
+                      f"{listing}:1")
+    assert summary == "0 written, 0 skipped, 2 refused"
+
+
+def test_a_hub_failure_hints_at_the_hub_not_at_the_store(closed_hub: str, tmp_path: Path) -> None:
+    done = cli(user_env(tmp_path, HF_ENDPOINT=closed_hub), "resolve", "tiny-sts", "--source", "hf")
+    assert done.returncode == 1 and done.stderr.startswith("error: giving up on tiny-sts/"), done.stderr
+    [hint] = [line for line in done.stderr.splitlines() if line.startswith("hint:")]
+    assert "HF_ENDPOINT" in hint and "AWS_ENDPOINT_URL" not in hint and "--store" not in hint
+
+
+def test_a_sync_whose_hub_fails_hints_once_at_from_dir(closed_hub: str, tmp_path: Path) -> None:
+    done = cli(user_env(tmp_path, HF_ENDPOINT=closed_hub), "sync", "tiny-llama", "--store", str(tmp_path / "store"))
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert sum(line.startswith("error: giving up on tiny-llama/") for line in lines) == 6  # one per file
+    hints = [line for line in lines if line.startswith("hint:")]
+    assert len(hints) == 2 and "HF_ENDPOINT" in hints[0] and "AWS_ENDPOINT_URL" not in done.stderr  # said once, not per file
+    assert "without --from-dir the files come from the Hub" in hints[1] and "catalog sync --from-dir DIR" in hints[1]
