@@ -18,7 +18,7 @@ from catalog_app.markdown import table
 from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.hub import HubOptions
-from resolver.stores import Store, open_catalog_store, open_store
+from resolver.stores import Store, bind_models, open_catalog_store, open_store
 from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
 from resolver.sync_sources import HfCacheBytes, replicate
 from resolver.transfer import TransferConfig
@@ -69,7 +69,9 @@ def sync_command(
         if prune or apply_path or from_dir or from_hf_cache or deep or allow_last_copy:
             raise UsageError("--replicate-to copies pins from the store as they are; give it with NAMEs, --dry-run, --check, "
                              "--out or --format only")
-        return _replicate(cat, names, the_store, open_store(replicate_to, current), Cache(current.cache_dir), config, fmt,
+        # Told where the catalog's models are, as the primary store is: a registry addresses artifacts by model.
+        target = bind_models(open_store(replicate_to, current), cat)
+        return _replicate(cat, names, the_store, target, Cache(current.cache_dir), config, fmt,
                           dry_run or check or out_path is not None, check, out_path)
     if apply_path is not None:
         try:

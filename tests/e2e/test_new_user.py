@@ -105,3 +105,19 @@ def test_a_sync_whose_hub_fails_hints_once_at_from_dir(closed_hub: str, tmp_path
     hints = [line for line in lines if line.startswith("hint:")]
     assert len(hints) == 2 and "HF_ENDPOINT" in hints[0] and "AWS_ENDPOINT_URL" not in done.stderr  # said once, not per file
     assert "without --from-dir the files come from the Hub" in hints[1] and "catalog sync --from-dir DIR" in hints[1]
+
+
+# -- a registry as the second store -------------------------------------------------------------------------------------
+def test_replicate_to_a_registry_from_the_cli(oci_registry: RegistryServer, store: Path, bundled: Catalog,
+                                              tmp_path: Path) -> None:
+    target = f"oci://{oci_registry.host}/replica-{uuid.uuid4().hex[:10]}/"
+    env = user_env(tmp_path)
+    copied = cli(env, "sync", "--replicate-to", target, "tiny-llama", "--store", str(store))
+    assert copied.returncode == 0, copied.stderr
+    assert cli(env, "sync", "--check", "tiny-llama", "--store", target).returncode == 0  # the registry holds every pin
+    done = cli(env | {"CATALOG_CACHE": str(tmp_path / "fresh")}, "resolve", "tiny-llama", "--store", target, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert set(answer["sources"].values()) == {target}  # every file from the registry, none from the first store
+    for entry in bundled.get("tiny-llama").files:
+        assert hashlib.sha256((Path(answer["path"]) / entry.path).read_bytes()).hexdigest() == entry.sha256
