@@ -121,3 +121,21 @@ def test_replicate_to_a_registry_from_the_cli(oci_registry: RegistryServer, stor
     assert set(answer["sources"].values()) == {target}  # every file from the registry, none from the first store
     for entry in bundled.get("tiny-llama").files:
         assert hashlib.sha256((Path(answer["path"]) / entry.path).read_bytes()).hexdigest() == entry.sha256
+
+
+# -- verify what is not cached ------------------------------------------------------------------------------------------
+def test_verify_of_a_model_not_in_the_cache_fails_naming_it(store: Path, tmp_path: Path) -> None:
+    catalog_dir = scratch_catalog(tmp_path, "tiny-llama", "tiny-sts")
+    keys = key_pair(tmp_path / "keys")
+    env = user_env(tmp_path, CATALOG_DIR=str(catalog_dir), CATALOG_STORE=str(store))
+    assert cli(env, "sign", "tiny-llama", "--private-key", str(keys.private)).returncode == 0
+    for extra in ((), ("--signatures", "--trusted-key", str(keys.public))):
+        missing = cli(env, "verify", "tiny-llama", *extra)
+        assert missing.returncode == 1, missing.stderr
+        assert missing.stdout.startswith(f"tiny-llama: not in the cache at {tmp_path / 'cache'}")
+        assert "catalog resolve tiny-llama" in missing.stdout and "1 problem(s)" in missing.stderr
+    assert cli(env, "resolve", "tiny-llama").returncode == 0
+    assert cli(env, "verify", "tiny-llama").returncode == 0
+    assert cli(env, "verify", "tiny-llama", "--signatures", "--trusted-key", str(keys.public)).returncode == 0
+    other = cli(env, "verify", "tiny-llama", "tiny-sts")  # one cached, one not: the one not is the problem
+    assert other.returncode == 1 and other.stdout.startswith("tiny-sts: not in the cache")
