@@ -61,7 +61,7 @@ def resolve_command(
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
     if fmt in outputs.ONE_MODEL_FORMATS and len(names) > 1:
-        raise UsageError(f"--format {fmt} prints one model; use --format json for several")
+        raise UsageError(f"--format {fmt} prints one model; use --format path or json for several")
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
                        source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
                        require_signature=require_signature or None, trusted_keys=trusted_keys or None,
@@ -98,7 +98,7 @@ def resolve_command(
     finally:
         progress.finish()
     try:
-        text = outputs.render(results, fmt)
+        text = outputs.render(results, fmt, several=all_models or len(selected) > 1)
     except outputs.OutputError as exc:
         raise UsageError(str(exc)) from None
     click.echo(text, nl=False)

@@ -139,3 +139,22 @@ def test_verify_of_a_model_not_in_the_cache_fails_naming_it(store: Path, tmp_pat
     assert cli(env, "verify", "tiny-llama", "--signatures", "--trusted-key", str(keys.public)).returncode == 0
     other = cli(env, "verify", "tiny-llama", "tiny-sts")  # one cached, one not: the one not is the problem
     assert other.returncode == 1 and other.stdout.startswith("tiny-sts: not in the cache")
+
+
+# -- several models -----------------------------------------------------------------------------------------------------
+def test_resolve_of_several_names_prints_a_path_per_line_and_json_is_an_array(store: Path, tmp_path: Path) -> None:
+    env = user_env(tmp_path, CATALOG_STORE=str(store))
+    paths = cli(env, "resolve", "tiny-llama", "tiny-sts")
+    assert paths.returncode == 0, paths.stderr
+    lines = paths.stdout.splitlines()
+    assert len(lines) == 2 and all(Path(line).is_dir() for line in lines)
+    assert lines[0] == cli(env, "resolve", "tiny-llama").stdout.strip()
+    assert cli(env, "resolve", "tiny-llama", "tiny-sts").stdout == paths.stdout  # the warm answer, the same lines
+    one = json.loads(cli(env, "resolve", "tiny-sts", "--format", "json").stdout)
+    several = json.loads(cli(env, "resolve", "tiny-llama", "tiny-sts", "--format", "json").stdout)
+    assert one["name"] == "tiny-sts" and [r["name"] for r in several] == ["tiny-llama", "tiny-sts"]
+    alone = scratch_catalog(tmp_path, "tiny-sts")
+    every = cli(env | {"CATALOG_DIR": str(alone)}, "resolve", "--all", "--format", "json")
+    assert [r["name"] for r in json.loads(every.stdout)] == ["tiny-sts"]  # --all: an array, even of one
+    engine = cli(env, "resolve", "tiny-llama", "tiny-sts", "--format", "vllm-args")
+    assert engine.returncode == 2 and "prints one model" in engine.stderr
