@@ -318,7 +318,7 @@ def _fetch_missing(
         return Fetched("cache", False, {})
     shared = tiers.tiers_of(options.tiers)
     if options.offline and not shared:
-        raise _not_cached(manifest, missing, cache, shared)
+        raise _not_cached(manifest, missing, cache, shared, options)
     if options.max_size is not None:  # every new blob counts, a tier's hard link too (the cache's size counts it)
         capacity.evict_for(cache, options.max_size, sum({e.sha256: e.size for e in missing}.values()))
     capacity.check_space(cache, tiers.local_bytes(shared, cache, missing, manifest.source),
@@ -326,7 +326,7 @@ def _fetch_missing(
     sources: dict[str, str] = dict(tiers.take_from_tiers(shared, cache, manifest.name, missing, manifest.source))
     still = [e for e in missing if not cache.has_blob(e)]
     if still and options.offline:
-        raise _not_cached(manifest, still, cache, shared)
+        raise _not_cached(manifest, still, cache, shared, options)
     from_hub = False
     hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub, manifest.source.repo_type)
     if still and options.source is Source.HF:
@@ -353,10 +353,13 @@ def _fetch_missing(
     return Fetched(_summary(sources), from_hub, sources)
 
 
-def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cache, shared: Sequence[object]) -> NotCachedError:
+def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cache, shared: Sequence[object],
+                options: ResolveOptions) -> NotCachedError:
     listing = ", ".join(e.path for e in still[:5]) + (" ..." if len(still) > 5 else "")
+    # Named as the user asked for it (the flag or CATALOG_MODE); a library caller's option is just "offline".
+    asked = options.settings.offline_by if options.settings is not None and options.settings.offline_by else "offline"
     return NotCachedError(
-        f"--offline: {len(still)} of {manifest.name}'s files are not in the cache at {cache.root}"
+        f"{asked}: {len(still)} of {manifest.name}'s files are not in the cache at {cache.root}"
         f"{' nor in the shared tiers' if shared else ''}: {listing}",
         # A plain resolve of a streamed format leaves its weights in the store: only --materialize-weights brings them.
         hint=f"run `catalog resolve {manifest.name}{' --materialize-weights' if manifest.load_format.streams_weights else ''}` "

@@ -158,3 +158,16 @@ def test_resolve_of_several_names_prints_a_path_per_line_and_json_is_an_array(st
     assert [r["name"] for r in json.loads(every.stdout)] == ["tiny-sts"]  # --all: an array, even of one
     engine = cli(env, "resolve", "tiny-llama", "tiny-sts", "--format", "vllm-args")
     assert engine.returncode == 2 and "prints one model" in engine.stderr
+
+
+# -- the CI switch beside a flag ----------------------------------------------------------------------------------------
+def test_a_source_flag_wins_over_catalog_mode_offline_and_errors_name_what_was_set(store: Path, tmp_path: Path) -> None:
+    env = user_env(tmp_path, CATALOG_STORE=str(store), CATALOG_MODE="offline")
+    offline = cli(env, "resolve", "tiny-llama")
+    assert offline.returncode == 1 and offline.stderr.startswith("error: CATALOG_MODE=offline: 6 of tiny-llama's files")
+    flagged = cli(env | {"CATALOG_MODE": "ci"}, "resolve", "tiny-llama", "--offline")
+    assert flagged.returncode == 1 and flagged.stderr.startswith("error: --offline: 6 of tiny-llama's files")
+    online = cli(env, "resolve", "tiny-llama", "--source", "store")
+    assert online.returncode == 0 and Path(online.stdout.strip()).is_dir(), online.stderr
+    both = cli(env | {"CATALOG_CACHE": str(tmp_path / "other")}, "resolve", "tiny-llama", "--source", "store", "--offline")
+    assert both.returncode == 1 and both.stderr.startswith("error: --offline: ")
