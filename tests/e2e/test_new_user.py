@@ -171,3 +171,40 @@ def test_a_source_flag_wins_over_catalog_mode_offline_and_errors_name_what_was_s
     assert online.returncode == 0 and Path(online.stdout.strip()).is_dir(), online.stderr
     both = cli(env | {"CATALOG_CACHE": str(tmp_path / "other")}, "resolve", "tiny-llama", "--source", "store", "--offline")
     assert both.returncode == 1 and both.stderr.startswith("error: --offline: ")
+
+
+# -- summaries ----------------------------------------------------------------------------------------------------------
+def test_audit_upstream_takes_all_and_counts_models_and_pins_apart(hub: HubDouble, bundled: Catalog, tmp_path: Path) -> None:
+    env = user_env(tmp_path, HF_ENDPOINT=hub.url)
+    assert cli(env, "audit-upstream", "--all", "--no-record").returncode == 0
+    assert cli(env, "audit-upstream", "tiny-llama", "--all", "--no-record").returncode == 2
+    hub.delete_repo("model-catalog/tiny-llama")
+    done = cli(env, "audit-upstream", "--all", "--no-record")
+    lost = sorted(m.name for m in bundled if m.source.hf_repo == "model-catalog/tiny-llama")
+    pins = {(m.source.hf_repo, m.source.revision) for m in bundled}
+    assert done.returncode == 1 and len(lost) == 3 and len(pins) < len(bundled)
+    assert done.stderr.startswith(f"3 models of {len(bundled)} (1 pin of {len(pins)}) not ok upstream: ")
+
+
+def test_check_load_markdown_shows_no_counted_zeros_for_an_engine_load() -> None:
+    by_engine = LoadReport("tiny-llama", LoadFormat.SAFETENSORS, seconds=12.5, uri="/cache/models/tiny-llama",
+                           engine="vllm: generated 8 tokens")
+    own = LoadReport("tiny-qwen2", LoadFormat.SAFETENSORS, tensors=21, bytes=2_097_152, seconds=0.5, throughput_mib_s=4.0)
+    rows = render_markdown([by_engine, own]).splitlines()[-2:]
+    assert rows[0] == "| tiny-llama | safetensors | ok | - | - | 12.500 s | - | vllm: generated 8 tokens |"
+    assert rows[1] == "| tiny-qwen2 | safetensors | ok | 21 | 2.0 MiB | 0.500 s | 4.0 MiB/s |  |"
+
+
+def test_publish_clean_says_what_it_removed(tmp_path: Path) -> None:
+    tier = tmp_path / "tier"
+    (tier / "tmp").mkdir(parents=True)
+    left = tier / "tmp" / "999999999-abandoned"  # a publisher's temp file whose process is gone
+    left.write_bytes(b"half")
+    env = user_env(tmp_path)
+    first = cli(env, "publish", "--clean", "--to", str(tier))
+    assert first.returncode == 0 and first.stdout == f"removed {left}\n"
+    assert first.stderr == f"cleaned {tier}: removed 1 temp file that killed publishers left\n"
+    again = cli(env, "publish", "--clean", "--to", str(tier))
+    assert again.returncode == 0 and again.stderr == f"cleaned {tier}: removed 0 temp files that killed publishers left\n"
+    nowhere = cli(env, "publish", "--clean", "--to", str(tmp_path / "typo"))
+    assert nowhere.stderr == f"nothing to clean: {tmp_path / 'typo'} is no folder\n"
