@@ -208,3 +208,21 @@ def test_publish_clean_says_what_it_removed(tmp_path: Path) -> None:
     assert again.returncode == 0 and again.stderr == f"cleaned {tier}: removed 0 temp files that killed publishers left\n"
     nowhere = cli(env, "publish", "--clean", "--to", str(tmp_path / "typo"))
     assert nowhere.stderr == f"nothing to clean: {tmp_path / 'typo'} is no folder\n"
+
+
+# -- the test suite beside a model of one's own -------------------------------------------------------------------------
+def test_the_suite_refuses_at_once_a_manifest_beside_the_bundled_set(tmp_path: Path) -> None:
+    """A checkout's tests/ and manifests/, a model of one's own added to the latter: one line up front, no test run."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "manifests", checkout / "manifests")
+    (checkout / "tests").mkdir()
+    for helper in ("conftest.py", "hubdouble.py", "oci_registry.py", "servers.py"):
+        shutil.copy(ROOT / "tests" / helper, checkout / "tests")
+    (checkout / "tests" / "test_one.py").write_text("def test_one():\n    pass\n")
+    run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "tests/test_one.py"]
+    assert subprocess.run(run, cwd=checkout, capture_output=True, text=True, timeout=300).returncode == 0
+    shutil.copy(checkout / "manifests" / "tiny-llama.yaml", checkout / "manifests" / "my-llama.yaml")
+    done = subprocess.run(run, cwd=checkout, capture_output=True, text=True, timeout=300)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert f"{checkout / 'manifests'} holds my-llama.yaml beside the bundled models" in done.stdout + done.stderr
+    assert "passed" not in done.stdout
