@@ -97,6 +97,15 @@ def test_a_hub_failure_hints_at_the_hub_not_at_the_store(closed_hub: str, tmp_pa
     assert "HF_ENDPOINT" in hint and "AWS_ENDPOINT_URL" not in hint and "--store" not in hint
 
 
+@pytest.mark.parametrize("scheme", ["oci", "http"])
+def test_an_unreachable_registry_or_http_store_is_not_hinted_as_s3(closed_hub: str, scheme: str, tmp_path: Path) -> None:
+    url = f"{scheme}://{closed_hub.split('://', 1)[1]}/ns/"  # a closed port, again
+    done = cli(user_env(tmp_path), "resolve", "tiny-sts", "--store", url)
+    assert done.returncode == 1 and done.stderr.startswith("error: giving up on tiny-sts/"), done.stderr
+    assert done.stderr.splitlines()[-1] == ("hint: the store is unreachable or failing; retry later or check its URL "
+                                            "(--store, --mirror, catalog.yaml)")
+
+
 def test_a_sync_whose_hub_fails_hints_once_at_from_dir(closed_hub: str, tmp_path: Path) -> None:
     done = cli(user_env(tmp_path, HF_ENDPOINT=closed_hub), "sync", "tiny-llama", "--store", str(tmp_path / "store"))
     assert done.returncode == 1
