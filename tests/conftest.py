@@ -57,8 +57,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     extra = sorted(p.name for p in BUNDLED.glob("*.yaml") if p.stem not in (*BUNDLED_MODELS, "catalog"))
     if extra:
         pytest.exit(f"{BUNDLED} holds {', '.join(extra)} beside the bundled models, and the tests check exactly the "
-                    "bundled set: move it to a catalog of your own (the README's First steps: CATALOG_DIR), then run "
-                    "the tests again", returncode=pytest.ExitCode.USAGE_ERROR)
+                    "bundled set: move what you added to a catalog of your own (the README's First steps: CATALOG_DIR), "
+                    "then run the tests again", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
