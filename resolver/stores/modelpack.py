@@ -43,6 +43,18 @@ READABLE_TAG = "latest"  # the catalog's current pin of the model; the revision 
 _DOCS = ("readme", "license", "licence", "notice", "copying")
 
 
+def bounded_json(data: bytes, what: str) -> Any:
+    """JSON from a registry or a token server; a ValueError naming `what` for anything that is not JSON, nesting
+    deep enough to exhaust the parser included (json raises RecursionError there, which no caller expects).
+    Local until the catalog has one bounded JSON reader for everything from outside."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{what} nests deeper than the JSON parser goes") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} is not JSON ({str(exc)[:80]})") from None
+
+
 def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -126,9 +138,9 @@ def parse_manifest(body: bytes) -> Parsed:
     A layer with no path annotation, an unsafe path (absolute, `..`) or a path already named by an earlier
     layer is ignored (and said in `ignored`): no key outside the model, no ambiguity about which bytes a path means."""
     try:
-        data = json.loads(body)
+        data = bounded_json(body, "the manifest")
     except ValueError as exc:
-        raise NotAModelManifest(f"not JSON ({exc})") from None
+        raise NotAModelManifest(str(exc)) from None
     if not isinstance(data, dict):
         raise NotAModelManifest("not a JSON object")
     kind = data.get("mediaType")

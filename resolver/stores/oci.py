@@ -19,7 +19,6 @@ weights local.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -35,15 +34,17 @@ from catalog.settings import Settings
 from resolver import hashing
 from resolver.stores.base import EmptyStream, ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_TAG, Layer, NotAModelManifest, Parsed,
-                                       build_config, build_manifest, canonical, digest_of, first_mismatch, layer_path,
-                                       parse_manifest, repository_name)
+                                       bounded_json, build_config, build_manifest, canonical, digest_of, first_mismatch,
+                                       layer_path, parse_manifest, repository_name)
 from resolver.stores.oci_auth import Credentials, CredentialProgram, credentials_for, host_key, read_docker_config, scope
-from resolver.stores.oci_client import Body, RegistryClient, Reply, is_loopback
+from resolver.stores.oci_client import RegistryClient, Reply, is_loopback
+from resolver.stores.transport import Body, Response
+from resolver.waits import Bounds
 
 log = logging.getLogger(__name__)
 
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")  # the distribution spec's path component
-_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+)")
+_CONTENT_RANGE = re.compile(r"bytes\s+([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19})", re.ASCII)
 MANIFEST_LIMIT = 4 * 1024 * 1024  # what registries accept as a manifest
 
 
@@ -68,36 +69,21 @@ def _component_problem(name: str) -> str | None:
 
 
 class _BlobStream:
-    """A blob GET's body; the connection goes back to the client when read to its end."""
+    """A blob GET's body; its connection goes back to the pool when read to its end."""
 
-    def __init__(self, client: RegistryClient, conn: object, response: object, total: int) -> None:
-        import http.client
-
-        assert isinstance(conn, http.client.HTTPConnection) and isinstance(response, http.client.HTTPResponse)
-        self._client = client
-        self._conn: http.client.HTTPConnection | None = conn
-        self._response: http.client.HTTPResponse | None = response
+    def __init__(self, response: Response, total: int) -> None:
+        self._response: Response | None = response
         self.total = total
         self.etag: str | None = None  # a blob is named by its digest; the transfer checks its bytes against the pin
 
     def readinto(self, buffer: memoryview) -> int:
-        response = self._response
-        if response is None:
-            return 0
-        count = response.readinto1(buffer)  # one socket read at most: a trickle is seen as it comes (the rate guard)
-        if response.length == 0 and self._conn is not None:
-            self._response = None
-            self._client.give_back(self._conn)
-            self._conn = None
-        elif count == 0:
-            self.close()
-        return count
+        # One socket read at most: a trickle is seen as it comes (the transfer's rate guard).
+        return self._response.readinto(buffer) if self._response is not None else 0
 
     def close(self) -> None:
-        if self._response is not None and self._conn is not None:
-            self._conn.close()  # not read to its end: the connection cannot be reused
-        self._response = None
-        self._conn = None
+        if self._response is not None:
+            self._response.close()  # after the last byte this closes nothing: the connection is back in its pool
+            self._response = None
 
 
 class OciStore(Store):
@@ -243,11 +229,11 @@ class OciStore(Store):
         reply = self.client.call("HeadBlob", "HEAD", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo)
         if reply.status != 200:
             return None
-        length = reply.header("Content-Length")
+        length = self.client.size_of(reply, f"HEAD of {digest} in {repo}")
         with self._lock:
             self._present.add((repo, digest))
             self._holders.setdefault(digest, repo)
-        return int(length) if length and length.isdigit() else 0
+        return length or 0
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         located = self._locate(check_key(key))
@@ -265,35 +251,34 @@ class OciStore(Store):
         headers = {"Accept-Encoding": "identity"}
         if start or end is not None:
             headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
-        conn, response = self.client.send("GetBlob", "GET", f"/v2/{repo}/blobs/{layer.digest}", scopes=[scope(repo, "pull")],
-                                          repo=repo, headers=headers, follow=True)
+        response = self.client.send("GetBlob", "GET", f"/v2/{repo}/blobs/{layer.digest}", scopes=[scope(repo, "pull")],
+                                    repo=repo, headers=headers, follow=True)
         status = response.status
         if status not in (200, 206):
-            retry = response.getheader("Retry-After")
-            response.read()
-            self.client.give_back(conn)
+            retry = response.retry_after()
+            response.discard()
             if status in (404, 416):
                 if status == 416:  # asked past the end: shorter than the pin
                     return EmptyStream(self._blob_size(repo, layer.digest) or 0)
                 raise ObjectNotFound(key)
             self.client.check_status(status, retry, repo, "GetBlob")
             raise StoreUnavailableError(f"{self.where(repo)} answered {status} for {layer.digest}", transient=False)
-        named = response.getheader("Docker-Content-Digest")
+        named = response.header("Docker-Content-Digest")
         if named is not None and named.strip() != layer.digest:
-            conn.close()
+            response.close()
             raise IntegrityError(model.name, path, "blob digest", layer.digest, named.strip(),
                                  "the registry answered a GET of one digest with another blob")
         if status == 206:
-            match = _CONTENT_RANGE.match(response.getheader("Content-Range") or "")
+            match = _CONTENT_RANGE.fullmatch((response.header("Content-Range") or "").strip())
             if match is None or int(match.group(1)) != start:
-                conn.close()
+                response.close()
                 raise StoreUnavailableError(f"{self.where(repo)}: a 206 answer for {layer.digest} with a Content-Range other than asked")
-            return _BlobStream(self.client, conn, response, int(match.group(3)))
-        length = response.getheader("Content-Length")
-        if start or length is None or not length.isdigit():  # a registry that ignored the Range: not worth skipping over
-            conn.close()
+            return _BlobStream(response, int(match.group(3)))
+        length = self.client.size_of(response, f"the blob {layer.digest}") if not start else None
+        if start or length is None:  # a registry that ignored the Range: not worth skipping over
+            response.close()
             raise StoreUnavailableError(f"{self.where(repo)} ignored a ranged GET of {layer.digest} (or sent no length)")
-        return _BlobStream(self.client, conn, response, int(length))
+        return _BlobStream(response, length)
 
     def _mismatch(self, model: ModelManifest, parsed: Parsed) -> tuple[str, str] | None:
         """first_mismatch, computed once per artifact as read (a model's opens would otherwise check n files n times)."""
@@ -496,7 +481,7 @@ class OciStore(Store):
         if reply.status == 404:
             return
         try:
-            data = json.loads(reply.body)
+            data = bounded_json(reply.body, "the manifest")
             layers = data["layers"]
         except (ValueError, KeyError, TypeError):
             raise StoreUnavailableError(f"{self.reference(model)} is not a model artifact; nothing was dropped", transient=False) from None
@@ -513,9 +498,9 @@ class OciStore(Store):
 def _registry_error(body: bytes) -> str:
     """The registry's own error code and message (its JSON `errors`), short; never a header."""
     try:
-        errors = json.loads(body).get("errors") or []
-        return "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:2]) or "no detail"
-    except (ValueError, AttributeError):
+        errors = bounded_json(body, "the error").get("errors") or []
+        return "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip()[:200] for e in errors[:2]) or "no detail"
+    except (ValueError, AttributeError, TypeError):
         return "no detail"
 
 
@@ -555,8 +540,8 @@ def from_url(url: str, settings: Settings) -> OciStore:
                                docker_config=read_docker_config(settings.oci.docker_config))
 
     client = RegistryClient("http" if plain_http else "https", netloc, credentials,
-                            plain_http_ok=lambda where: where.lower() in plain,
-                            connect_timeout=settings.s3.connect_timeout, read_timeout=settings.s3.read_timeout)
+                            plain_http_ok=lambda where: where.lower() in plain, bounds=Bounds.from_settings(settings),
+                            pool_size=max(16, settings.concurrency or 0))
     shown = f"oci://{netloc}/{namespace + '/' if namespace else ''}"
     return OciStore(client, namespace, shown, part_size=settings.part_size or 64 * 1024 * 1024,
                     concurrency=settings.concurrency or 8)
