@@ -107,6 +107,7 @@ class OciStore(Store):
         self._manifests: dict[tuple[str, str], Parsed | None] = {}  # (repository, tag) -> layers as last read
         self._checked: dict[str, tuple[Parsed, tuple[str, str] | None]] = {}  # model -> (artifact, its first mismatch)
         self._manifest_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._failed: dict[tuple[str, str], StoreUnavailableError] = {}  # (repository, tag) -> why its read failed for good
         self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be in the registry
         self._holders: dict[str, str] = {}  # digest -> a repository known to hold it (to mount from)
         self._digest_locks: dict[str, threading.Lock] = {}  # one put per digest at a time: the second mounts the first's
@@ -150,7 +151,16 @@ class OciStore(Store):
             with self._lock:
                 if not fresh and (repo, tag) in self._manifests:
                     return self._manifests[(repo, tag)]
-            return self._read_artifact(model, repo, tag)
+                failed = self._failed.get((repo, tag))
+            if failed is not None and not fresh:
+                raise failed  # a registry past its bounds once is not waited on again for each file
+            try:
+                return self._read_artifact(model, repo, tag)
+            except StoreUnavailableError as exc:
+                if not exc.transient:
+                    with self._lock:
+                        self._failed[(repo, tag)] = exc
+                raise
 
     def _read_artifact(self, model: ModelManifest, repo: str, tag: str) -> Parsed | None:
         reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull")], repo=repo,
@@ -504,7 +514,7 @@ def _registry_error(body: bytes) -> str:
         return "no detail"
 
 
-def from_url(url: str, settings: Settings) -> OciStore:
+def from_url(url: str, settings: Settings, *, bounds: Bounds | None = None) -> OciStore:
     """`oci://host[:port]/namespace/[?plain-http=1]`: https, except loopback hosts, hosts in CATALOG_OCI_PLAIN_HTTP,
     and `plain-http=1` (`plain-http=0` asks https of a loopback host)."""
     rest = url.split("://", 1)[1]
@@ -540,7 +550,7 @@ def from_url(url: str, settings: Settings) -> OciStore:
                                docker_config=read_docker_config(settings.oci.docker_config))
 
     client = RegistryClient("http" if plain_http else "https", netloc, credentials,
-                            plain_http_ok=lambda where: where.lower() in plain, bounds=Bounds.from_settings(settings),
+                            plain_http_ok=lambda where: where.lower() in plain, bounds=bounds or Bounds.from_settings(settings),
                             pool_size=max(16, settings.concurrency or 0))
     shown = f"oci://{netloc}/{namespace + '/' if namespace else ''}"
     return OciStore(client, namespace, shown, part_size=settings.part_size or 64 * 1024 * 1024,
