@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,7 +38,7 @@ from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_T
                                        bounded_json, build_config, build_manifest, canonical, digest_of, first_mismatch,
                                        layer_path, parse_manifest, repository_name)
 from resolver.stores.oci_auth import Credentials, CredentialProgram, credentials_for, host_key, read_docker_config, scope
-from resolver.stores.oci_client import RegistryClient, Reply, is_loopback
+from resolver.stores.oci_client import METADATA_ATTEMPTS, RegistryClient, Reply, is_loopback
 from resolver.stores.transport import Body, Response
 from resolver.waits import Bounds
 
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")  # the distribution spec's path component
 _CONTENT_RANGE = re.compile(r"bytes\s+([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19})", re.ASCII)
 MANIFEST_LIMIT = 4 * 1024 * 1024  # what registries accept as a manifest
+FAILURE_MEMORY = 60.0  # seconds a manifest read that failed is answered with its error without asking again
 
 
 class ManifestDigestError(CatalogError, ValueError):
@@ -107,8 +109,9 @@ class OciStore(Store):
         self._manifests: dict[tuple[str, str], Parsed | None] = {}  # (repository, tag) -> layers as last read
         self._checked: dict[str, tuple[Parsed, tuple[str, str] | None]] = {}  # model -> (artifact, its first mismatch)
         self._manifest_locks: dict[tuple[str, str], threading.Lock] = {}
-        self._failed: dict[tuple[str, str], StoreUnavailableError] = {}  # (repository, tag) -> why its read failed for good
+        self._failed: dict[tuple[str, str], tuple[StoreUnavailableError, float]] = {}  # (repository, tag) -> why its read failed, until
         self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be in the registry
+        self._absent: set[tuple[str, str]] = set()  # (repository, digest) a HEAD found missing (mount sources only)
         self._holders: dict[str, str] = {}  # digest -> a repository known to hold it (to mount from)
         self._digest_locks: dict[str, threading.Lock] = {}  # one put per digest at a time: the second mounts the first's
         self._pending: dict[tuple[str, str], Layer] = {}  # (repository, path) -> the blob put for it, not yet published
@@ -152,15 +155,18 @@ class OciStore(Store):
                 if not fresh and (repo, tag) in self._manifests:
                     return self._manifests[(repo, tag)]
                 failed = self._failed.get((repo, tag))
-            if failed is not None and not fresh:
-                raise failed  # a registry past its bounds once is not waited on again for each file
+            if failed is not None and not fresh and time.monotonic() < failed[1]:
+                raise failed[0]  # a registry past its bounds once is not waited on again for each file
             try:
                 return self._read_artifact(model, repo, tag)
             except StoreUnavailableError as exc:
-                if not exc.transient:
-                    with self._lock:
-                        self._failed[(repo, tag)] = exc
-                raise
+                # Final for this store: the client has retried what was worth it (a transfer retrying each file's
+                # open on top would multiply the waits by files and attempts).
+                final = exc if not exc.transient else StoreUnavailableError(
+                    f"{exc.message} (after {METADATA_ATTEMPTS} attempts)", hint=exc.hint, transient=False)
+                with self._lock:
+                    self._failed[(repo, tag)] = (final, time.monotonic() + FAILURE_MEMORY)
+                raise final from None
 
     def _read_artifact(self, model: ModelManifest, repo: str, tag: str) -> Parsed | None:
         reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull")], repo=repo,
@@ -385,23 +391,36 @@ class OciStore(Store):
             self.blobs[outcome] += 1
 
     def _mount_source(self, repo: str, model: ModelManifest, digest: str) -> str | None:
-        """A repository that holds `digest` (seen this process), else another bound model's that pins it."""
+        """A repository that holds `digest`: one seen holding it in this process, else the first repository of another
+        model the catalog has pinning it that the registry says holds it (one HEAD each, remembered), so a file synced
+        by an earlier run under another model is mounted, never uploaded again."""
         with self._lock:
             known = self._holders.get(digest)
         if known is not None and known != repo:
             return known
         sha = digest.split(":", 1)[1]
-        for _, other in self._names.values():
-            if other.name != model.name and any(e.sha256 == sha for e in other.files):
-                try:
-                    return self.repository(other)
-                except UsageError:
+        for _, other in list(self._names.values()):
+            if other.name == model.name or not any(e.sha256 == sha for e in other.files):
+                continue
+            try:
+                candidate = self.repository(other)
+            except UsageError:
+                continue
+            with self._lock:
+                if (candidate, digest) in self._present:
+                    return candidate
+                if (candidate, digest) in self._absent:
                     continue
+            if candidate != repo and self._blob_size(candidate, digest) is not None:
+                return candidate
+            with self._lock:
+                self._absent.add((candidate, digest))
         return None
 
     def _remember(self, repo: str, digest: str) -> None:
         with self._lock:
             self._present.add((repo, digest))
+            self._absent.discard((repo, digest))
             self._holders[digest] = repo
 
     def _location(self, reply: Reply, repo: str, expected: int) -> str:

@@ -225,3 +225,81 @@ def test_a_registry_trickling_its_manifest_fails_within_the_bounds_and_a_mirror_
                            options=ResolveOptions(mirrors=(trickling_store(bundled, tmp_path, registry),)))
         assert set(done.sources.values()) == {primary.url}
         assert "trying the next store" in caplog.text
+
+
+# -- mounts across runs --------------------------------------------------------------------------------------------
+def test_a_model_sharing_files_with_one_synced_in_an_earlier_run_uploads_none_of_them(oci_registry: RegistryServer,
+                                                                                       tmp_path: Path) -> None:
+    shared, tokenizer = os.urandom(400_000), os.urandom(50_000)
+    cat, folder = small_catalog(tmp_path, {
+        "a": {"config.json": b'{"a": 1}', "model.safetensors": shared, "tokenizer.json": tokenizer},  # never synced
+        "b": {"config.json": b'{"b": 2}', "model.safetensors": shared, "tokenizer.json": tokenizer},
+        "c": {"config.json": b'{"c": 3}', "model.safetensors": shared, "tokenizer.json": tokenizer}})
+    url = f"oci://{oci_registry.host}/{namespace()}/"
+    earlier = open_catalog_store(cat, settings(tmp_path, url))
+    assert isinstance(earlier, OciStore)
+    sync(cat, earlier, folder, tmp_path, "b")
+    assert earlier.blobs == {"uploaded": 3}
+    later = open_catalog_store(cat, settings(tmp_path, url))  # another run: nothing known of b's repository but the catalog
+    assert isinstance(later, OciStore)
+    sync(cat, later, folder, tmp_path, "c")
+    assert later.blobs == {"uploaded": 1, "mounted": 2}  # only c's own config.json went up
+    assert later.requests["MountBlob"] == 2 and later.requests["PatchBlob"] == 0
+    assert later.requests["PutBlob"] == 2  # c's config.json and the artifact's config: nothing of the shared files
+    done = resolve(cat, "c", cache=Cache(tmp_path / "cold"), store=open_catalog_store(cat, settings(tmp_path, url)))
+    assert (done.path / "model.safetensors").read_bytes() == shared
+
+
+# -- hostile values: one line, never a traceback --------------------------------------------------------------------
+DEEP = b"[" * 200_000 + b"]" * 200_000
+
+
+def hostile_registry(bundled: Catalog, case: str) -> HostileHttp:
+    """A registry (and its own token server, at /token) that serves tiny-llama's true manifest (none for a size
+    case: a sync then HEADs each blob), and the hostile value of `case` where that value goes."""
+    body = manifest_of(bundled, "tiny-llama")
+    server = HostileHttp(mode="script")
+
+    def answer(method: str, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        if path.startswith("/token"):
+            value = {"expires-in-superscript": '"\u00b2"', "expires-in-infinite": "1e400",
+                     "expires-in-bool": "true"}.get(case, "300")
+            if case == "token-nested":
+                return 200, {"Content-Type": "application/json"}, DEEP
+            return 200, {"Content-Type": "application/json"}, b'{"token": "t", "expires_in": ' + value.encode() + b"}"
+        if case.startswith(("expires-in", "token-")) and "authorization" not in headers:
+            return 401, {"WWW-Authenticate": f'Bearer realm="{server.url}/token",service="r"'}, b""
+        if case.startswith("retry-after"):
+            return 429, {"Retry-After": "\u00b2" if case == "retry-after-superscript" else "9" * 400}, b""
+        if "/manifests/" in path:
+            if case.startswith("length"):
+                return 404, {}, b""
+            if case == "manifest-nested":
+                return 200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}, DEEP
+            return 200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json",
+                         "Docker-Content-Digest": "sha256:" + hashlib.sha256(body).hexdigest()}, body
+        return 200, {"Content-Length": {"length-superscript": "\u00b2", "length-400-digits": "9" * 400}[case]}, b""
+
+    server.script = answer
+    return server
+
+
+@pytest.mark.parametrize("case", ["length-superscript", "length-400-digits", "expires-in-superscript",
+                                  "expires-in-infinite", "expires-in-bool", "token-nested", "manifest-nested",
+                                  "retry-after-superscript", "retry-after-400-digits"])
+def test_hostile_values_from_a_registry_are_one_line_errors_never_a_traceback(case: str, bundled: Catalog,
+                                                                              sources: dict[str, Path], tmp_path: Path) -> None:
+    # The plan's listing (sync --check) and the HEADs before uploads (sync) read what resolve's transfer would wrap.
+    command = ["sync", "tiny-llama", "--from-dir", str(sources["tiny-llama"].parent)] if case.startswith("length") else \
+        ["sync", "--check", "tiny-llama"]
+    with hostile_registry(bundled, case) as registry:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "DOCKER_"))},
+               "HOME": str(tmp_path / "home"), "DOCKER_CONFIG": str(tmp_path / "docker"),
+               "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "cache"),
+               "CATALOG_STORE": f"oci://127.0.0.1:{registry.port}/ns/", "CATALOG_HUB_MAX_WAIT": "1"}
+        done = subprocess.run([sys.executable, "-m", "catalog", *command], capture_output=True, text=True, env=env,
+                              timeout=120)
+    assert done.returncode not in (0, 3), done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors and "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    assert all(f"127.0.0.1:{registry.port}" in line for line in errors), errors  # sync says one line per file
