@@ -292,11 +292,16 @@ class BlobHost:
 class RegistryDouble:
     """A registry in front of a real one (`upstream`, a RegistryServer): every request is forwarded as is, but a blob
     HEAD or GET the registry answers (200/206) is redirected (307) to `blobs` (a BlobHost), with a query as a signed
-    URL would carry. `requests` records what reached the double (method, path, headers)."""
+    URL would carry (`redirect_blobs`). With `referrers_api`, it adds what distribution 2.8 lacks, the OCI 1.1
+    referrers API: a manifest pushed with a `subject` is answered with `OCI-Subject` and listed by
+    `GET /v2/<name>/referrers/<digest>`. `requests` records what reached the double (method, path, headers)."""
 
-    def __init__(self, upstream: RegistryServer) -> None:
+    def __init__(self, upstream: RegistryServer, *, redirect_blobs: bool = True, referrers_api: bool = False) -> None:
         self.upstream = upstream
         self.blobs = BlobHost(upstream)
+        self.redirect_blobs = redirect_blobs
+        self.referrers_api = referrers_api
+        self.referrers: dict[tuple[str, str], list[dict[str, object]]] = {}  # (repository, subject) -> descriptors
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         double = self
 
@@ -322,6 +327,20 @@ class RegistryDouble:
         headers = {k: v for k, v in h.headers.items() if k.lower() not in ("connection", "keep-alive")}
         self.requests.append((h.command, h.path, {k.lower(): v for k, v in headers.items()}))
         body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        path = urllib.parse.urlsplit(h.path).path
+        asked = re.fullmatch(r"/v2/(.+)/referrers/(sha256:[0-9a-f]{64})", path)
+        if self.referrers_api and asked is not None and h.command == "GET":
+            wanted = urllib.parse.parse_qs(urllib.parse.urlsplit(h.path).query).get("artifactType")
+            listed = [d for d in self.referrers.get((asked.group(1), asked.group(2)), [])
+                      if not wanted or d.get("artifactType") in wanted]
+            index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                                "manifests": listed}).encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
+            h.send_header("Content-Length", str(len(index)))
+            h.end_headers()
+            h.wfile.write(index)
+            return
         upstream = http.client.HTTPConnection(self.upstream.host, timeout=60)
         try:
             upstream.request(h.command, h.path, body=body if body or h.command in ("PUT", "POST", "PATCH") else None,
@@ -330,8 +349,20 @@ class RegistryDouble:
             data = answer.read()
         finally:
             upstream.close()
-        blob = re.fullmatch(r"/v2/.+/blobs/(sha256:[0-9a-f]{64})", urllib.parse.urlsplit(h.path).path)
-        if blob is not None and h.command in ("GET", "HEAD") and answer.status in (200, 206):
+        extra: dict[str, str] = {}
+        pushed = re.fullmatch(r"/v2/(.+)/manifests/[^/]+", path)
+        if self.referrers_api and pushed is not None and h.command == "PUT" and answer.status == 201:
+            manifest = json.loads(body)
+            subject = manifest.get("subject") if isinstance(manifest, dict) else None
+            if isinstance(subject, dict):
+                import hashlib
+
+                self.referrers.setdefault((pushed.group(1), subject["digest"]), []).append(
+                    {"mediaType": manifest.get("mediaType"), "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                     "size": len(body), "artifactType": manifest.get("artifactType")})
+                extra["OCI-Subject"] = subject["digest"]
+        blob = re.fullmatch(r"/v2/.+/blobs/(sha256:[0-9a-f]{64})", path)
+        if self.redirect_blobs and blob is not None and h.command in ("GET", "HEAD") and answer.status in (200, 206):
             h.send_response(307)
             h.send_header("Location", f"{self.blobs.url}/blobs/{blob.group(1)}?X-Amz-Signature=not-a-secret")
             h.send_header("Content-Length", "0")
@@ -341,7 +372,9 @@ class RegistryDouble:
         for key, value in answer.getheaders():
             if key.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length"):
                 h.send_header(key, value)
-        h.send_header("Content-Length", str(len(data)))
+        for key, value in extra.items():
+            h.send_header(key, value)
+        h.send_header("Content-Length", answer.getheader("Content-Length", "0") if h.command == "HEAD" else str(len(data)))
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)
