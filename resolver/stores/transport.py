@@ -302,6 +302,8 @@ class Response:
             self.close()
             raise Unreachable(f"{self.where}: the answer broke off ({type(exc).__name__})") from None
         if count == 0 or (self._fp is not None and self._fp.length == 0):
+            if self._fp is not None:
+                self._fp.close()  # as http.client's own read does at the end: the connection takes a next request
             self._finish(clean=True)  # the whole body (a body cut short raises IncompleteRead above)
         return count
 
@@ -364,6 +366,7 @@ class Transport:
                                           timeout=urllib3.Timeout(connect=bounds.connect, read=bounds.answer),
                                           blocksize=SEND_BLOCK)
         self._pools.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+        self._by_origin: dict[str, HTTPConnectionPool] = {}  # skips the manager's URL parsing and key per request
 
     def request(self, method: str, url: str, headers: Mapping[str, str] | None = None, body: Body | None = None, *,
                 follow: bool = False) -> Response:
@@ -387,12 +390,13 @@ class Transport:
         if body is not None:
             headers = {**headers, "Content-Length": str(body.size)}
         for attempt in (0, 1):
-            payload = body.open() if body is not None else None
+            payload: Any = body.open() if body is not None else None  # bytes, or a file slice urllib3 reads in blocks
             _deadline.seconds = self.bounds.request_deadline(body.size if body is not None else 0)
             _deadline.entry = None
             try:
-                raw = self._pools.urlopen(method, url, body=payload, headers=headers, redirect=False,
-                                          preload_content=False, decode_content=False)
+                pool, target = self._pool(url)
+                raw = pool.urlopen(method, target, body=payload, headers=headers, redirect=False, retries=False,
+                                   preload_content=False, decode_content=False, assert_same_host=False)
                 return Response(raw, url, self.bounds)
             except Urllib3Error as exc:
                 entry = getattr(_deadline, "entry", None)
@@ -409,8 +413,18 @@ class Transport:
                     payload.close()
         raise AssertionError("unreachable")
 
+    def _pool(self, url: str) -> tuple[HTTPConnectionPool, str]:
+        """The pool of `url`'s origin (the manager's, looked up once per origin) and the request target."""
+        slash = url.find("/", url.find("//") + 2)
+        base, target = (url, "/") if slash < 0 else (url[:slash], url[slash:])
+        pool = self._by_origin.get(base)
+        if pool is None:
+            pool = self._by_origin[base] = self._pools.connection_from_url(base)
+        return pool, target
+
     def clear(self) -> None:
         """Close every pooled connection."""
+        self._by_origin.clear()
         self._pools.clear()
 
 
