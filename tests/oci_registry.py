@@ -322,7 +322,7 @@ class RegistryDouble:
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
 
     def _forward(self, h: BaseHTTPRequestHandler) -> None:
-        import http.client
+        import urllib3
 
         headers = {k: v for k, v in h.headers.items() if k.lower() not in ("connection", "keep-alive")}
         self.requests.append((h.command, h.path, {k.lower(): v for k, v in headers.items()}))
@@ -341,14 +341,10 @@ class RegistryDouble:
             h.end_headers()
             h.wfile.write(index)
             return
-        upstream = http.client.HTTPConnection(self.upstream.host, timeout=60)
-        try:
-            upstream.request(h.command, h.path, body=body if body or h.command in ("PUT", "POST", "PATCH") else None,
-                             headers=headers)
-            answer = upstream.getresponse()
-            data = answer.read()
-        finally:
-            upstream.close()
+        with urllib3.HTTPConnectionPool("127.0.0.1", self.upstream.port, retries=False, timeout=60) as upstream:
+            answer = upstream.urlopen(h.command, h.path, body=body if body or h.command in ("PUT", "POST", "PATCH") else None,
+                                      headers=headers, redirect=False)
+            data = answer.data
         extra: dict[str, str] = {}
         pushed = re.fullmatch(r"/v2/(.+)/manifests/[^/]+", path)
         if self.referrers_api and pushed is not None and h.command == "PUT" and answer.status == 201:
@@ -369,12 +365,12 @@ class RegistryDouble:
             h.end_headers()
             return
         h.send_response(answer.status)
-        for key, value in answer.getheaders():
+        for key, value in answer.headers.items():
             if key.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length"):
                 h.send_header(key, value)
         for key, value in extra.items():
             h.send_header(key, value)
-        h.send_header("Content-Length", answer.getheader("Content-Length", "0") if h.command == "HEAD" else str(len(data)))
+        h.send_header("Content-Length", answer.headers.get("Content-Length", "0") if h.command == "HEAD" else str(len(data)))
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)

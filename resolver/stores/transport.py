@@ -187,9 +187,9 @@ class _Watchdog:
                 self._cond.notify()
         return entry
 
-    @staticmethod
-    def disarm(entry: list[Any]) -> None:
-        entry[2] = None
+    def disarm(self, entry: list[Any]) -> None:
+        with self._cond:  # under the lock: an answer that came in time is never cut by a deadline read just before
+            entry[2] = None
 
     def _run(self) -> None:
         while True:
@@ -204,14 +204,13 @@ class _Watchdog:
                     self._cond.wait(wait)
                     continue
                 entry = heapq.heappop(self._heap)
-            conn = entry[2]
-            sock = getattr(conn, "sock", None) if conn is not None else None
-            if sock is not None:
-                entry[3] = True
-                try:  # the base class's shutdown: on a TLS socket too, without touching its TLS state from here
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                sock = getattr(entry[2], "sock", None) if entry[2] is not None else None
+                if sock is not None:
+                    entry[3] = True
+                    try:  # the base class's shutdown: on a TLS socket too, without touching its TLS state from here
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                    except OSError:
+                        pass
 
 
 _WATCHDOG = _Watchdog()
