@@ -36,6 +36,7 @@ def test_a_failed_get_is_final_or_worth_a_retry_by_its_status(endpoint: HostileH
         plane(endpoint.url).open("k", 0, None, "the store")
     assert s3_gets.transient(failed.value) == transient if kind is GetFailed else failed.value.transient is transient
     assert "\n" not in str(failed.value) and str(failed.value).startswith("the store")
+    assert f"({status})" in str(failed.value) or f"answered {status}" in str(failed.value)  # the status is named
 
 
 def test_a_missing_object_a_short_one_and_no_server_at_all(endpoint: HostileHttp) -> None:
