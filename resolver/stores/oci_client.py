@@ -40,8 +40,6 @@ TOKEN_LIMIT = 1024 * 1024  # bytes of a token server's answer read at most
 MAX_TOKEN_LIFETIME = 24 * 3600  # seconds a token is kept at most, whatever `expires_in` says
 DEFAULT_TOKEN_LIFETIME = 60  # the distribution spec's default when `expires_in` is absent
 
-__all__ = ["Body", "METADATA_ATTEMPTS", "RegistryBusy", "RegistryClient", "Reply", "bounded_json", "is_loopback"]
-
 
 class RegistryBusy(StoreUnavailableError):
     """429 or 5xx: worth retrying (`retry_after` when the registry said)."""

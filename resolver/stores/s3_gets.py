@@ -180,8 +180,8 @@ def _get_error(exc: BaseException, where: str) -> Exception:
                                     PermissionDeniedError, PreconditionError, UnauthenticatedError)
 
     if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):  # object_store's types for 403 and 401
-        status = 403 if isinstance(exc, PermissionDeniedError) else 401
-        return StoreUnavailableError(f"{where} refused the GET ({status})", transient=False,
+        refusal = 403 if isinstance(exc, PermissionDeniedError) else 401
+        return StoreUnavailableError(f"{where} refused the GET ({refusal})", transient=False,
                                      hint="check the bucket name, endpoint and credentials (the standard AWS chain: "
                                           "env, profile, instance role)")
     if isinstance(exc, (InvalidPathError, NotSupportedError, PreconditionError, NotModifiedError, AlreadyExistsError)):

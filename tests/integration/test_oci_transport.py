@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
-import json
 import logging
 import os
 import subprocess
