@@ -21,7 +21,7 @@ from catalog import naming
 S3_OPTIONS = ("endpoint", "addressing", "unsigned", "profile")  # s3://bucket/base/?endpoint=...&...
 ADDRESSING = ("auto", "path", "virtual")
 SCHEMES = ("s3", "file", "http", "https", "oci")
-OCI_OPTIONS = ("plain-http",)  # oci://host[:port]/namespace/?plain-http=1
+OCI_OPTIONS = ("plain-http", "require-signature")  # oci://host[:port]/namespace/?plain-http=1&require-signature=1
 HIDDEN = "***"
 
 _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"]*@", re.IGNORECASE)
@@ -91,7 +91,8 @@ def check_store_url(url: str) -> str | None:
         if not parts.hostname:
             return f"{shown!r} has no registry: use oci://host[:port]/namespace/"
         unknown = sorted(set(parse_qs(parts.query, keep_blank_values=True)) - set(OCI_OPTIONS))
-        return f"unknown oci:// URL option(s) {', '.join(k[:30] for k in unknown)}; known: plain-http" if unknown else None
+        return f"unknown oci:// URL option(s) {', '.join(k[:30] for k in unknown)}; known: {', '.join(OCI_OPTIONS)}" \
+            if unknown else None
     base, _, query = url.partition("?")
     if "@" in base.split("/", 3)[2]:
         return f"{shown!r} carries credentials: they belong in the AWS credential chain (or ?profile=NAME), never in a URL"

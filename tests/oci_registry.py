@@ -4,7 +4,8 @@ One process per test session, with its own storage folder and config file, on a 
 flavours, each its own process when a test asks for it: anonymous (the default), `htpasswd` basic auth, and the
 registry token flow (`auth: token`) with a token server of the test's own (`TokenServer`: it checks a user's
 password and signs a JWT that the registry verifies against a certificate in its config; nothing about the
-registry is simulated). `blob_file(digest)` is where the registry keeps a blob's bytes, so a test can tamper with
+registry is simulated). `RegistryDouble` stands in front of one and redirects blob HEADs and GETs to a second
+host (`BlobHost`), as a registry on object storage does. `blob_file(digest)` is where the registry keeps a blob's bytes, so a test can tamper with
 them and see what a client does when a registry serves other bytes under a digest.
 """
 
@@ -14,6 +15,7 @@ import base64
 import datetime
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -228,3 +230,152 @@ class TokenServer:
     def close(self) -> None:
         self._http.shutdown()
         self._http.server_close()
+
+
+class BlobHost:
+    """The second host a registry double redirects blob HEADs and GETs to (another port: another origin), as a
+    registry on object storage sends them to a bucket or a CDN: serves `/blobs/<digest>` from the registry's storage
+    folder (ranges too), and records every request's method and headers and the body bytes it sent."""
+
+    def __init__(self, registry: RegistryServer) -> None:
+        self.registry = registry
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.sent = 0
+        host = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                host._serve(self, head=False)
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                host._serve(self, head=True)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        self.url = f"http://localhost:{self._http.server_address[1]}"
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+
+    def _serve(self, h: BaseHTTPRequestHandler, head: bool) -> None:
+        self.requests.append((h.command, h.path, {k.lower(): v for k, v in h.headers.items()}))
+        digest = urllib.parse.urlsplit(h.path).path.rsplit("/", 1)[-1]
+        try:
+            data = self.registry.blob_file(digest).read_bytes()
+        except (OSError, IndexError):
+            h.send_response(404)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        start, end = 0, len(data)
+        ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", h.headers.get("Range", ""))
+        if ranged and not head:
+            start, end = int(ranged.group(1)), int(ranged.group(2)) + 1 if ranged.group(2) else len(data)
+            h.send_response(206)
+            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        else:
+            h.send_response(200)
+        h.send_header("Content-Length", str(end - start))
+        h.end_headers()
+        if not head:
+            h.wfile.write(data[start:end])
+            self.sent += end - start
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+
+class RegistryDouble:
+    """A registry in front of a real one (`upstream`, a RegistryServer): every request is forwarded as is, but a blob
+    HEAD or GET the registry answers (200/206) is redirected (307) to `blobs` (a BlobHost), with a query as a signed
+    URL would carry (`redirect_blobs`). With `referrers_api`, it adds what distribution 2.8 lacks, the OCI 1.1
+    referrers API: a manifest pushed with a `subject` is answered with `OCI-Subject` and listed by
+    `GET /v2/<name>/referrers/<digest>`. `requests` records what reached the double (method, path, headers)."""
+
+    def __init__(self, upstream: RegistryServer, *, redirect_blobs: bool = True, referrers_api: bool = False) -> None:
+        self.upstream = upstream
+        self.blobs = BlobHost(upstream)
+        self.redirect_blobs = redirect_blobs
+        self.referrers_api = referrers_api
+        self.referrers: dict[tuple[str, str], list[dict[str, object]]] = {}  # (repository, subject) -> descriptors
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                double._forward(self)
+
+            do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_GET  # noqa: N815
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        self.host = f"127.0.0.1:{self._http.server_address[1]}"
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+
+    def _forward(self, h: BaseHTTPRequestHandler) -> None:
+        import urllib3
+
+        headers = {k: v for k, v in h.headers.items() if k.lower() not in ("connection", "keep-alive")}
+        self.requests.append((h.command, h.path, {k.lower(): v for k, v in headers.items()}))
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        path = urllib.parse.urlsplit(h.path).path
+        asked = re.fullmatch(r"/v2/(.+)/referrers/(sha256:[0-9a-f]{64})", path)
+        if self.referrers_api and asked is not None and h.command == "GET":
+            wanted = urllib.parse.parse_qs(urllib.parse.urlsplit(h.path).query).get("artifactType")
+            listed = [d for d in self.referrers.get((asked.group(1), asked.group(2)), [])
+                      if not wanted or d.get("artifactType") in wanted]
+            index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                                "manifests": listed}).encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
+            h.send_header("Content-Length", str(len(index)))
+            h.end_headers()
+            h.wfile.write(index)
+            return
+        with urllib3.HTTPConnectionPool("127.0.0.1", self.upstream.port, retries=False, timeout=60) as upstream:
+            answer = upstream.urlopen(h.command, h.path, body=body if body or h.command in ("PUT", "POST", "PATCH") else None,
+                                      headers=headers, redirect=False)
+            data = answer.data
+        extra: dict[str, str] = {}
+        pushed = re.fullmatch(r"/v2/(.+)/manifests/[^/]+", path)
+        if self.referrers_api and pushed is not None and h.command == "PUT" and answer.status == 201:
+            manifest = json.loads(body)
+            subject = manifest.get("subject") if isinstance(manifest, dict) else None
+            if isinstance(subject, dict):
+                import hashlib
+
+                self.referrers.setdefault((pushed.group(1), subject["digest"]), []).append(
+                    {"mediaType": manifest.get("mediaType"), "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                     "size": len(body), "artifactType": manifest.get("artifactType")})
+                extra["OCI-Subject"] = subject["digest"]
+        blob = re.fullmatch(r"/v2/.+/blobs/(sha256:[0-9a-f]{64})", path)
+        if self.redirect_blobs and blob is not None and h.command in ("GET", "HEAD") and answer.status in (200, 206):
+            h.send_response(307)
+            h.send_header("Location", f"{self.blobs.url}/blobs/{blob.group(1)}?X-Amz-Signature=not-a-secret")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        h.send_response(answer.status)
+        for key, value in answer.headers.items():
+            if key.lower() not in ("connection", "keep-alive", "transfer-encoding", "content-length"):
+                h.send_header(key, value)
+        for key, value in extra.items():
+            h.send_header(key, value)
+        h.send_header("Content-Length", answer.headers.get("Content-Length", "0") if h.command == "HEAD" else str(len(data)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(data)
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self.blobs.close()

@@ -1,5 +1,7 @@
 """`catalog sign`: a model-signing v1.0 signature over each model's pins, written as `<name>.sig` beside its
-manifest. Reads no weight byte; the work is resolver/signatures.py's."""
+manifest, and pushed as an OCI referrer of the model's artifact where the store or a mirror is oci:// (so registry
+users see and verify it with standard tools). Reads no weight byte; the work is resolver/signatures.py's and the
+OCI store's (`push_referrer`)."""
 
 from __future__ import annotations
 
@@ -23,13 +25,18 @@ from catalog_app.context import load_catalog, settings
 @click.option("--subject-into", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
               help="Sign nothing: write the model's signed subject (the manifest fields that change what is loaded) "
                    "into DIR as .model-catalog-subject.json, for a folder another tool (model_signing sign) signs.")
+@click.option("--no-push", is_flag=True, help="Write the .sig files only: push no signature to an oci:// store or mirror.")
 @click.pass_context
 def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, private_key: Path | None,
-                 certificate: Path | None, subject_into: Path | None) -> int:
+                 certificate: Path | None, subject_into: Path | None, no_push: bool) -> int:
     """Sign the pins of NAMES (or --all): writes <name>.sig beside each <name>.yaml (OpenSSF model-signing
-    format, verifiable with `model_signing verify` against a resolved view)."""
+    format, verifiable with `model_signing verify` against a resolved view) and, where the store or a mirror is
+    oci://, pushes it as a referrer of the model's artifact (`oras discover` lists it)."""
+    from catalog.errors import CatalogError
     from catalog.signing import policy_of
     from resolver.signatures import load_anchors, sign, verify_bundle, write, write_subject
+    from resolver.stores.modelpack import SIGNATURE_TYPE
+    from resolver.stores.oci import referrer_stores
 
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
@@ -48,6 +55,8 @@ def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, p
     password = _password(private_key)
     policy = policy_of(cat.settings, cat.root, current)
     anchors = load_anchors(policy) if policy.anchors else None
+    registries = [] if no_push else referrer_stores(cat, current)  # the oci:// store and mirrors
+    failed = 0
     for name in selected:
         bundle = sign(cat.get(name), private_key, certificate, password)
         path = write(bundle, cat.sources[name])
@@ -57,7 +66,18 @@ def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, p
                 verify_bundle(bundle, anchors)
             except ValueError as exc:  # Untrusted: the catalog's verifiers will refuse it
                 click.echo(f"warning: {name}: {exc}", err=True)
-    return 0
+        for registry in registries:
+            try:
+                digest = registry.push_referrer(cat.get(name), SIGNATURE_TYPE, bundle.render(), path.name)
+            except CatalogError as exc:
+                failed += 1
+                click.echo(f"error: {name}: the signature was not pushed to {registry.url}: {exc.message}", err=True)
+                continue
+            click.echo(f"pushed {name}'s signature to {registry.url} as a referrer of its artifact ({digest})")
+    if failed:
+        click.echo("hint: the .sig files are written; run `catalog sign` again with registry access, or pass --no-push",
+                   err=True)
+    return 1 if failed else 0
 
 
 def _password(private_key: Path) -> bytes | None:

@@ -43,6 +43,18 @@ READABLE_TAG = "latest"  # the catalog's current pin of the model; the revision 
 _DOCS = ("readme", "license", "licence", "notice", "copying")
 
 
+def bounded_json(data: bytes, what: str) -> Any:
+    """JSON from a registry or a token server; a ValueError naming `what` for anything that is not JSON, nesting
+    deep enough to exhaust the parser included (json raises RecursionError there, which no caller expects).
+    Local until the catalog has one bounded JSON reader for everything from outside."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{what} nests deeper than the JSON parser goes") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} is not JSON ({str(exc)[:80]})") from None
+
+
 def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -126,9 +138,9 @@ def parse_manifest(body: bytes) -> Parsed:
     A layer with no path annotation, an unsafe path (absolute, `..`) or a path already named by an earlier
     layer is ignored (and said in `ignored`): no key outside the model, no ambiguity about which bytes a path means."""
     try:
-        data = json.loads(body)
+        data = bounded_json(body, "the manifest")
     except ValueError as exc:
-        raise NotAModelManifest(f"not JSON ({exc})") from None
+        raise NotAModelManifest(str(exc)) from None
     if not isinstance(data, dict):
         raise NotAModelManifest("not a JSON object")
     kind = data.get("mediaType")
@@ -210,3 +222,82 @@ def pins(manifests: Iterable[ModelManifest]) -> dict[str, list[str]]:
             if m.name not in holders:
                 holders.append(m.name)
     return found
+
+
+# -- referrers (OCI 1.1): artifacts about an artifact, e.g. its signature --------------------------------------------
+EMPTY_TYPE = "application/vnd.oci.empty.v1+json"  # the config of an artifact that has none
+EMPTY_CONFIG = b"{}"
+SIGNATURE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"  # a model-signing bundle (what cosign names it too)
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    media_type: str
+    digest: str
+    size: int
+    artifact_type: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+        if self.artifact_type is not None:
+            value["artifactType"] = self.artifact_type
+        if self.annotations:
+            value["annotations"] = dict(self.annotations)
+        return value
+
+
+def build_referrer(subject: Descriptor, artifact_type: str, payload: bytes, title: str) -> bytes:
+    """The image manifest of an artifact about `subject`: one layer holding `payload` (named `title`, where `oras
+    pull` writes it), the empty config, `subject` pointing at the model's artifact. No timestamp: the same payload
+    about the same artifact is the same manifest."""
+    return canonical({
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
+        "config": {"mediaType": EMPTY_TYPE, "digest": digest_of(EMPTY_CONFIG), "size": len(EMPTY_CONFIG)},
+        "layers": [{"mediaType": artifact_type, "digest": digest_of(payload), "size": len(payload),
+                    "annotations": {TITLE: title}}],
+        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
+    })
+
+
+def fallback_tag(digest: str) -> str:
+    """The referrers tag schema's tag for registries without the referrers API: `<alg>-<hex>`."""
+    algorithm, _, value = digest.partition(":")
+    return f"{algorithm}-{value}"
+
+
+def referrer_descriptor(manifest: bytes) -> Descriptor:
+    """The descriptor an index lists for a referrer manifest built by `build_referrer`."""
+    data = bounded_json(manifest, "the referrer")
+    return Descriptor(OCI_MANIFEST, digest_of(manifest), len(manifest), data.get("artifactType"),
+                      dict(data.get("annotations") or {}))
+
+
+def parse_index(body: bytes) -> list[Descriptor]:
+    """Pure: the manifests an image index lists (a referrers answer or a fallback tag's index); entries that are not
+    descriptors are skipped. ValueError for bytes that are not an index."""
+    data = bounded_json(body, "the referrers index")
+    manifests = data.get("manifests") if isinstance(data, dict) else None
+    if not isinstance(manifests, list):
+        raise ValueError("the referrers index has no list of manifests")
+    found = []
+    for raw in manifests:
+        if not isinstance(raw, dict):
+            continue
+        digest, size, media = raw.get("digest"), raw.get("size"), raw.get("mediaType")
+        if not isinstance(digest, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            continue
+        artifact = raw.get("artifactType")
+        notes = raw.get("annotations")
+        found.append(Descriptor(media if isinstance(media, str) else OCI_MANIFEST, digest, size,
+                                artifact if isinstance(artifact, str) else None,
+                                {str(k): str(v) for k, v in notes.items()} if isinstance(notes, dict) else {}))
+    return found
+
+
+def build_index(descriptors: Iterable[Descriptor]) -> bytes:
+    """The fallback tag's image index listing `descriptors` (each digest once, in the given order)."""
+    seen: dict[str, Descriptor] = {}
+    for d in descriptors:
+        seen.setdefault(d.digest, d)
+    return canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [d.as_json() for d in seen.values()]})

@@ -19,32 +19,52 @@ weights local.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
+import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from catalog.errors import CatalogError, IntegrityError, MissingObjectError, StoreUnavailableError, UsageError
 from catalog.schema import ModelManifest
 from catalog.settings import Settings
 from resolver import hashing
 from resolver.stores.base import EmptyStream, ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
-from resolver.stores.modelpack import (MANIFEST_ACCEPT, OCI_MANIFEST, READABLE_TAG, Layer, NotAModelManifest, Parsed,
-                                       build_config, build_manifest, canonical, digest_of, first_mismatch, layer_path,
-                                       parse_manifest, repository_name)
+from resolver.stores.modelpack import (EMPTY_CONFIG, MANIFEST_ACCEPT, OCI_INDEX, OCI_MANIFEST, READABLE_TAG,
+                                       SIGNATURE_TYPE, Descriptor, Layer, NotAModelManifest, Parsed, bounded_json,
+                                       build_config, build_index, build_manifest, build_referrer, canonical, digest_of,
+                                       fallback_tag, first_mismatch, layer_path, parse_index, parse_manifest,
+                                       referrer_descriptor, repository_name)
 from resolver.stores.oci_auth import Credentials, CredentialProgram, credentials_for, host_key, read_docker_config, scope
-from resolver.stores.oci_client import Body, RegistryClient, Reply, is_loopback
+from resolver.stores.oci_client import METADATA_ATTEMPTS, RegistryClient, Reply, is_loopback
+from resolver.stores.transport import Body, Response
+from resolver.waits import Bounds
+
+if TYPE_CHECKING:
+    from catalog.lookup import Catalog
 
 log = logging.getLogger(__name__)
 
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")  # the distribution spec's path component
-_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+)")
+_CONTENT_RANGE = re.compile(r"bytes\s+([0-9]{1,19})-([0-9]{1,19})/([0-9]{1,19})", re.ASCII)
 MANIFEST_LIMIT = 4 * 1024 * 1024  # what registries accept as a manifest
+FAILURE_MEMORY = 60.0  # seconds a manifest read that failed is answered with its error without asking again
+
+
+SignatureCheck = Callable[[ModelManifest, bytes], "str | None"]  # a bundle's bytes -> why it does not vouch (None: it does)
+REFERRER_LIMIT = 4 * 1024 * 1024  # bytes of a referrer's payload (a signature bundle, a BOM) read at most
+URL_OPTIONS = {"plain-http": "reach the registry over http://",  # the names are catalog/urls.py's OCI_OPTIONS
+               "require-signature": "refuse an artifact without a signature referrer the runner's trusted keys verify"}
+REFERRERS_TRIED = 8  # signature referrers fetched at most for one artifact (the newest of the tag schema's list)
+
+
+class UnsignedArtifactError(StoreUnavailableError):
+    """The registry's artifact has no signature referrer that the runner's trusted keys vouch for."""
 
 
 class ManifestDigestError(CatalogError, ValueError):
@@ -68,36 +88,21 @@ def _component_problem(name: str) -> str | None:
 
 
 class _BlobStream:
-    """A blob GET's body; the connection goes back to the client when read to its end."""
+    """A blob GET's body; its connection goes back to the pool when read to its end."""
 
-    def __init__(self, client: RegistryClient, conn: object, response: object, total: int) -> None:
-        import http.client
-
-        assert isinstance(conn, http.client.HTTPConnection) and isinstance(response, http.client.HTTPResponse)
-        self._client = client
-        self._conn: http.client.HTTPConnection | None = conn
-        self._response: http.client.HTTPResponse | None = response
+    def __init__(self, response: Response, total: int) -> None:
+        self._response: Response | None = response
         self.total = total
         self.etag: str | None = None  # a blob is named by its digest; the transfer checks its bytes against the pin
 
     def readinto(self, buffer: memoryview) -> int:
-        response = self._response
-        if response is None:
-            return 0
-        count = response.readinto1(buffer)  # one socket read at most: a trickle is seen as it comes (the rate guard)
-        if response.length == 0 and self._conn is not None:
-            self._response = None
-            self._client.give_back(self._conn)
-            self._conn = None
-        elif count == 0:
-            self.close()
-        return count
+        # One socket read at most: a trickle is seen as it comes (the transfer's rate guard).
+        return self._response.readinto(buffer) if self._response is not None else 0
 
     def close(self) -> None:
-        if self._response is not None and self._conn is not None:
-            self._conn.close()  # not read to its end: the connection cannot be reused
-        self._response = None
-        self._conn = None
+        if self._response is not None:
+            self._response.close()  # after the last byte this closes nothing: the connection is back in its pool
+            self._response = None
 
 
 class OciStore(Store):
@@ -107,7 +112,7 @@ class OciStore(Store):
     content_addressed = True  # each layer is named by its sha256, and the pushed manifest is sync's record
 
     def __init__(self, client: RegistryClient, namespace: str, url: str, *, part_size: int = 64 * 1024 * 1024,
-                 concurrency: int = 8) -> None:
+                 concurrency: int = 8, signature_check: SignatureCheck | None = None) -> None:
         self.client = client
         self.namespace = namespace
         self.url = url
@@ -115,13 +120,18 @@ class OciStore(Store):
         self.blobs: Counter[str] = Counter()  # what put did per blob: present (skipped), mounted, uploaded
         self.part_size = part_size
         self.concurrency = concurrency
+        self.signature_check = signature_check  # set: every model read needs a signature referrer it accepts
         self._lock = threading.Lock()
         self._prefixes: dict[str, ModelManifest] = {}  # key prefix -> the model stored there
         self._names: dict[str, tuple[str, ModelManifest]] = {}  # model name -> (key prefix, manifest)
         self._manifests: dict[tuple[str, str], Parsed | None] = {}  # (repository, tag) -> layers as last read
         self._checked: dict[str, tuple[Parsed, tuple[str, str] | None]] = {}  # model -> (artifact, its first mismatch)
         self._manifest_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._subjects: dict[tuple[str, str], Descriptor] = {}  # (repository, tag) -> the manifest read there
+        self._signed: set[tuple[str, str]] = set()  # (model, artifact digest) whose signature referrer verified
+        self._failed: dict[tuple[str, str], tuple[StoreUnavailableError, float]] = {}  # (repository, tag) -> why its read failed, until
         self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be in the registry
+        self._absent: set[tuple[str, str]] = set()  # (repository, digest) a HEAD found missing (mount sources only)
         self._holders: dict[str, str] = {}  # digest -> a repository known to hold it (to mount from)
         self._digest_locks: dict[str, threading.Lock] = {}  # one put per digest at a time: the second mounts the first's
         self._pending: dict[tuple[str, str], Layer] = {}  # (repository, path) -> the blob put for it, not yet published
@@ -164,7 +174,19 @@ class OciStore(Store):
             with self._lock:
                 if not fresh and (repo, tag) in self._manifests:
                     return self._manifests[(repo, tag)]
-            return self._read_artifact(model, repo, tag)
+                failed = self._failed.get((repo, tag))
+            if failed is not None and not fresh and time.monotonic() < failed[1]:
+                raise failed[0]  # a registry past its bounds once is not waited on again for each file
+            try:
+                return self._read_artifact(model, repo, tag)
+            except StoreUnavailableError as exc:
+                # Final for this store: the client has retried what was worth it (a transfer retrying each file's
+                # open on top would multiply the waits by files and attempts).
+                final = exc if not exc.transient else StoreUnavailableError(
+                    f"{exc.message} (after {METADATA_ATTEMPTS} attempts)", hint=exc.hint, transient=False)
+                with self._lock:
+                    self._failed[(repo, tag)] = (final, time.monotonic() + FAILURE_MEMORY)
+                raise final from None
 
     def _read_artifact(self, model: ModelManifest, repo: str, tag: str) -> Parsed | None:
         reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull")], repo=repo,
@@ -184,6 +206,9 @@ class OciStore(Store):
                                             transient=False) from None
             for why in parsed.ignored:
                 log.debug("%s: ignored %s", self.reference(model), why)
+            media = reply.header("Content-Type") or OCI_MANIFEST
+            with self._lock:
+                self._subjects[(repo, tag)] = Descriptor(media.split(";", 1)[0].strip(), got, len(reply.body))
         elif reply.status != 404:
             raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} for {tag}", transient=False)
         with self._lock:
@@ -243,11 +268,11 @@ class OciStore(Store):
         reply = self.client.call("HeadBlob", "HEAD", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo)
         if reply.status != 200:
             return None
-        length = reply.header("Content-Length")
+        length = self.client.size_of(reply, f"HEAD of {digest} in {repo}")
         with self._lock:
             self._present.add((repo, digest))
             self._holders.setdefault(digest, repo)
-        return int(length) if length and length.isdigit() else 0
+        return length or 0
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         located = self._locate(check_key(key))
@@ -261,39 +286,40 @@ class OciStore(Store):
         mismatch = self._mismatch(model, parsed)
         if mismatch is not None:  # any file of the artifact, not only this one: every open refuses, so none downloads
             raise LayerMismatchError(model.name, mismatch[0], self.reference(model), mismatch[1])
+        if self.signature_check is not None:
+            self._require_signature(model)
         repo = self.repository(model)
         headers = {"Accept-Encoding": "identity"}
         if start or end is not None:
             headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
-        conn, response = self.client.send("GetBlob", "GET", f"/v2/{repo}/blobs/{layer.digest}", scopes=[scope(repo, "pull")],
-                                          repo=repo, headers=headers, follow=True)
+        response = self.client.send("GetBlob", "GET", f"/v2/{repo}/blobs/{layer.digest}", scopes=[scope(repo, "pull")],
+                                    repo=repo, headers=headers, follow=True)
         status = response.status
         if status not in (200, 206):
-            retry = response.getheader("Retry-After")
-            response.read()
-            self.client.give_back(conn)
+            retry = response.retry_after()
+            response.discard()
             if status in (404, 416):
                 if status == 416:  # asked past the end: shorter than the pin
                     return EmptyStream(self._blob_size(repo, layer.digest) or 0)
                 raise ObjectNotFound(key)
             self.client.check_status(status, retry, repo, "GetBlob")
             raise StoreUnavailableError(f"{self.where(repo)} answered {status} for {layer.digest}", transient=False)
-        named = response.getheader("Docker-Content-Digest")
+        named = response.header("Docker-Content-Digest")
         if named is not None and named.strip() != layer.digest:
-            conn.close()
+            response.close()
             raise IntegrityError(model.name, path, "blob digest", layer.digest, named.strip(),
                                  "the registry answered a GET of one digest with another blob")
         if status == 206:
-            match = _CONTENT_RANGE.match(response.getheader("Content-Range") or "")
+            match = _CONTENT_RANGE.fullmatch((response.header("Content-Range") or "").strip())
             if match is None or int(match.group(1)) != start:
-                conn.close()
+                response.close()
                 raise StoreUnavailableError(f"{self.where(repo)}: a 206 answer for {layer.digest} with a Content-Range other than asked")
-            return _BlobStream(self.client, conn, response, int(match.group(3)))
-        length = response.getheader("Content-Length")
-        if start or length is None or not length.isdigit():  # a registry that ignored the Range: not worth skipping over
-            conn.close()
+            return _BlobStream(response, int(match.group(3)))
+        length = self.client.size_of(response, f"the blob {layer.digest}") if not start else None
+        if start or length is None:  # a registry that ignored the Range: not worth skipping over
+            response.close()
             raise StoreUnavailableError(f"{self.where(repo)} ignored a ranged GET of {layer.digest} (or sent no length)")
-        return _BlobStream(self.client, conn, response, int(length))
+        return _BlobStream(response, length)
 
     def _mismatch(self, model: ModelManifest, parsed: Parsed) -> tuple[str, str] | None:
         """first_mismatch, computed once per artifact as read (a model's opens would otherwise check n files n times)."""
@@ -390,23 +416,36 @@ class OciStore(Store):
             self.blobs[outcome] += 1
 
     def _mount_source(self, repo: str, model: ModelManifest, digest: str) -> str | None:
-        """A repository that holds `digest` (seen this process), else another bound model's that pins it."""
+        """A repository that holds `digest`: one seen holding it in this process, else the first repository of another
+        model the catalog has pinning it that the registry says holds it (one HEAD each, remembered), so a file synced
+        by an earlier run under another model is mounted, never uploaded again."""
         with self._lock:
             known = self._holders.get(digest)
         if known is not None and known != repo:
             return known
         sha = digest.split(":", 1)[1]
-        for _, other in self._names.values():
-            if other.name != model.name and any(e.sha256 == sha for e in other.files):
-                try:
-                    return self.repository(other)
-                except UsageError:
+        for _, other in list(self._names.values()):
+            if other.name == model.name or not any(e.sha256 == sha for e in other.files):
+                continue
+            try:
+                candidate = self.repository(other)
+            except UsageError:
+                continue
+            with self._lock:
+                if (candidate, digest) in self._present:
+                    return candidate
+                if (candidate, digest) in self._absent:
                     continue
+            if candidate != repo and self._blob_size(candidate, digest) is not None:
+                return candidate
+            with self._lock:
+                self._absent.add((candidate, digest))
         return None
 
     def _remember(self, repo: str, digest: str) -> None:
         with self._lock:
             self._present.add((repo, digest))
+            self._absent.discard((repo, digest))
             self._holders[digest] = repo
 
     def _location(self, reply: Reply, repo: str, expected: int) -> str:
@@ -451,15 +490,134 @@ class OciStore(Store):
         except StoreUnavailableError as exc:
             log.warning("%s; %s:%s is published, only the `%s` tag was not moved", exc, repo, revision, READABLE_TAG)
 
-    def _put_manifest(self, repo: str, tag: str, body: bytes) -> None:
+    def _put_manifest(self, repo: str, tag: str, body: bytes, media_type: str = OCI_MANIFEST) -> Reply:
         reply = self.client.call("PutManifest", "PUT", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull,push")], repo=repo,
-                                 body=Body(data=body), headers={"Content-Type": OCI_MANIFEST})
+                                 body=Body(data=body), headers={"Content-Type": media_type})
         if reply.status != 201:
             raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} to the manifest {tag}: "
                                         f"{_registry_error(reply.body)}", transient=False)
         named = reply.header("Docker-Content-Digest")
         if named is not None and named.strip() != digest_of(body):
             raise ManifestDigestError(f"{self.where(repo)}:{tag} stored the manifest as {named.strip()}, not {digest_of(body)}")
+        return reply
+
+    # -- referrers: artifacts about a model's artifact (its signature; a BOM) ------------------------------------
+    def subject(self, model: ModelManifest) -> Descriptor:
+        """The model's artifact as a referrer's subject: the manifest the registry holds at its revision tag, else the
+        one sync pushes there (the same pins make the same bytes: a signature pushed first finds its artifact later)."""
+        repo, tag = self.repository(model), model.source.revision
+        self.artifact(model)
+        with self._lock:
+            found = self._subjects.get((repo, tag))
+        if found is not None:
+            return found
+        body = build_manifest(model, build_config(model))
+        return Descriptor(OCI_MANIFEST, digest_of(body), len(body))
+
+    def push_referrer(self, model: ModelManifest, artifact_type: str, payload: bytes, title: str) -> str:
+        """Push `payload` (a signature bundle, a BOM) as an artifact of `artifact_type` whose subject is the model's
+        artifact; returns its manifest's digest. Where the registry keeps no referrers list itself (no `OCI-Subject`
+        in its answer, e.g. the distribution registry 2.8), the referrers tag schema's index (tag `sha256-<hex>` of
+        the subject) gets it added, which `oras discover` and `referrers` read there."""
+        repo = self.repository(model)
+        subject = self.subject(model)
+        for data in (payload, EMPTY_CONFIG):
+            digest = digest_of(data)
+            if self._blob_size(repo, digest) is None:
+                self._upload(repo, model, digest, Body(data=data), counted=False)
+        manifest = build_referrer(subject, artifact_type, payload, title)
+        reply = self._put_manifest(repo, digest_of(manifest), manifest)
+        if reply.header("OCI-Subject") is None:
+            self._add_to_fallback(repo, subject.digest, referrer_descriptor(manifest))
+        return digest_of(manifest)
+
+    def _add_to_fallback(self, repo: str, subject: str, descriptor: Descriptor) -> None:
+        tag = fallback_tag(subject)
+        listed = self._fallback_index(repo, tag, "pull,push")
+        if any(d.digest == descriptor.digest for d in listed):
+            return
+        self._put_manifest(repo, tag, build_index([*listed, descriptor]), OCI_INDEX)
+
+    def _fallback_index(self, repo: str, tag: str, actions: str) -> Sequence[Descriptor]:
+        reply = self.client.call("GetReferrers", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, actions)], repo=repo,
+                                 headers={"Accept": OCI_INDEX}, limit=MANIFEST_LIMIT)
+        if reply.status == 404:
+            return []
+        return self._index(reply, repo, tag)
+
+    def _index(self, reply: Reply, repo: str, what: str) -> Sequence[Descriptor]:
+        if reply.status != 200:
+            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} for the referrers of {what}", transient=False)
+        try:
+            return parse_index(reply.body)
+        except ValueError as exc:
+            raise StoreUnavailableError(f"{self.where(repo)}: the referrers of {what}: {exc}", transient=False) from None
+
+    def referrers(self, model: ModelManifest, artifact_type: str | None = None) -> Sequence[Descriptor]:
+        """The artifacts about the model's artifact (of `artifact_type` when given): the registry's referrers API, else
+        the tag schema's index."""
+        repo = self.repository(model)
+        subject = self.subject(model)
+        query = f"?artifactType={urllib.parse.quote(artifact_type, safe='')}" if artifact_type else ""
+        reply = self.client.call("GetReferrers", "GET", f"/v2/{repo}/referrers/{subject.digest}{query}",
+                                 scopes=[scope(repo, "pull")], repo=repo, headers={"Accept": OCI_INDEX}, limit=MANIFEST_LIMIT)
+        found = self._fallback_index(repo, fallback_tag(subject.digest), "pull") if reply.status == 404 else \
+            self._index(reply, repo, subject.digest)
+        return [d for d in found if artifact_type is None or d.artifact_type == artifact_type]
+
+    def referrer_payload(self, model: ModelManifest, referrer: Descriptor, limit: int = REFERRER_LIMIT) -> bytes:
+        """The payload (first layer) of a referrer, both its manifest and its bytes checked against their digests."""
+        repo = self.repository(model)
+        reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{referrer.digest}", scopes=[scope(repo, "pull")],
+                                 repo=repo, headers={"Accept": OCI_MANIFEST}, limit=MANIFEST_LIMIT)
+        if reply.status != 200 or digest_of(reply.body) != referrer.digest:
+            raise StoreUnavailableError(f"{self.where(repo)}: the referrer {referrer.digest} cannot be read "
+                                        f"({reply.status}, or other bytes than its digest)", transient=False)
+        try:
+            layer = bounded_json(reply.body, "the referrer")["layers"][0]
+            digest, size = str(layer["digest"]), layer["size"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise StoreUnavailableError(f"{self.where(repo)}: the referrer {referrer.digest} has no payload layer",
+                                        transient=False) from None
+        if not isinstance(size, int) or not 0 <= size <= limit:
+            raise StoreUnavailableError(f"{self.where(repo)}: the referrer {referrer.digest} names a payload of {size!r} "
+                                        f"bytes (at most {limit} are read)", transient=False)
+        blob = self.client.call("GetBlob", "GET", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo,
+                                limit=limit)
+        if blob.status != 200 or digest_of(blob.body) != digest:
+            raise StoreUnavailableError(f"{self.where(repo)}: the payload {digest} of a referrer cannot be read "
+                                        f"({blob.status}, or other bytes than its digest)", transient=False)
+        return blob.body
+
+    def _require_signature(self, model: ModelManifest) -> None:
+        """Refuse the model's artifact unless a signature referrer of it is one `signature_check` accepts (each
+        artifact checked once; the transfer's threads wait for the first)."""
+        assert self.signature_check is not None
+        subject = self.subject(model)
+        with self._lock:
+            if (model.name, subject.digest) in self._signed:
+                return
+            single = self._manifest_locks.setdefault((model.name, "signature"), threading.Lock())
+        with single:
+            with self._lock:
+                if (model.name, subject.digest) in self._signed:
+                    return
+            reasons: list[str] = []
+            for referrer in reversed(self.referrers(model, SIGNATURE_TYPE)[-REFERRERS_TRIED:]):  # the newest first
+                try:
+                    problem = self.signature_check(model, self.referrer_payload(model, referrer))
+                except StoreUnavailableError as exc:
+                    problem = exc.message
+                if problem is None:
+                    with self._lock:
+                        self._signed.add((model.name, subject.digest))
+                    return
+                reasons.append(f"{referrer.digest[:19]}: {problem}")
+            raise UnsignedArtifactError(
+                f"{self.reference(model)} ({subject.digest}) has no signature referrer that vouches for its pins "
+                f"({'; '.join(reasons) if reasons else 'it has none'}); refused before any download",
+                hint=f"sign it with this registry as --store or --mirror: `catalog sign {model.name} --private-key KEY`, "
+                     "or drop require-signature=1 from the oci:// URL", transient=False)
 
     def delete(self, key: str) -> None:
         failed = self.delete_many([key])
@@ -496,7 +654,7 @@ class OciStore(Store):
         if reply.status == 404:
             return
         try:
-            data = json.loads(reply.body)
+            data = bounded_json(reply.body, "the manifest")
             layers = data["layers"]
         except (ValueError, KeyError, TypeError):
             raise StoreUnavailableError(f"{self.reference(model)} is not a model artifact; nothing was dropped", transient=False) from None
@@ -513,13 +671,13 @@ class OciStore(Store):
 def _registry_error(body: bytes) -> str:
     """The registry's own error code and message (its JSON `errors`), short; never a header."""
     try:
-        errors = json.loads(body).get("errors") or []
-        return "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors[:2]) or "no detail"
-    except (ValueError, AttributeError):
+        errors = bounded_json(body, "the error").get("errors") or []
+        return "; ".join(f"{e.get('code', '')} {e.get('message', '')}".strip()[:200] for e in errors[:2]) or "no detail"
+    except (ValueError, AttributeError, TypeError):
         return "no detail"
 
 
-def from_url(url: str, settings: Settings) -> OciStore:
+def from_url(url: str, settings: Settings, *, bounds: Bounds | None = None) -> OciStore:
     """`oci://host[:port]/namespace/[?plain-http=1]`: https, except loopback hosts, hosts in CATALOG_OCI_PLAIN_HTTP,
     and `plain-http=1` (`plain-http=0` asks https of a loopback host)."""
     rest = url.split("://", 1)[1]
@@ -530,9 +688,12 @@ def from_url(url: str, settings: Settings) -> OciStore:
     if "@" in netloc:
         raise UsageError("an oci:// URL carries no credentials", hint="use CATALOG_OCI_USERNAME/PASSWORD or docker's config.json")
     given = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-    if set(given) - {"plain-http"}:
-        raise UsageError(f"unknown oci:// URL option(s): {', '.join(sorted(set(given) - {'plain-http'}))}",
-                         hint="known: plain-http=1 (reach the registry over http://)")
+    if set(given) - set(URL_OPTIONS):
+        raise UsageError(f"unknown oci:// URL option(s): {', '.join(sorted(set(given) - set(URL_OPTIONS)))}",
+                         hint="known: " + "; ".join(f"{k}=1 ({v})" for k, v in URL_OPTIONS.items()))
+    signed = given.get("require-signature", "0").lower()
+    if signed not in ("0", "1", "true", "false", "yes", "no", ""):
+        raise UsageError(f"oci:// URL option require-signature={signed[:20]!r} is neither 1 nor 0")
     parsed = urllib.parse.urlsplit(f"//{netloc}")
     try:
         host, _ = parsed.hostname, parsed.port
@@ -555,8 +716,49 @@ def from_url(url: str, settings: Settings) -> OciStore:
                                docker_config=read_docker_config(settings.oci.docker_config))
 
     client = RegistryClient("http" if plain_http else "https", netloc, credentials,
-                            plain_http_ok=lambda where: where.lower() in plain,
-                            connect_timeout=settings.s3.connect_timeout, read_timeout=settings.s3.read_timeout)
+                            plain_http_ok=lambda where: where.lower() in plain, bounds=bounds or Bounds.from_settings(settings),
+                            pool_size=max(16, settings.concurrency or 0))
     shown = f"oci://{netloc}/{namespace + '/' if namespace else ''}"
     return OciStore(client, namespace, shown, part_size=settings.part_size or 64 * 1024 * 1024,
-                    concurrency=settings.concurrency or 8)
+                    concurrency=settings.concurrency or 8,
+                    signature_check=signature_check(settings, shown) if signed in ("1", "true", "yes") else None)
+
+
+def signature_check(settings: Settings, url: str) -> SignatureCheck:
+    """What `require-signature=1` accepts: a model-signing bundle that the runner's own trusted keys or roots
+    (--trusted-key/--trusted-root, CATALOG_TRUSTED_KEYS/ROOTS) verify and that names exactly the model's pins.
+    catalog.yaml's anchors are not used: a registry's requirement is the runner's, which a merged change to the
+    catalog must not decide."""
+    from catalog.signing import Policy
+
+    if not (settings.trusted_keys or settings.trusted_roots):
+        raise UsageError(f"{url} requires signatures (require-signature=1) and this runner trusts no key",
+                         hint="pass --trusted-key PUB_PEM (or CATALOG_TRUSTED_KEYS, --trusted-root / CATALOG_TRUSTED_ROOTS)")
+    policy = Policy(True, settings.trusted_keys, settings.trusted_roots,
+                    "--trusted-key/--trusted-root or CATALOG_TRUSTED_KEYS/CATALOG_TRUSTED_ROOTS")
+    loaded: list[Any] = []
+
+    def check(model: ModelManifest, bundle: bytes) -> str | None:
+        from catalog.signing import SignatureFormatError, first_difference, parse_bundle
+        from resolver.signatures import Untrusted, load_anchors, verify_bundle
+
+        if not loaded:
+            loaded.append(load_anchors(policy))
+        try:
+            statement, _ = verify_bundle(parse_bundle(bundle), loaded[0])
+        except (SignatureFormatError, Untrusted) as exc:
+            return str(exc)
+        difference = first_difference(statement, model.files)
+        return None if difference is None else f"it does not match the pins: {difference.describe()}"
+
+    return check
+
+
+def referrer_stores(cat: Catalog, settings: Settings) -> list[OciStore]:
+    """The oci:// stores of an invocation, its store and then its mirrors, bound to the catalog: where `catalog sign`
+    pushes a signature as a referrer."""
+    urls = [settings.store or cat.settings.store, *(settings.mirrors or cat.settings.mirrors)]
+    stores = [from_url(url, settings) for url in dict.fromkeys(urls) if url.lower().startswith("oci://")]
+    for store in stores:
+        store.bind_models({cat.store_key(m): m for m in cat})
+    return stores

@@ -13,6 +13,10 @@ obstore retries nothing here (the transfer retries and resumes, and says why); a
 transfer understands: FileNotFoundError (no such object), a final StoreUnavailableError (403, other 4xx), None for
 416 (the object is shorter than asked: the caller reports the size), or a one-line `GetFailed` naming the endpoint
 and what went wrong (a status, a Timeout, a refused connection), worth a retry for 5xx, 429 and no answer at all.
+The mapping goes by obstore's exception types (`PermissionDeniedError`, `UnauthenticatedError`, `InvalidPathError`,
+`NotSupportedError`, the precondition errors; a missing object is the builtin FileNotFoundError); only its catch-all
+`GenericError` carries every other HTTP status, and the binding gives it no status attribute, so there alone the
+status is read from the first line of its text.
 """
 
 from __future__ import annotations
@@ -54,10 +58,10 @@ class GetFailed(Exception):
 
 def failure(exc: BaseException, where: str) -> GetFailed:
     """obstore's error (a multi-line debug dump) as one line: the endpoint, then the status or the kind of failure."""
-    text = str(exc)
     status = status_of(exc)
     if status is not None:
         return GetFailed(f"{where} answered {status}", status >= 500 or status == 429)
+    text = str(exc)
     kind = _KIND.search(text)
     detail = _OS_MESSAGE.search(text)
     reason = (kind.group(1) if kind else type(exc).__name__) + (f" ({detail.group(1)})" if detail else "")
@@ -170,15 +174,21 @@ class DataPlane:
 
 
 def _get_error(exc: BaseException, where: str) -> Exception:
-    """What a failed GET means to the transfer: a refusal (final), another 4xx (final), else a GetFailed."""
-    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+    """What a failed GET means to the transfer, by obstore's type: a refusal or a request the store cannot serve
+    (final), another 4xx (final), else a GetFailed."""
+    from obstore.exceptions import (AlreadyExistsError, InvalidPathError, NotModifiedError, NotSupportedError,
+                                    PermissionDeniedError, PreconditionError, UnauthenticatedError)
 
-    status = status_of(exc)
-    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
-        return StoreUnavailableError(f"{where} refused the GET ({status or 403})", transient=False,
+    if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):  # object_store's types for 403 and 401
+        refusal = 403 if isinstance(exc, PermissionDeniedError) else 401
+        return StoreUnavailableError(f"{where} refused the GET ({refusal})", transient=False,
                                      hint="check the bucket name, endpoint and credentials (the standard AWS chain: "
                                           "env, profile, instance role)")
-    if status is not None and 400 <= status < 500 and status != 429:  # obstore's GenericError names it in its text
+    if isinstance(exc, (InvalidPathError, NotSupportedError, PreconditionError, NotModifiedError, AlreadyExistsError)):
+        return StoreUnavailableError(f"{where} cannot serve the GET ({type(exc).__name__})", transient=False,
+                                     hint="check the bucket name and endpoint")
+    status = status_of(exc)
+    if status is not None and 400 <= status < 500 and status != 429:
         return StoreUnavailableError(f"{where} answered {status}", transient=False,
                                      hint="check the bucket name, endpoint and credentials")
     return failure(exc, where)
@@ -200,7 +210,12 @@ def listing_digest(objects: list[tuple[str, int, str | None]]) -> str:
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status an obstore error names (None: no answer at all, a connection or timeout failure)."""
+    """The HTTP status of obstore's catch-all GenericError (None for any other type, and for no answer at all: a
+    connection or timeout failure). The binding exposes no status attribute: its text's first line names it."""
+    from obstore.exceptions import GenericError
+
+    if not isinstance(exc, GenericError):
+        return None
     match = _STATUS.search(str(exc).split("\n", 1)[0])
     return int(match.group(1)) if match else None
 
