@@ -428,18 +428,21 @@ class Transport:
 
 
 def _reason(exc: BaseException) -> str:
-    """A urllib3 failure in a few words, by the types along its chain (never a URL's query)."""
+    """A urllib3 failure in a few words, by the types along its chain (never a URL's query). The chain is read
+    whole before a timeout is named: urllib3's NewConnectionError, a refused connection among others, is a
+    ConnectTimeoutError too."""
+    chain: list[BaseException] = []
     cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, urllib3.exceptions.NameResolutionError):
-            return "the host name does not resolve"
-        if isinstance(cause, (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ConnectTimeoutError, TimeoutError)):
-            return "timed out"
-        if isinstance(cause, urllib3.exceptions.SSLError):
-            return "TLS error (check the certificate; SSL_CERT_FILE for a private CA)"
-        if isinstance(cause, ConnectionResetError):
-            return "connection reset"
+    while cause is not None and len(chain) < 16:
+        chain.append(cause)
         cause = cause.__cause__ or cause.__context__
+    for kind, said in ((ConnectionRefusedError, "connection refused"),
+                       (urllib3.exceptions.NameResolutionError, "the host name does not resolve"),
+                       (urllib3.exceptions.SSLError, "TLS error (check the certificate; SSL_CERT_FILE for a private CA)"),
+                       (ConnectionResetError, "connection reset")):
+        if any(isinstance(c, kind) for c in chain):
+            return said
+    if any(isinstance(c, (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ConnectTimeoutError, TimeoutError))
+           and not isinstance(c, urllib3.exceptions.NewConnectionError) for c in chain):
+        return "timed out"
     return type(exc).__name__

@@ -124,6 +124,10 @@ def test_sign_pushes_the_bundle_as_a_referrer_that_oras_finds_and_a_required_sig
     done = resolve(cat, UNSIGNED, cache=Cache(tmp_path / "c4"), store=primary, options=ResolveOptions(mirrors=(mirror,)))
     assert set(done.sources.values()) == {primary.url}
 
+    # From the CLI: a runner key requires the .sig beside the manifest too (docs/signing.md), so UNSIGNED gets one that
+    # is not pushed: the registry's gate alone refuses it.
+    kept = cli(tmp_path, manifests, "sign", UNSIGNED, "--private-key", str(keys.private), "--no-push", CATALOG_STORE=url)
+    assert kept.returncode == 0 and "pushed" not in kept.stdout, kept.stderr
     cold = cli(tmp_path, manifests, "resolve", UNSIGNED, "--store", required, "--trusted-key", str(keys.public),
                "--cache", str(tmp_path / "c5"))
     errors = [line for line in cold.stderr.splitlines() if line.startswith("error:")]
