@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from catalog import signing
+from catalog import bounded, signing
 from catalog.errors import CatalogError, Problem, UsageError
 from catalog.loading import ManifestDoc, display_path, load_manifest
 from catalog.rules import signature_problem
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
+MAX_SIGNATURE = 64 * bounded.MiB  # a bundle over 100,000 pins is about 20 MB of base64
 INSTALL_HINT = "install the signing extra: pip install 'model-catalog[signing]'"
 
 
@@ -90,7 +91,7 @@ def load_anchors(policy: Policy) -> Anchors:
 
 def _read_anchor(path: Path, kind: str, policy: Policy) -> bytes:
     try:
-        return path.read_bytes()
+        return bounded.read_file(path, bounded.MAX_KEY)  # a regular file of PEM size: never a FIFO or /dev/zero
     except OSError as exc:
         raise TrustConfigError(f"trusted {kind} {path} ({policy.origin}): {exc.strerror or exc}",
                                hint="paths in catalog.yaml are relative to the manifests folder") from None
@@ -198,7 +199,7 @@ def vouched(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
     signature = signature_path(manifest_path)
     shown = display_path(signature)
     try:
-        data = signature.read_bytes() if data is None else data
+        data = read_signature(signature) if data is None else data
     except FileNotFoundError:
         return None, Finding(Flaw.MISSING, f"no signature: {shown} does not exist")
     except OSError as exc:
@@ -213,6 +214,11 @@ def vouched(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
     if difference is not None:
         return None, Finding(Flaw.DIFFERS, f"{shown} does not match the pins: {difference.describe()}", difference)
     return statement, None
+
+
+def read_signature(path: Path) -> bytes:
+    """A `<name>.sig`: a regular file beside its manifest, within MAX_SIGNATURE (catalog/bounded.py)."""
+    return bounded.read_file(path, MAX_SIGNATURE, root=path.parent)
 
 
 def check(manifest: ModelManifest, manifest_path: Path, anchors: Anchors) -> Finding | None:
@@ -261,7 +267,7 @@ def require(cat: Catalog, names: Iterable[str], *, cache_root: Path | None, sett
         sig = signature_path(manifest_path)
         relied.append(sig)
         try:
-            data: bytes | None = sig.read_bytes()
+            data: bytes | None = read_signature(sig)
         except OSError:
             data = None  # missing or unreadable: `vouched` says which
         key = Records.key(manifest, data, anchors) if data is not None else None

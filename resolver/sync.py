@@ -23,6 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from catalog import bounded
 from catalog.errors import CatalogError, IntegrityError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
@@ -320,7 +321,7 @@ def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], c
         if obj is None:
             continue
         local = cached_state(cache, store, m.name, obj.etag)
-        data = local.read_bytes() if local is not None and local.is_file() else read_small(store, key)
+        data = bounded.read_file(local, bounded.MAX_RECORD) if local is not None and local.is_file() else read_small(store, key)
         if local is not None and not local.is_file():
             remember_state(local, data)
         states[m.name] = parse_state(data)

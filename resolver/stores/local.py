@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from catalog import naming
+from catalog import bounded, naming
 from catalog.errors import StoreUnavailableError, UnsafePathError
 from resolver.identity import FileIdentity
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
@@ -93,7 +93,7 @@ class LocalStore(Store):
     def _metadata(self, key: str) -> dict[str, str]:
         meta = self.root / self.META_DIR / (key + ".json")
         try:
-            data = json.loads(meta.read_text())
+            data = bounded.loads(bounded.read_file(meta, bounded.MAX_RECORD))
         except (OSError, ValueError):
             return {}
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
