@@ -311,9 +311,9 @@ def _next_page(link_header: str | None) -> str | None:
 
 
 def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callable[[float], None] = time.sleep, *,
-            follow_redirects: bool = True) -> Any:
-    """One GET of the Hub's API, again after a 429/5xx (waiting what its headers ask, within options.max_wait, and
-    saying so; RateLimitedError past it) or a dropped connection, up to options.attempts: the last response (any
+            follow_redirects: bool = True, method: str = "GET") -> Any:
+    """One GET (or `method`) of the Hub, again after a 429/5xx (waiting what its headers ask, within options.max_wait,
+    and saying so; RateLimitedError past it) or a dropped connection, up to options.attempts: the last response (any
     status), or the name of the transport error when no response came."""
     from huggingface_hub import get_session
 
@@ -321,7 +321,8 @@ def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callab
     error = ""
     for attempt in range(1, options.attempts + 1):
         try:
-            response = session.get(url, params=params, headers=_hub_headers(options, {}), follow_redirects=follow_redirects)
+            response = session.request(method, url, params=params, headers=_hub_headers(options, {}),
+                                       follow_redirects=follow_redirects)
         except OSError as exc:
             error = type(exc).__name__
         except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors are not OSErrors
