@@ -55,3 +55,42 @@ def test_validate_refuses_a_device_or_fifo_in_the_catalog_in_one_line(tmp_path: 
     lines = [line for line in said.splitlines() if victim.name in line and what in line and "refused unread" in line]
     assert len(lines) == 1, explain(done)
     assert "Traceback" not in said and "internal error" not in said
+
+
+def safetensors(header: str, data: bytes) -> bytes:
+    raw = header.encode()
+    return len(raw).to_bytes(8, "little") + raw + data
+
+
+def add_from_dir(tmp_path: Path, weights: bytes, *args: str) -> tuple[Path, object]:
+    folder = write_catalog(tmp_path, {})
+    source = tmp_path / "source"
+    source.mkdir(exist_ok=True)
+    (source / "config.json").write_text("{}")
+    (source / "model.safetensors").write_bytes(weights)
+    done = run_catalog(["add", "org/tiny", "--revision", args[0] if args else "a" * 40, "--from-dir", str(source)],
+                       env_for(tmp_path, folder), timeout=HANG_GUARD)
+    return folder, done
+
+
+@pytest.mark.parametrize("header", [
+    '{"w": {"dtype": "F32", "shape": [1%s], "data_offsets": [0, 4]}}' % ("0" * 400),  # 10**400: a float overflow
+    '{"\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',  # a lone surrogate: no UTF-8 file holds it
+    '{"w": %s}' % ("[" * 5000 + "]" * 5000),  # nesting: RecursionError
+], ids=["shape-10**400", "lone-surrogate", "nested"])
+def test_add_from_dir_refuses_a_hostile_header_in_one_line_and_writes_nothing(tmp_path: Path, header: str) -> None:
+    """Before: exit 3 with a traceback's last line, and the scaffolded manifest left half-made."""
+    folder, done = add_from_dir(tmp_path, safetensors(header, b"\0" * 4))
+    assert done.returncode == 1, explain(done)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "tiny/model.safetensors" in errors[0] and "internal error" not in done.stderr, explain(done)
+    assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml"]
+
+
+def test_add_writes_a_revision_of_decimal_digits_as_text(tmp_path: Path) -> None:
+    """Before: `revision: 1111...` (40 digits, a valid hex commit) was written bare, YAML read an int, validate refused."""
+    weights = safetensors('{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4)
+    folder, done = add_from_dir(tmp_path, weights, "1" * 40)
+    assert done.returncode == 0, explain(done)
+    assert f'revision: "{"1" * 40}"' in (folder / "tiny.yaml").read_text()
+    assert run_catalog(["validate", str(folder / "tiny.yaml")], env_for(tmp_path, folder)).returncode == 0
