@@ -139,7 +139,10 @@ class LocalStore(Store):
 
     def delete(self, key: str) -> None:
         self.requests["DeleteObject"] += 1
-        self._path(key).unlink(missing_ok=True)
+        path = self._path(key)
+        if path.is_dir() and not path.is_symlink():  # no object is a folder: refused, never a traceback
+            raise UnsafePathError(f"refusing to delete {key!r} from {self.url}: it is a folder, not an object")
+        path.unlink(missing_ok=True)
         (self.root / self.META_DIR / (key + ".json")).unlink(missing_ok=True)
 
     def stream_uri(self, prefix: str) -> str:

@@ -5,13 +5,14 @@ Each test failed before its fix (a hang, a traceback, or the wrong verdict)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from .support import ROOT, TESTS, explain, run_catalog
+from .support import ROOT, TESTS, explain, run_catalog, write_generated_catalog
 
 sys.path.insert(0, str(TESTS))
 from helpers import manifest_text, write_catalog  # noqa: E402
@@ -94,3 +95,25 @@ def test_add_writes_a_revision_of_decimal_digits_as_text(tmp_path: Path) -> None
     assert done.returncode == 0, explain(done)
     assert f'revision: "{"1" * 40}"' in (folder / "tiny.yaml").read_text()
     assert run_catalog(["validate", str(folder / "tiny.yaml")], env_for(tmp_path, folder)).returncode == 0
+
+
+@pytest.mark.parametrize("edited", ["someone", "nobody/ghost.bin"], ids=["a-folder", "a-key-that-never-existed"])
+def test_an_edited_plan_whose_orphan_names_no_object_is_refused(tmp_path: Path, edited: str) -> None:
+    """Before: a folder of the folder store was IsADirectoryError (exit 3); a key that never existed reported
+    "deleted 1"."""
+    manifests, data, names = write_generated_catalog(tmp_path, "edges-bucket", 1)
+    store = tmp_path / "store"
+    env = env_for(tmp_path, manifests) | {"CATALOG_STORE": str(store), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    assert run_catalog(["sync", "--from-dir", str(data)], env).returncode == 0
+    (store / "someone" / "else").mkdir(parents=True)
+    (store / "someone" / "else" / "w.bin").write_bytes(b"an orphan")
+    plan = tmp_path / "plan.json"
+    assert run_catalog(["sync", "--prune", "--delete-orphans", "--out", str(plan)], env).returncode == 0
+    saved = json.loads(plan.read_text())
+    (orphan,) = [i for i in saved["items"] if i["action"] == "orphan"]
+    orphan["key"] = edited
+    plan.write_text(json.dumps(saved))
+    done = run_catalog(["sync", "--apply", str(plan), "--format", "json"], env)
+    assert done.returncode == 2, explain(done)
+    assert f"(orphan {edited}) names no object in the store" in done.stderr and "nothing was done" in done.stderr
+    assert (store / "someone" / "else" / "w.bin").is_file() and "internal error" not in done.stderr
