@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from catalog import envparse
 from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
 from resolver import waits
@@ -128,7 +129,7 @@ class RateLimitedError(StoreUnavailableError):
         super().__init__(
             f"{what}: the Hub answered {status}: {limit.describe()} resets in {limit.reset:g}s "
             f"(at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}); retry then",
-            hint=f"waits up to {max_wait:g}s are taken; set CATALOG_HUB_MAX_WAIT={int(limit.reset) + 1} to wait this one out, "
+            hint=f"waits up to {max_wait:g}s are taken; {envparse.max_wait_hint(limit.reset)}, "
                  "or use the bucket (CATALOG_MODE=ci) instead of the Hub",
             transient=False)
 
@@ -174,6 +175,7 @@ class HubStore(Store):
     """One repo at one revision, read-only; keys are paths in the repo."""
 
     engine_streamable = False  # a model fetched from the Hub is fully local
+    failing_hint = "the Hub is unreachable or failing: retry later, or take the bytes from the bucket (--source store)"
 
     def __init__(self, repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> None:
         self.repo = repo
@@ -284,7 +286,7 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[
                 sleep(delay if delay is not None else 0.5 * 2 ** (attempt - 1))
                 continue
             raise StoreUnavailableError(f"{what}: the Hub answered {status}: {str(exc).splitlines()[0][:200]}",
-                                        hint="check the repo id and revision, HF_ENDPOINT and HF_TOKEN") from None
+                                        hint=status_hint(status)) from None
         except OSError as exc:
             if attempt < attempts:
                 sleep(0.5 * 2 ** (attempt - 1))
@@ -353,10 +355,18 @@ def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: Hu
         return response.json(), _next_page(response.headers.get("Link"))
     if status == 429:
         retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself
-    hint = ("set HF_TOKEN (or `hf auth login`) for gated or private repos" if status in (401, 403)
-            else "check the repo id and revision, HF_ENDPOINT and HF_TOKEN")
-    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}", hint=hint,
+    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}", hint=status_hint(status),
                                 transient=status == 429 or status >= 500)
+
+
+def status_hint(status: int | None) -> str:
+    """What to do about the Hub's final answer: a rate limit or an outage is no wrong repo id."""
+    if status in (401, 403):
+        return "set HF_TOKEN (or `hf auth login`) for gated or private repos"
+    if status is not None and (status == 429 or status >= 500):
+        what = "rate-limiting this client" if status == 429 else "failing"
+        return f"the Hub is {what}: retry later, or use the bucket (CATALOG_MODE=ci) instead of the Hub"
+    return "check the repo id and revision, HF_ENDPOINT and HF_TOKEN"
 
 
 def list_repo_files(repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> list[RemoteFile]:

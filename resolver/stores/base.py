@@ -110,6 +110,8 @@ class Store(ABC):
     # Its listing names every object's sha256 (`listed_sha256`) and `publish_model` makes a model's objects one
     # record (an OCI artifact): sync keeps no state object there.
     content_addressed: bool = False
+    # What to do when it keeps failing (the transfer's last word after its retries).
+    failing_hint: str = "the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL"
 
     # -- objects: every store implements these -----------------------------------------------------
     @abstractmethod
