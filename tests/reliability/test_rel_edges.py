@@ -117,3 +117,35 @@ def test_an_edited_plan_whose_orphan_names_no_object_is_refused(tmp_path: Path, 
     assert done.returncode == 2, explain(done)
     assert f"(orphan {edited}) names no object in the store" in done.stderr and "nothing was done" in done.stderr
     assert (store / "someone" / "else" / "w.bin").is_file() and "internal error" not in done.stderr
+
+
+def test_a_faithful_copy_of_a_folder_store_keeps_its_sync_records_and_a_rewrite_does_not(tmp_path: Path) -> None:
+    """Before: the ETag was the file identity, which a `cp -a` copy cannot keep (another inode and ctime): every record
+    was invalid and the copy's first sync re-verified everything, as if each object had been rewritten."""
+    import subprocess
+
+    manifests, data, names = write_generated_catalog(tmp_path, "edges-bucket", 2)
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    env = env_for(tmp_path, manifests) | {"CATALOG_STORE": str(store), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    assert run_catalog(["sync", "--from-dir", str(data)], env).returncode == 0
+    subprocess.run(["cp", "-a", str(store), str(copy)], check=True)
+    at_copy = env | {"CATALOG_STORE": str(copy)}
+    check = run_catalog(["sync", "--check", "--format", "json"], at_copy)
+    assert check.returncode == 0, explain(check)  # the copy is hashed once by this listing, its records hold
+    again = run_catalog(["sync", "--check"], at_copy)
+    assert again.returncode == 0, explain(again)
+
+    in_place = copy / names[0] / "config.json"  # same size, other bytes, mtime put back: the touch -r attack
+    before = in_place.stat()
+    in_place.write_bytes(in_place.read_bytes().replace(b"llama", b"LLAMA"))
+    os.utime(in_place, ns=(before.st_atime_ns, before.st_mtime_ns))
+    replaced = copy / names[1] / "config.json"  # a new file renamed over it, same size and mtime: looks like a copy
+    before = replaced.stat()
+    twin = replaced.with_name("twin")
+    twin.write_bytes(replaced.read_bytes().replace(b"llama", b"LLAMA"))
+    os.utime(twin, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(twin, replaced)
+    drift = run_catalog(["sync", "--check", "--format", "json"], at_copy)
+    assert drift.returncode == 1, explain(drift)
+    verify = {i["key"] for i in json.loads(drift.stdout)["plan"]["items"] if i["action"] == "verify"}
+    assert verify == {f"{names[0]}/config.json", f"{names[1]}/config.json"}, explain(drift)
