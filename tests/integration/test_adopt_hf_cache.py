@@ -377,3 +377,16 @@ def test_a_snapshot_of_regular_files_is_imported(hub: HubDouble, hf_cache: Path,
                    str(copy), "model-catalog/tiny-llama")
     assert done.returncode == 0, done.stderr
     assert hashlib.sha256(data).hexdigest() in (folder / "tiny-llama.yaml").read_text()
+
+
+def test_a_tree_listing_nested_past_the_parser_is_no_crash(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+    """Before: json's RecursionError on trees/<rev>.json was exit 3. A listing that cannot be read is no listing."""
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    m = bundled.get("tiny-llama")
+    tree = copy / hf_repo_folder(m.source.hf_repo) / "trees" / f"{m.source.revision}.json"
+    tree.write_text("[" * 100_000 + "]" * 100_000)
+    folder = empty_catalog(tmp_path)
+    done = run_cli(hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}, "import", "--from-hf-cache",
+                   str(copy), "model-catalog/tiny-llama")
+    assert done.returncode == 0, done.stderr
