@@ -149,3 +149,14 @@ def test_a_faithful_copy_of_a_folder_store_keeps_its_sync_records_and_a_rewrite_
     assert drift.returncode == 1, explain(drift)
     verify = {i["key"] for i in json.loads(drift.stdout)["plan"]["items"] if i["action"] == "verify"}
     assert verify == {f"{names[0]}/config.json", f"{names[1]}/config.json"}, explain(drift)
+
+
+def test_gc_takes_a_fifo_in_the_warm_index_for_a_stale_entry(tmp_path: Path) -> None:
+    """Before: gc opened it to read its markers and blocked forever."""
+    folder = write_catalog(tmp_path, {"tiny.yaml": manifest_text("tiny")})
+    index = tmp_path / "cache" / "warm-index"
+    index.mkdir(parents=True)
+    os.mkfifo(index / "planted.json")
+    done = run_catalog(["gc"], env_for(tmp_path, folder), timeout=HANG_GUARD)
+    assert done.returncode == 0, explain(done)
+    assert not (index / "planted.json").exists()
