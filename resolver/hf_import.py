@@ -138,7 +138,7 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
     """The snapshot's files (links followed) and every gap: dangling links, downloads of its files in flight; and
     what huggingface_hub never makes (see the module's docstring), which refuses it."""
     folder = repo.folder / "snapshots" / revision
-    blobs = repo.folder.resolve() / "blobs"  # the repo's own, itself no link: a link into a linked blobs/ leaves the cache
+    own_blobs = repo.folder.resolve() / "blobs"  # itself no link: a link into a linked blobs/ leaves the cache
     files: dict[str, SnapshotFile] = {}
     gaps: list[str] = []
     foreign: list[str] = []
@@ -158,8 +158,8 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
             except (OSError, RuntimeError):
                 gaps.append(f"{rel}: its blob {name} is missing from blobs/" if name else f"{rel}: vanished while it was read")
                 continue
-            root = blobs if name is not None else folder.resolve()
-            if name is not None and blob.parent != blobs:
+            root = own_blobs if name is not None else folder.resolve()
+            if name is not None and blob.parent != own_blobs:
                 foreign.append(f"{rel} links outside {repo.label}'s blobs/ (to {blob})")
             elif (kind := bounded.kind_of(mode)) is not None:
                 foreign.append(f"{rel} is {kind}, not a regular file")
