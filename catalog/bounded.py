@@ -63,7 +63,8 @@ def outside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str |
     return None if real == top or real.startswith(top.rstrip(os.sep) + os.sep) else real
 
 
-def open_regular(path: str | os.PathLike[str], limit: int, *, root: str | os.PathLike[str] | None = None) -> tuple[io.FileIO, int]:
+def open_regular(path: str | os.PathLike[str], limit: int, *,
+                 root: str | os.PathLike[str] | None = None) -> tuple[io.FileIO, int]:
     """(the file opened for reading, its size): only a regular file of at most `limit` bytes, inside `root` when given;
     UnsafeFileError otherwise (OSError as ever for a file that is missing or unreadable)."""
     if root is not None and (real := outside(path, root)) is not None:

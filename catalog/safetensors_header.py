@@ -183,8 +183,8 @@ def _tensor(name: str, info: Any) -> TensorInfo:
     bits = tensor.elements * DTYPE_BITS[dtype]
     if bits % 8 or bits // 8 != tensor.nbytes:
         fraction = f".{bits % 8 * 125}".rstrip("0") if bits % 8 else ""  # exact, where a float overflows past 1e308
-        raise HeaderError(f"tensor {name!r} is {dtype} {_cut(shape)}, {bits // 8}{fraction} bytes, but its data_offsets span "
-                          f"{tensor.nbytes} bytes")
+        raise HeaderError(f"tensor {name!r} is {dtype} {_cut(shape)}, {bits // 8}{fraction} bytes, but its data_offsets "
+                          f"span {tensor.nbytes} bytes")
     return tensor
 
 

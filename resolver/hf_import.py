@@ -75,7 +75,8 @@ class CachedRepo:
         base = self.folder / "refs"
         for path in sorted(base.rglob("*")) if base.is_dir() else ():
             try:
-                commit = bounded.read_file(path, 4 * bounded.KiB, root=base).decode("ascii").strip() if path.is_file() else ""
+                raw = bounded.read_file(path, 4 * bounded.KiB, root=base) if path.is_file() else b""
+                commit = raw.decode("ascii").strip()
             except (OSError, UnicodeDecodeError):
                 continue
             if _COMMIT.fullmatch(commit):
@@ -127,7 +128,8 @@ class Snapshot:
 
 def read_tree(repo: CachedRepo, revision: str) -> dict[str, dict[str, Any]]:
     try:
-        data = bounded.loads(bounded.read_file(repo.folder / "trees" / f"{revision}.json", bounded.MAX_RECORD, root=repo.folder))
+        path = repo.folder / "trees" / f"{revision}.json"
+        data = bounded.loads(bounded.read_file(path, bounded.MAX_RECORD, root=repo.folder))
     except (OSError, ValueError):
         return {}
     files = data.get("files") if isinstance(data, dict) else None

@@ -355,8 +355,8 @@ def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: Hu
         return response.json(), _next_page(response.headers.get("Link"))
     if status == 429:
         retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself
-    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}", hint=status_hint(status),
-                                transient=status == 429 or status >= 500)
+    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}",
+                                hint=status_hint(status), transient=status == 429 or status >= 500)
 
 
 def status_hint(status: int | None) -> str:

@@ -97,7 +97,8 @@ def from_bytes(data: bytes) -> dict[str, PinRecord]:
     """The record's pins; UsageError when it is not a record of this version (the guard must not guess)."""
     try:
         parsed = bounded.loads(data)
-        if not isinstance(parsed, dict) or parsed.get("version") not in (1, RECORD_VERSION) or not isinstance(parsed.get("pins"), dict):
+        if not isinstance(parsed, dict) or parsed.get("version") not in (1, RECORD_VERSION) \
+                or not isinstance(parsed.get("pins"), dict):
             raise ValueError("not an upstream record of this version")
         records = {name: PinRecord(name=name, **fields) for name, fields in parsed["pins"].items()}
         if parsed["version"] == 1:  # an `ok` there may be a gated repo whose grant nobody checked: unproven
@@ -152,10 +153,11 @@ def last_copies(keys: Sequence[str], records: Mapping[str, PinRecord], allowed: 
     """Pure: model name -> the keys among `keys` under its prefix, for each pin whose upstream is not proven `ok` and
     that `allowed` does not name. A key under several such prefixes (nested by mistake) counts for each."""
     permitted = set(allowed)
-    gone = [(rec.prefix, rec.name) for rec in records.values() if not rec.recoverable and rec.name not in permitted and rec.prefix]
+    unproven = [(rec.prefix, rec.name) for rec in records.values()
+                if not rec.recoverable and rec.name not in permitted and rec.prefix]
     out: dict[str, list[str]] = {}
     for key in keys:
-        for prefix, name in gone:
+        for prefix, name in unproven:
             if key.startswith(prefix):
                 out.setdefault(name, []).append(key)
     return out

@@ -81,8 +81,8 @@ def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, con
         try:
             fetch(store, wanted, _Replacing(target) if deep else target, config, progress)
         except CacheWriteError as exc:  # a full disk gets the tier's hint; anything else (a folder at a blob) keeps its own
-            full = exc.hint in (None, write_hint(errno.ENOSPC))
-            raise CacheWriteError(f"publishing to the tier {target.root}: {exc.message}", hint=TIER_HINT if full else exc.hint) from None
+            hint = TIER_HINT if exc.hint in (None, write_hint(errno.ENOSPC)) else exc.hint
+            raise CacheWriteError(f"publishing to the tier {target.root}: {exc.message}", hint=hint) from None
         for item in wanted:
             report.published.append(item.label)
             report.bytes += item.entry.size

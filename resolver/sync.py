@@ -321,7 +321,8 @@ def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], c
         if obj is None:
             continue
         local = cached_state(cache, store, m.name, obj.etag)
-        data = bounded.read_file(local, bounded.MAX_RECORD) if local is not None and local.is_file() else read_small(store, key)
+        data = bounded.read_file(local, bounded.MAX_RECORD) if local is not None and local.is_file() \
+            else read_small(store, key)
         if local is not None and not local.is_file():
             remember_state(local, data)
         states[m.name] = parse_state(data)

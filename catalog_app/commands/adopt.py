@@ -113,7 +113,8 @@ def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], fmt: str,
                 lambda rows: {"pins": [last_copy.as_json(r) for r in shown]})
         return 0
     selected = [cat.get(n) for n in names] if names else list(cat)
-    results = audit([(m.name, m.source, cat.store_key(m), probe_file(m)) for m in selected], HubOptions.from_settings(current))
+    results = audit([(m.name, m.source, cat.store_key(m), probe_file(m)) for m in selected],
+                    HubOptions.from_settings(current))
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     gone_since: dict[str, str] = {}
     if not no_record:
