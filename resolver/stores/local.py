@@ -125,12 +125,15 @@ class LocalStore(Store):
         return ObjectInfo(key, st.st_size, etag=self._etag(key, st, sidecar=sidecar, prove=True), metadata=metadata)
 
     def _sidecar_path(self, key: str) -> Path:
-        return self.root / self.META_DIR / (key + ".json")
+        return Path(self._sidecar_name(key))
+
+    def _sidecar_name(self, key: str) -> str:
+        return os.path.join(self.root, self.META_DIR, key + ".json")  # a string: a listing makes one per object
 
     def _sidecar(self, key: str) -> dict[str, object]:
         """The object's metadata file: its metadata (the local stand-in for x-amz-meta-*) and the CONTENT record."""
         try:
-            data = bounded.loads(bounded.read_file(self._sidecar_path(key), bounded.MAX_RECORD))
+            data = bounded.loads(bounded.read_file(self._sidecar_name(key), bounded.MAX_RECORD))
         except (OSError, ValueError):
             return {}
         return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
