@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from .support import ROOT, TESTS, explain, run_catalog, write_generated_catalog
+from .support import ROOT, explain, run_catalog, write_generated_catalog  # (puts tests/ on the path: helpers, keys)
 
-sys.path.insert(0, str(TESTS))
 from helpers import manifest_text, write_catalog  # noqa: E402
 from signing_keys import key_pair  # noqa: E402
 
