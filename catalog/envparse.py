@@ -58,6 +58,13 @@ def flag(value: Any, name: str) -> bool:
     raise UsageError(f"{name}={_shown(value)} is neither true nor false", hint="use 1 or 0")
 
 
+def max_wait_hint(seconds: float) -> str:
+    """How to wait out a remote's hint of `seconds`: a value CATALOG_HUB_MAX_WAIT takes, or that none does."""
+    if seconds + 1 > MAX_SECONDS:
+        return f"it is longer than any wait CATALOG_HUB_MAX_WAIT allows (at most {MAX_SECONDS} s)"
+    return f"set CATALOG_HUB_MAX_WAIT={int(seconds) + 1} to wait this one out"
+
+
 def _shown(value: Any) -> str:
     """The value as typed, cut short (a 400-digit number or a 3 MB string stays one line)."""
     text = repr(str(value))

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from catalog import rules, tensor_tables, yamlsource
+from catalog import bounded, rules, tensor_tables, yamlsource
 from catalog.errors import Problem
 from catalog.schema import CatalogSettings, ModelManifest
 from catalog.tensor_tables import TensorTables
@@ -25,6 +25,7 @@ M = TypeVar("M", bound=BaseModel)
 
 SETTINGS_FILE = "catalog.yaml"
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+MAX_TABLES = 256 * bounded.MiB  # `<name>.tensors.json` of a checkpoint of 100,000 tensors is about 10 MB
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,9 @@ def load_dir(root: Path, paths: Sequence[Path] | None = None, *, tables: bool = 
     """
     root = root.resolve()
     problems: list[Problem] = []
-    settings = _load_settings(root / SETTINGS_FILE, problems)
+    settings = _load_settings(root / SETTINGS_FILE, problems, root)
     selected = {p.resolve() for p in paths} if paths else None
-    docs = [load_manifest(path, problems, tables=tables) for path in discover(root, problems)]
+    docs = [load_manifest(path, problems, tables=tables, root=root) for path in discover(root, problems)]
     for extra in sorted(selected or ()):
         if extra not in {d.path for d in docs}:
             docs.append(load_manifest(extra, problems, tables=tables))
@@ -137,7 +138,7 @@ def load_named(root: Path, names: Sequence[str]) -> LoadResult | None:
     """
     root = root.resolve()
     problems: list[Problem] = []
-    settings = _load_settings(root / SETTINGS_FILE, problems)
+    settings = _load_settings(root / SETTINGS_FILE, problems, root)
     by_stem: dict[str, Path] = {}
     for path in discover(root, problems):
         by_stem.setdefault(path.stem, path)
@@ -149,7 +150,7 @@ def load_named(root: Path, names: Sequence[str]) -> LoadResult | None:
             continue
         if name not in by_stem:
             return None
-        doc = docs[name] = load_manifest(by_stem[name], problems)
+        doc = docs[name] = load_manifest(by_stem[name], problems, root=root)
         if doc.manifest is not None and doc.manifest.tokenizer in by_stem:
             pending.append(doc.manifest.tokenizer)
     problems.extend(rules.check_catalog(list(docs.values()), settings, complete=False))
@@ -160,22 +161,24 @@ def _problem_order(problem: Problem) -> tuple[str, int, str]:
     return (problem.path, problem.line, problem.field)
 
 
-def load_manifest(path: Path, problems: list[Problem], *, tables: bool = False) -> ManifestDoc:
+def load_manifest(path: Path, problems: list[Problem], *, tables: bool = False, root: Path | None = None) -> ManifestDoc:
+    """One manifest (and with `tables` its tensor tables). Read only when it is a regular file inside `root` (the
+    catalog folder; by default the manifest's own folder) once its symlinks are resolved (`catalog.bounded`)."""
     display = display_path(path)
-    located = _parse_file(path, display, problems)
+    located = _parse_file(path, display, problems, root or path.parent)
     if located is None:
         return ManifestDoc(path, display, None, LineMap())
     manifest = _validate(ModelManifest, located, display, problems)
-    sidecar = load_tables(path, problems) if tables and manifest is not None else None
+    sidecar = load_tables(path, problems, root) if tables and manifest is not None else None
     return ManifestDoc(path, display, manifest, located.lines, sidecar)
 
 
-def load_tables(manifest_path: Path, problems: list[Problem]) -> TablesDoc:
+def load_tables(manifest_path: Path, problems: list[Problem], root: Path | None = None) -> TablesDoc:
     """The tensor tables beside a manifest; a file that cannot be read is a `tensor-table` problem."""
     path = tensor_tables.sidecar_path(manifest_path)
     display = display_path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = bounded.read_text(path, MAX_TABLES, root=root or manifest_path.parent)
     except FileNotFoundError:
         return TablesDoc(display, None, False)
     except (OSError, UnicodeDecodeError) as exc:
@@ -189,12 +192,12 @@ def load_tables(manifest_path: Path, problems: list[Problem]) -> TablesDoc:
         return TablesDoc(display, None, True)
 
 
-def _load_settings(path: Path, problems: list[Problem]) -> CatalogSettings | None:
+def _load_settings(path: Path, problems: list[Problem], root: Path) -> CatalogSettings | None:
     display = display_path(path)
-    if not path.is_file():
+    if not path.exists():
         problems.append(Problem(display, 0, "", "missing: every catalog needs a catalog.yaml with `store` and `gpu_classes`", "settings"))
         return None
-    located = _parse_file(path, display, problems)
+    located = _parse_file(path, display, problems, root)
     if located is None:
         return None
     settings = _validate(CatalogSettings, located, display, problems)
@@ -203,11 +206,11 @@ def _load_settings(path: Path, problems: list[Problem]) -> CatalogSettings | Non
     return settings
 
 
-def _parse_file(path: Path, display: str, problems: list[Problem]) -> yamlsource.Located | None:
+def _parse_file(path: Path, display: str, problems: list[Problem], root: Path) -> yamlsource.Located | None:
     try:
-        raw = path.read_bytes()
+        raw = bounded.read_file(path, yamlsource.MAX_BYTES, root=root)
     except OSError as exc:
-        problems.append(Problem(display, 0, "", f"cannot read: {exc.strerror}", "yaml"))
+        problems.append(Problem(display, 0, "", f"cannot read: {exc.strerror or exc}", "yaml"))
         return None
     try:
         text = raw.decode("utf-8")
@@ -215,6 +218,19 @@ def _parse_file(path: Path, display: str, problems: list[Problem]) -> yamlsource
         line = raw.count(b"\n", 0, exc.start) + 1
         problems.append(Problem(display, line, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})", "yaml"))
         return None
+    return _parse_text(text, display, problems)
+
+
+def manifest_of_text(text: str, path: Path, problems: list[Problem]) -> ManifestDoc:
+    """A manifest not yet written (what `catalog add` is about to write at `path`), checked as a file would be."""
+    display = display_path(path)
+    located = _parse_text(text, display, problems)
+    if located is None:
+        return ManifestDoc(path, display, None, LineMap())
+    return ManifestDoc(path, display, _validate(ModelManifest, located, display, problems), located.lines)
+
+
+def _parse_text(text: str, display: str, problems: list[Problem]) -> yamlsource.Located | None:
     try:
         located = yamlsource.parse(text)
     except yamlsource.YamlProblem as exc:

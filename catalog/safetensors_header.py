@@ -20,17 +20,18 @@ Every refusal is a `HeaderError` whose message says what is wrong; callers add t
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from catalog import bounded
 from catalog.errors import CatalogError
 
 PREFIX = 8  # the little-endian u64 header length
 MAX_HEADER = 100_000_000  # bytes: the reference implementation refuses a longer header (checked with safetensors 0.8)
 METADATA = "__metadata__"
+MAX_DIM = 1 << 64  # safetensors stores dimensions as u64
 
 # Bits per element of every dtype safetensors 0.8 reads (checked against its parser). Sub-byte types (F4, F6)
 # pack elements, so a tensor's span is element count x bits / 8, which must be a whole number of bytes.
@@ -116,7 +117,7 @@ def parse(raw: bytes, file_size: int) -> Header:
         raise HeaderError(f"only {len(raw)} of the header's {PREFIX + length} bytes were given")
     head = raw[: PREFIX + length]
     try:
-        data = json.loads(head[PREFIX:].decode("utf-8"), object_pairs_hook=_no_duplicates)
+        data = bounded.loads(head[PREFIX:].decode("utf-8"), limit=MAX_HEADER, object_pairs_hook=_no_duplicates)
     except HeaderError:
         raise
     except UnicodeDecodeError as exc:
@@ -144,15 +145,26 @@ def parse(raw: bytes, file_size: int) -> Header:
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
+        _unicode(key)
         if key in out:
             raise HeaderError(f"the header names {key!r} twice")
         out[key] = value
     return out
 
 
+def _unicode(text: str) -> None:
+    """JSON's `\\ud800` escapes decode to lone surrogates, which no UTF-8 file (a manifest, a tensor table) can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise HeaderError(f"the header names {text[:80]!r}, which is not valid Unicode (a lone surrogate)") from None
+
+
 def _metadata(value: Any) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise HeaderError(f"{METADATA} must map names to strings")
+    for text in value.values():
+        _unicode(text)
     return dict(value)
 
 
@@ -163,16 +175,23 @@ def _tensor(name: str, info: Any) -> TensorInfo:
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise HeaderError(f"tensor {name!r} has dtype {dtype!r}, which safetensors does not know "
                           f"(known: {', '.join(DTYPE_BITS)})")
-    if not isinstance(shape, list) or not all(_count(d) for d in shape):
-        raise HeaderError(f"tensor {name!r} has shape {shape!r}: expected a list of non-negative integers")
+    if not isinstance(shape, list) or not all(_count(d) and d < MAX_DIM for d in shape):
+        raise HeaderError(f"tensor {name!r} has shape {_cut(shape)}: expected a list of non-negative integers below 2**64")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets) or offsets[0] > offsets[1]:
-        raise HeaderError(f"tensor {name!r} has data_offsets {offsets!r}: expected [begin, end] with 0 <= begin <= end")
+        raise HeaderError(f"tensor {name!r} has data_offsets {_cut(offsets)}: expected [begin, end] with 0 <= begin <= end")
     tensor = TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
     bits = tensor.elements * DTYPE_BITS[dtype]
     if bits % 8 or bits // 8 != tensor.nbytes:
-        raise HeaderError(f"tensor {name!r} is {dtype} {list(shape)}, {bits / 8:g} bytes, but its data_offsets span "
-                          f"{tensor.nbytes} bytes")
+        fraction = f".{bits % 8 * 125}".rstrip("0") if bits % 8 else ""  # exact, where a float overflows past 1e308
+        raise HeaderError(f"tensor {name!r} is {dtype} {_cut(shape)}, {bits // 8}{fraction} bytes, but its data_offsets "
+                          f"span {tensor.nbytes} bytes")
     return tensor
+
+
+def _cut(value: Any) -> str:
+    """A value as the header spelled it, cut short (a 400-digit dimension stays one line)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _count(value: Any) -> bool:

@@ -32,6 +32,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from catalog import bounded
 from catalog.errors import CatalogError, UsageError
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def parse_statement(payload: bytes) -> Statement:
     """A DSSE payload back into a Statement, with the checks model-signing makes (one subject, sha256 only,
     a subject digest equal to the resources' own). Raises SignatureFormatError saying what is wrong."""
     try:
-        data = json.loads(payload)
+        data = bounded.loads(payload)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SignatureFormatError(f"its payload is not JSON ({exc})") from None
     try:
@@ -300,7 +301,7 @@ def parse_bundle(data: bytes) -> Bundle:
     chain) and Sigstore's keyless bundles (one certificate, log entries). Only the first DSSE signature counts,
     as in model-signing. Raises SignatureFormatError."""
     try:
-        body = json.loads(data)
+        body = bounded.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SignatureFormatError(f"not JSON ({exc})") from None
     try:

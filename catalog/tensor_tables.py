@@ -41,6 +41,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from catalog import bounded
 from catalog.safetensors_header import Header
 from catalog.schema import FileEntry
 
@@ -106,7 +107,7 @@ def _digest(value: object) -> str:
 def weight_map(index_path: str, raw: bytes) -> dict[str, str]:
     """An index's weight_map as tensor -> repo path of its shard (the map's names are relative to the index's
     folder). `raw` was already checked to be an index (`resolver.completeness.index_shards`)."""
-    data = json.loads(raw)
+    data = bounded.loads(raw)
     folder = posixpath.dirname(index_path)
     return {str(t): posixpath.join(folder, f) if folder else str(f) for t, f in sorted(data["weight_map"].items())}
 
@@ -166,7 +167,7 @@ def _value(value: object) -> str:
 def parse(text: str) -> TensorTables:
     """The tables of a sidecar's text; TableError (with a line where one is known) for anything else."""
     try:
-        data = json.loads(text)
+        data = bounded.loads(text)
     except ValueError as exc:
         raise TableError(f"not JSON: {exc}", getattr(exc, "lineno", 0)) from None
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict) or not isinstance(data.get("model"), str):

@@ -23,6 +23,14 @@ ADDRESSING = ("auto", "path", "virtual")
 SCHEMES = ("s3", "file", "http", "https", "oci")
 OCI_OPTIONS = ("plain-http", "require-signature")  # oci://host[:port]/namespace/?plain-http=1&require-signature=1
 HIDDEN = "***"
+FORMS = {  # each scheme's URL as written, for hints
+    "s3": "s3://bucket/[base/][?endpoint=http(s)://host:port&addressing=path|virtual|auto&unsigned=1&profile=NAME]; "
+          "credentials come from the AWS chain or a profile, never the URL",
+    "oci": "oci://host[:port]/namespace/[?plain-http=1]; credentials come from CATALOG_OCI_USERNAME/PASSWORD or "
+           "docker's config.json",
+    "http": "http(s)://host[:port]/base/, read with unsigned GETs",
+    "https": "http(s)://host[:port]/base/, read with unsigned GETs",
+}
 
 _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"]*@", re.IGNORECASE)
 _SECRET_PARAM = re.compile(
@@ -36,13 +44,20 @@ def redact(text: str) -> str:
     return _SECRET_PARAM.sub(lambda m: f"{m.group('name')}{HIDDEN}", text)
 
 
+def shown(url: str) -> str:
+    """A URL as a message names it: redacted, and cut before its query or fragment, whose values may be anything a
+    user pasted there (a refused option's value is never echoed either)."""
+    base = re.split(r"[?#]", url, maxsplit=1)[0]
+    return redact(base) + ("?..." if len(base) < len(url) else "")
+
+
 def split(url: str) -> tuple[SplitResult | None, str | None]:
     """urlsplit, with the port read (a bad one raises there): (parts, None) or (None, what is wrong)."""
     try:
         parts = urlsplit(url)
         _ = parts.port
     except ValueError as exc:  # "Port out of range 0-65535", "Invalid IPv6 URL", "Port could not be cast ..."
-        return None, f"{redact(url)!r} is no URL: {exc}"
+        return None, f"{shown(url)!r} is no URL: {exc}"
     return parts, None
 
 
@@ -51,13 +66,13 @@ def check_endpoint(url: str, what: str = "endpoint") -> str | None:
     parts, problem = split(url)
     if parts is None:
         return f"{what} {problem}"
-    shown = redact(url)
+    named = shown(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"{what} {shown!r} is not http(s)://host[:port]"
+        return f"{what} {named!r} is not http(s)://host[:port]"
     if parts.username is not None or parts.password is not None:
-        return f"{what} {shown!r} carries credentials: they belong in the AWS credential chain, never in a URL"
+        return f"{what} {named!r} carries credentials: they belong in the AWS credential chain, never in a URL"
     if parts.query or parts.fragment:
-        return f"{what} {shown!r} has a query or fragment"
+        return f"{what} {named!r} has a query or fragment (not shown: it may hold a secret); an endpoint takes neither"
     return None
 
 
@@ -68,17 +83,17 @@ def scheme_of(url: str) -> str:
 def check_store_url(url: str) -> str | None:
     """What is wrong with a store or mirror URL (redacted), or None."""
     scheme = scheme_of(url)
-    shown = redact(url)
+    named = shown(url)
     if scheme not in SCHEMES:
-        return f"{shown!r}: unknown scheme {scheme}://; known: {', '.join(s + '://' for s in SCHEMES)}, or a folder path"
+        return f"{named!r}: unknown scheme {scheme}://; known: {', '.join(s + '://' for s in SCHEMES)}, or a folder path"
     if scheme in ("http", "https"):
         parts, problem = split(url)
         if parts is None:
             return problem
         if not parts.hostname:
-            return f"{shown!r} has no host: use {scheme}://host[:port]/base/"
+            return f"{named!r} has no host: use {scheme}://host[:port]/base/"
         if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
-            return f"{shown!r}: an HTTP mirror takes no credentials, query or fragment (it is read with unsigned GETs)"
+            return f"{named!r}: an HTTP mirror takes no credentials, query or fragment (it is read with unsigned GETs)"
         return None
     if scheme == "file":
         return None
@@ -87,15 +102,14 @@ def check_store_url(url: str) -> str | None:
         if parts is None:
             return problem
         if parts.username is not None or parts.password is not None:
-            return f"{shown!r} carries credentials: they belong in CATALOG_OCI_USERNAME/PASSWORD or docker's config.json"
+            return f"{named!r} carries credentials: they belong in CATALOG_OCI_USERNAME/PASSWORD or docker's config.json"
         if not parts.hostname:
-            return f"{shown!r} has no registry: use oci://host[:port]/namespace/"
+            return f"{named!r} has no registry: use oci://host[:port]/namespace/"
         unknown = sorted(set(parse_qs(parts.query, keep_blank_values=True)) - set(OCI_OPTIONS))
-        return f"unknown oci:// URL option(s) {', '.join(k[:30] for k in unknown)}; known: {', '.join(OCI_OPTIONS)}" \
-            if unknown else None
+        return f"unknown oci:// URL option(s) {_option_names(unknown)}; known: {', '.join(OCI_OPTIONS)}" if unknown else None
     base, _, query = url.partition("?")
     if "@" in base.split("/", 3)[2]:
-        return f"{shown!r} carries credentials: they belong in the AWS credential chain (or ?profile=NAME), never in a URL"
+        return f"{named!r} carries credentials: they belong in the AWS credential chain (or ?profile=NAME), never in a URL"
     problem = s3_query_problem(query) if query else None
     if problem is not None:
         return problem
@@ -113,16 +127,22 @@ def s3_query_problem(query: str) -> str | None:
     given = s3_query(query)
     unknown = sorted(set(given) - set(S3_OPTIONS))
     if unknown:
-        return f"unknown s3:// URL option(s) {', '.join(k[:30] for k in unknown)}; known: {', '.join(S3_OPTIONS)}"
+        return f"unknown s3:// URL option(s) {_option_names(unknown)}; known: {', '.join(S3_OPTIONS)}"
     if "endpoint" in given and (problem := check_endpoint(given["endpoint"])) is not None:
         return problem
+    # The values refused below are not echoed: whatever was pasted there (a secret, by mistake) stays out of logs.
     if "addressing" in given and given["addressing"] not in ADDRESSING:
-        return f"addressing={given['addressing'][:20]!r} is not one of {', '.join(ADDRESSING)}"
+        return f"addressing= is not one of {', '.join(ADDRESSING)}"
     if "unsigned" in given and given["unsigned"].lower() not in ("1", "true", "yes", "0", "false", "no"):
-        return f"unsigned={given['unsigned'][:20]!r} is neither 1 nor 0"
+        return "unsigned= is neither 1 nor 0"
     if "profile" in given and not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", given["profile"]):
         return "profile= names an AWS profile: letters, digits, '_', '.', '+', '-'"
     return None
+
+
+def _option_names(names: list[str]) -> str:
+    """Unknown option names, each shown only when it looks like one (`?SECRET` alone parses as a name)."""
+    return ", ".join(n if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,29}", n) else "(a name not shown)" for n in names)
 
 
 def same_endpoint(a: str | None, b: str | None) -> bool:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from catalog import naming
-from catalog.errors import CatalogError, InvalidCatalogError, Problem, UsageError
+from catalog.errors import InvalidCatalogError, Problem, UsageError
 from catalog.formats import LoadFormat
-from catalog.loading import ManifestDoc, discover, load_manifest
+from catalog.loading import ManifestDoc, discover, load_manifest, manifest_of_text
 from catalog.schema import CatalogSettings
 from catalog.tensor_tables import sidecar_path
 from resolver.hub import HubOptions, RemoteFile, commit_of, list_repo_files
@@ -88,24 +92,25 @@ def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, 
 
 def add_model(repo: str, ref: str, *, name: str | None, load_format: str | None, gpu: str | None,
               settings: CatalogSettings, catalog_dir: Path, hub: HubOptions, from_dir: Path | None = None) -> Scaffold:
-    """`catalog add`: scaffold, write, then lock from the Hub (or the folder `from_dir`); no half-made manifest is
-    left when a step fails."""
-    from resolver.lock import atomic_text_write, lock_manifest
+    """`catalog add`: scaffold and lock from the Hub (or the folder `from_dir`) in memory, then write the tensor tables
+    and the manifest, each with temp + rename: a step that fails, however it fails, leaves nothing behind."""
+    from resolver.lock import atomic_text_write, lock_manifest, replace_files_block, write_tables
 
     new = scaffold(repo, ref, name=name, load_format=load_format, gpu=gpu, settings=settings, catalog_dir=catalog_dir,
                    hub=hub, from_dir=from_dir)
-    atomic_text_write(new.path, new.text)
+    problems: list[Problem] = []
+    doc = manifest_of_text(new.text, new.path, problems)
+    if doc.manifest is None:
+        raise InvalidCatalogError(problems)
+    locked = lock_manifest(doc.manifest, new.path, from_dir=from_dir, hub=hub, write=False)
+    text = replace_files_block(new.text, locked.new)
+    write_tables(new.path, locked.tables)  # first: a manifest never names tables that are not there
     try:
-        problems: list[Problem] = []
-        doc = load_manifest(new.path, problems)
-        if doc.manifest is None:
-            raise InvalidCatalogError(problems)
-        lock_manifest(doc.manifest, new.path, from_dir=from_dir, hub=hub, write=True)
-    except (CatalogError, ValueError):
-        new.path.unlink(missing_ok=True)  # no half-made manifest left behind, nor its tensor tables
+        atomic_text_write(new.path, text)
+    except BaseException:
         sidecar_path(new.path).unlink(missing_ok=True)
         raise
-    return new
+    return dataclasses.replace(new, text=text)
 
 
 def _folder_files(folder: Path) -> list[RemoteFile]:
@@ -123,19 +128,29 @@ def manifest_head(comment: str, name: str, repo: str, revision: str, exclude: tu
                   gpu: str | None, *, repo_type: str = "model", primary: bool = False) -> str:
     """A new manifest's text up to its files block (pure): what `add` and `import` write. `gpu` None: no gpu key
     (a dataset's default)."""
-    lines = [comment, f"name: {name}", "source:", f"  hf_repo: {repo}"]
+    # Quoted where YAML would read another type: a commit of 40 decimal digits is an integer to YAML.
+    lines = [comment, f"name: {_scalar(name)}", "source:", f"  hf_repo: {_scalar(repo)}"]
     if repo_type != "model":
         lines.append(f"  repo_type: {repo_type}")
-    lines.append(f"  revision: {revision}")
+    lines.append(f"  revision: {_scalar(revision)}")
     if exclude:
         lines.append(f"  exclude: [{', '.join(repr_pattern(p) for p in exclude)}]")
-    lines += [f"s3_prefix: {prefix}", f"load_format: {fmt.value}"]
+    lines += [f"s3_prefix: {_scalar(prefix)}", f"load_format: {fmt.value}"]
     if primary:
         lines.append("primary: true")
     if gpu is not None:
         lines.append(f"gpu: {{class: {gpu}}}")
     lines.append("tags: []")
     return "\n".join(lines) + "\n"
+
+
+def _scalar(value: str) -> str:
+    """`value` as written, or JSON-quoted where YAML would read it as anything else (digits only: an int)."""
+    try:
+        same = yaml.safe_load(value) == value
+    except yaml.YAMLError:
+        same = False
+    return value if same else json.dumps(value)
 
 
 def repr_pattern(pattern: str) -> str:
@@ -145,7 +160,7 @@ def repr_pattern(pattern: str) -> str:
 def _existing(catalog_dir: Path) -> list[ManifestDoc]:
     """The catalog's parseable manifests (broken ones are `catalog validate`'s to report)."""
     ignored: list[Problem] = []
-    docs = [load_manifest(path, ignored) for path in discover(catalog_dir)]
+    docs = [load_manifest(path, ignored, root=catalog_dir) for path in discover(catalog_dir)]
     return [d for d in docs if d.manifest is not None]
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from catalog import bounded
 from catalog.errors import CacheWriteError, CatalogError
 from resolver.cache import Cache
 from resolver.views import Layout
@@ -171,7 +172,7 @@ def in_use(cache: Cache, now: float | None = None) -> InUse:
             found.dead.append(path)  # finished, killed, or never finished writing: nobody's any more
             continue
         try:
-            data = json.loads(path.read_bytes())
+            data = bounded.loads(bounded.read_file(path, bounded.MAX_RECORD))
             found.names |= set(map(str, data["names"]))
             found.blobs |= set(map(str, data["blobs"]))
         except (OSError, ValueError, KeyError, TypeError):

@@ -14,13 +14,12 @@ shard gives a model that validates, syncs and resolves, and then fails to load. 
 
 from __future__ import annotations
 
-import json
 import posixpath
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from catalog import formats, naming
+from catalog import bounded, formats, naming
 from catalog.errors import CatalogError
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class IncompleteModelError(CatalogError, LookupError):
 def index_shards(index_path: str, raw: bytes) -> tuple[str, ...]:
     """The repo paths of the files an index's weight_map names (sorted, once each)."""
     try:
-        data = json.loads(raw)
+        data = bounded.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadIndexError(f"{index_path} is not JSON: {exc}") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None

@@ -6,16 +6,21 @@ import hashlib
 import os
 from pathlib import Path
 
+from catalog.bounded import open_regular
+
 CHUNK = 256 * 1024  # fits the CPU cache between read and hash
 
 
+ANY_SIZE = 1 << 62
+
+
 def hash_file(path: Path) -> tuple[int, str]:
-    """(size, sha256 hex) of the file's bytes."""
+    """(size, sha256 hex) of a regular file's bytes (a FIFO or a device is refused unread: catalog/bounded.py)."""
     digest = hashlib.sha256()
     size = 0
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
+    with open_regular(path, ANY_SIZE)[0] as f:
         while count := f.readinto(view):
             digest.update(view[:count])
             size += count
@@ -29,7 +34,7 @@ def copy_hashing(source: Path, fd: int) -> tuple[int, str]:
     size = 0
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
-    with os.fdopen(fd, "wb") as out, open(source, "rb", buffering=0) as src:
+    with os.fdopen(fd, "wb") as out, open_regular(source, ANY_SIZE)[0] as src:
         while count := src.readinto(view):
             digest.update(view[:count])
             out.write(view[:count])

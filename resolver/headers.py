@@ -15,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from catalog.bounded import open_regular
 from catalog.errors import IntegrityError, MissingObjectError, StoreUnavailableError
 from catalog.safetensors_header import PREFIX, Header, HeaderError, header_length, parse
 from resolver import waits
+from resolver.hashing import ANY_SIZE
 from resolver.hub import RetryLater
 from resolver.stores import ObjectNotFound, Store
 
@@ -41,7 +43,7 @@ def read_store_header(store: Store, key: str, *, model: str, path: str, size: in
 
 def read_file_header(file: Path, *, model: str, path: str, size: int) -> Header:
     """The header of a local file (a folder being locked, a verified cache blob)."""
-    with open(file, "rb") as f:
+    with open_regular(file, ANY_SIZE)[0] as f:  # a FIFO or a device is refused unread
         first = f.read(PREFIX)
         length = _checked(model, path, lambda: header_length(first, size))
         raw = first + f.read(length)

@@ -13,6 +13,13 @@ and its default excludes, GPU class: `resolver/add.py`):
 - A snapshot is refused, naming what is missing, and nothing is written for it when it is incomplete: a file
   whose blob is gone (a dangling link), a `blobs/*.incomplete` download of one of its files, or a weights
   index naming a shard the snapshot lacks.
+- Only what huggingface_hub makes is taken, so nothing outside the cache is ever pinned (nor uploaded by
+  `sync --from-hf-cache`): a snapshot file is a link into the repo's own `blobs/`, or a regular file in the
+  snapshot itself (what huggingface_hub writes where symlinks are unavailable: Windows, HF_HUB_DISABLE_SYMLINKS),
+  and its bytes are a regular file. A link leading anywhere else, a linked folder, a FIFO or device blob
+  refuses the snapshot, naming it; nothing is read from it.
+- Each safetensors header and weights index is pinned as `catalog lock` pins them (`header:`, `weight_map:` and
+  `<name>.tensors.json`, from the same code), so validate's tensor rules check an imported model too.
 - A repo cached at several revisions gets one manifest per revision: distinct names (the revision's first 12
   digits appended to all but the revision `refs/main` names, else the newest) and prefixes (the commit is in
   each), and `primary: true` on that one when the repo ends up pinned more than once.
@@ -24,7 +31,7 @@ The cache is only read: nothing is written, locked or chmod-ed there.
 from __future__ import annotations
 
 import hashlib
-import json
+import io
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -33,7 +40,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from catalog import formats, naming
+from catalog import bounded, formats, naming
 from catalog.errors import CatalogError, Problem, UsageError
 from catalog.formats import LoadFormat
 from catalog.loading import ManifestDoc, discover, load_manifest
@@ -41,9 +48,9 @@ from catalog.schema import CatalogSettings, FileEntry
 from resolver.add import choose_load_format, derive_name, derive_prefix, manifest_head, refuse_collisions
 from resolver.hf_layout import hf_revisions, lfs_pointer_blob_id
 from resolver.completeness import index_shards
-from resolver.hashing import CHUNK, hash_file
+from resolver.hashing import ANY_SIZE, CHUNK
 from resolver.hub import RemoteFile
-from resolver.lock import atomic_text_write, complete_selection, render_files_block
+from resolver.lock import atomic_text_write, complete_selection, local_tensors, render_files_block, write_tables
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -68,7 +75,8 @@ class CachedRepo:
         base = self.folder / "refs"
         for path in sorted(base.rglob("*")) if base.is_dir() else ():
             try:
-                commit = path.read_text(encoding="ascii").strip() if path.is_file() else ""
+                raw = bounded.read_file(path, 4 * bounded.KiB, root=base) if path.is_file() else b""
+                commit = raw.decode("ascii").strip()
             except (OSError, UnicodeDecodeError):
                 continue
             if _COMMIT.fullmatch(commit):
@@ -97,6 +105,10 @@ class SnapshotFile:
     path: str
     blob: Path  # where the bytes are: the blob a snapshot link resolves to, or the file itself
     blob_name: str | None  # its name under blobs/ (an LFS sha256 or a git blob id); None for a plain file
+    root: Path  # the folder `blob` must stay in when it is opened: the repo's blobs/, or the snapshot
+
+    def open(self) -> tuple[io.FileIO, int]:
+        return bounded.open_regular(self.blob, ANY_SIZE, root=self.root)
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,7 @@ class Snapshot:
     revision: str
     files: dict[str, SnapshotFile]
     gaps: tuple[str, ...]  # what makes it incomplete, one text per missing thing; () when complete
+    foreign: tuple[str, ...]  # what huggingface_hub never makes (a link out of blobs/, a FIFO blob): () when none
     tree: Mapping[str, Mapping[str, Any]]  # huggingface_hub's trees/<revision>.json `files`; {} without one
     mtime: float
 
@@ -115,7 +128,8 @@ class Snapshot:
 
 def read_tree(repo: CachedRepo, revision: str) -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads((repo.folder / "trees" / f"{revision}.json").read_bytes())
+        path = repo.folder / "trees" / f"{revision}.json"
+        data = bounded.loads(bounded.read_file(path, bounded.MAX_RECORD, root=repo.folder))
     except (OSError, ValueError):
         return {}
     files = data.get("files") if isinstance(data, dict) else None
@@ -123,12 +137,17 @@ def read_tree(repo: CachedRepo, revision: str) -> dict[str, dict[str, Any]]:
 
 
 def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
-    """The snapshot's files (links followed) and every gap: dangling links, downloads of its files in flight."""
+    """The snapshot's files (links followed) and every gap: dangling links, downloads of its files in flight; and
+    what huggingface_hub never makes (see the module's docstring), which refuses it."""
     folder = repo.folder / "snapshots" / revision
+    own_blobs = repo.folder.resolve() / "blobs"  # itself no link: a link into a linked blobs/ leaves the cache
     files: dict[str, SnapshotFile] = {}
     gaps: list[str] = []
+    foreign: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames.sort()
+        foreign += [f"{(Path(dirpath) / d).relative_to(folder).as_posix()}/ is a linked folder"
+                    for d in dirnames if (Path(dirpath) / d).is_symlink()]
         for filename in sorted(filenames):
             path = Path(dirpath) / filename
             rel = path.relative_to(folder).as_posix()
@@ -137,10 +156,17 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
             name = Path(os.readlink(path)).name if path.is_symlink() else None
             try:
                 blob = path.resolve(strict=True)
+                mode = blob.stat().st_mode
             except (OSError, RuntimeError):
                 gaps.append(f"{rel}: its blob {name} is missing from blobs/" if name else f"{rel}: vanished while it was read")
                 continue
-            files[rel] = SnapshotFile(rel, blob, name)
+            root = own_blobs if name is not None else folder.resolve()
+            if name is not None and blob.parent != own_blobs:
+                foreign.append(f"{rel} links outside {repo.label}'s blobs/ (to {blob})")
+            elif (kind := bounded.kind_of(mode)) is not None:
+                foreign.append(f"{rel} is {kind}, not a regular file")
+            else:
+                files[rel] = SnapshotFile(rel, blob, name, root)
     tree = read_tree(repo, revision)
     have = {f.blob_name for f in files.values()}
     blobs = repo.folder / "blobs"
@@ -154,7 +180,7 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
         else:
             gaps.append(f"blobs/{partial.name}: a download is in flight or was interrupted, and no tree listing "
                         f"(trees/{revision}.json) tells which file it is")
-    return Snapshot(repo, revision, files, tuple(gaps), tree, folder.stat().st_mtime)
+    return Snapshot(repo, revision, files, tuple(gaps), tuple(foreign), tree, folder.stat().st_mtime)
 
 
 def find_snapshots(root: Path, wanted: Sequence[str]) -> tuple[list[Snapshot], list[tuple[str, str]]]:
@@ -213,6 +239,7 @@ class Draft:
     name: str = ""
     primary: bool = False
     entries: list[FileEntry] = field(default_factory=list)
+    tables: str | None = None  # `<name>.tensors.json` (None: no safetensors)
 
 
 class Refused(CatalogError, ValueError):
@@ -228,6 +255,10 @@ def draft(snapshot: Snapshot, settings: CatalogSettings, load_format: str | None
     """Pure over what was read: the format, excludes and files of the manifest a snapshot becomes; Refused when
     the snapshot is incomplete or holds nothing the catalog can pin."""
     label = snapshot.label
+    if snapshot.foreign:
+        raise Refused(f"{label} holds what huggingface_hub never makes: {'; '.join(snapshot.foreign)}; nothing was read "
+                      "from it and nothing was written",
+                      hint="a cache edited by hand (or by someone else): download the repo again into a cache you trust")
     if snapshot.gaps:
         raise Refused(f"{label} is incomplete: {'; '.join(snapshot.gaps)}; nothing was written", hint=finish_download(snapshot))
     paths = sorted(snapshot.files)
@@ -280,13 +311,13 @@ def give_names(drafts: Sequence[Draft], existing: Sequence[ManifestDoc], taken: 
 
 
 # -- hashing and writing ------------------------------------------------------------------------------
-def _hash_both(path: Path, size: int) -> tuple[int, str, str]:
+def _hash_both(file: SnapshotFile, size: int) -> tuple[int, str, str]:
     """(size, sha256, git blob id) of the file's bytes, in one read."""
     sha256 = hashlib.sha256()
     git = hashlib.sha1(b"blob %d\0" % size)
     count = 0
     view = memoryview(bytearray(CHUNK))
-    with open(path, "rb", buffering=0) as f:
+    with file.open()[0] as f:
         while n := f.readinto(view):
             sha256.update(view[:n])
             git.update(view[:n])
@@ -299,7 +330,8 @@ def pin_file(snapshot: Snapshot, path: str, deep: bool) -> FileEntry:
     anything else is hashed, and must match the git blob id it is named by."""
     f = snapshot.files[path]
     listed = snapshot.tree.get(path, {})
-    size = os.stat(f.blob).st_size
+    opened, size = f.open()  # a regular file inside its root, or Refused below (UnsafeFileError)
+    opened.close()
     where = f"{snapshot.label}: {path}"
     if isinstance(listed.get("size"), int) and listed["size"] != size:
         raise Refused(f"{where} has {size} bytes, the cache's tree listing says {listed['size']}; nothing was written",
@@ -311,13 +343,13 @@ def pin_file(snapshot: Snapshot, path: str, deep: bool) -> FileEntry:
             raise Refused(f"{where}: its blob is named {name} but the cache's tree listing says sha256 {listed['lfs_sha256']}; "
                           "nothing was written")
         if deep:
-            got, digest = hash_file(f.blob)
+            got, digest, _ = _hash_both(f, size)
             if (got, digest) != (size, name):
                 raise Refused(f"{where}: expected sha256 {name} (its blob's name) but got {digest}; the cached blob is corrupt; "
                               "nothing was written", hint="delete the blob and download it again")
         blob_id = listed.get("blob_id") if isinstance(listed.get("blob_id"), str) and _COMMIT.fullmatch(listed["blob_id"]) else None
         return FileEntry(path=path, size=size, sha256=name, blob_id=blob_id or lfs_pointer_blob_id(name, size), xet_hash=xet)
-    got, digest, git_id = _hash_both(f.blob, size)
+    got, digest, git_id = _hash_both(f, size)
     if _COMMIT.fullmatch(name) and git_id != name:
         raise Refused(f"{where}: expected git blob id {name} (its blob's name) but got {git_id}; the cached blob is corrupt; "
                       "nothing was written", hint="delete the blob and download it again")
@@ -325,15 +357,21 @@ def pin_file(snapshot: Snapshot, path: str, deep: bool) -> FileEntry:
 
 
 def pin_draft(d: Draft, deep: bool) -> None:
-    """The draft's entries, each index's shards recorded (completeness checked first: what the cache lacks)."""
-    indexes = {p: d.snapshot.files[p].blob.read_bytes() for p in d.paths if formats.is_index_file(p)}
+    """The draft's entries, each index's shards recorded (completeness checked first: what the cache lacks), then
+    each safetensors header and weight_map pinned and the tensor tables made, as `catalog lock` does."""
+    files = d.snapshot.files
+    indexes = {p: bounded.read_file(files[p].blob, bounded.MAX_RECORD, root=files[p].root)
+               for p in d.paths if formats.is_index_file(p)}
     check_shards(d, indexes)
     entries = [pin_file(d.snapshot, p, deep) for p in d.paths]
     try:
-        d.entries = complete_selection(d.name, entries, indexes, sorted(d.snapshot.files), (), d.exclude,
-                                       f"the cached snapshot of {d.snapshot.label}")
+        entries = complete_selection(d.name, entries, indexes, sorted(files), (), d.exclude,
+                                     f"the cached snapshot of {d.snapshot.label}")
     except UsageError as exc:
         raise Refused(f"{d.snapshot.label}: {exc.message}", hint=exc.hint) from None
+    tensors = local_tensors(d.name, entries, indexes, lambda path: files[path].blob)
+    d.entries = tensors.pin(entries)
+    d.tables = tensors.render(d.name)
 
 
 def manifest_text(d: Draft, settings: CatalogSettings, gpu: str | None) -> str:
@@ -386,7 +424,7 @@ def existing_docs(catalog_dir: Path) -> tuple[list[ManifestDoc], set[str]]:
     """The catalog's parseable manifests, and every name taken (by a manifest or a file's name)."""
     ignored: list[Problem] = []
     paths = discover(catalog_dir, ignored)
-    docs = [doc for doc in (load_manifest(p, ignored) for p in paths) if doc.manifest is not None]
+    docs = [doc for doc in (load_manifest(p, ignored, root=catalog_dir) for p in paths) if doc.manifest is not None]
     return docs, {p.stem for p in paths} | {d.manifest.name for d in docs if d.manifest is not None}
 
 
@@ -400,10 +438,11 @@ def import_from_cache(root: Path, wanted: Sequence[str], catalog_dir: Path, sett
     for d in drafts:
         try:
             pin_draft(d, deep)
-        except CatalogError as exc:  # Refused, or an index that is not JSON (BadIndexError)
+        except CatalogError as exc:  # Refused, an index that is not JSON (BadIndexError), a bad header (HeaderError)
             done.append(Imported(d.snapshot.label, Outcome.REFUSED, said(exc)))
             continue
         path = catalog_dir / f"{d.name}.yaml"
+        write_tables(path, d.tables)  # first: a manifest never names tables that are not there
         atomic_text_write(path, manifest_text(d, settings, gpu))
         done.append(Imported(d.snapshot.label, Outcome.WRITTEN, f"{len(d.entries)} files", d.name, path, len(d.entries)))
     return done

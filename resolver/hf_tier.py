@@ -11,12 +11,16 @@ Standard library only.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from catalog import naming
+from catalog.bounded import outside
 from catalog.schema import FileEntry, Source
 from resolver.hf_layout import hf_repo_folder
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,21 +37,27 @@ class HfTier:
 
     def candidates(self, entry: FileEntry, source: Source | None) -> list[Path]:
         """The snapshot file of the pinned revision (its symlink resolved to the blob), then the LFS blob named
-        by the pin's sha256; none without the manifest's source or for a path or hash that is not well formed."""
+        by the pin's sha256; none without the manifest's source or for a path or hash that is not well formed.
+        Only what huggingface_hub makes is a candidate: a blob of the repo's own blobs/ (never a link leading out of
+        it, whatever bytes it leads to), or a regular file in the snapshot itself (a cache made without symlinks)."""
         if source is None or naming.check_relative_path(entry.path) is not None or naming.check_sha256(entry.sha256) \
                 is not None or naming.check_revision(source.revision) is not None:
             return []
         repo = self.repo_dir(source)
-        found: list[Path] = []
+        snapshot = repo / "snapshots" / source.revision
         try:
-            found.append((repo / "snapshots" / source.revision / entry.path).resolve(strict=True))
-        except (OSError, RuntimeError):  # missing, a dangling link, a link loop
-            pass
-        blob = repo / "blobs" / entry.sha256
-        try:
-            blob = blob.resolve()
+            blobs = repo.resolve() / "blobs"
         except (OSError, RuntimeError):
-            pass
-        if blob not in found:
-            found.append(blob)
+            return []
+        found: list[Path] = []
+        for path in (snapshot / entry.path, repo / "blobs" / entry.sha256):
+            try:
+                real = path.resolve(strict=True)
+            except (OSError, RuntimeError):  # missing, a dangling link, a link loop
+                continue
+            if real.parent == blobs or (not path.is_symlink() and outside(path, snapshot) is None):
+                if real not in found:
+                    found.append(real)
+            else:
+                log.warning("%s: %s leads outside %s (to %s); not taken", self.url, path, blobs, real)
         return found

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from catalog import envparse
 from catalog.errors import StoreUnavailableError, UsageError
 from catalog.settings import Settings
 from resolver import waits
@@ -130,7 +131,7 @@ class RateLimitedError(StoreUnavailableError):
         super().__init__(
             f"{what}: the Hub answered {status}: {limit.describe()} resets in {limit.reset:g}s "
             f"(at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}); retry then",
-            hint=f"waits up to {max_wait:g}s are taken; set CATALOG_HUB_MAX_WAIT={int(limit.reset) + 1} to wait this one out, "
+            hint=f"waits up to {max_wait:g}s are taken; {envparse.max_wait_hint(limit.reset)}, "
                  "or use the bucket (CATALOG_MODE=ci) instead of the Hub",
             transient=False)
 
@@ -295,7 +296,7 @@ def with_retries(fn: Callable[[], T], what: str, options: HubOptions, sleep: Cal
                 sleep(delay if delay is not None else 0.5 * 2 ** (attempt - 1))
                 continue
             raise StoreUnavailableError(f"{what}: the Hub answered {status}: {str(exc).splitlines()[0][:200]}",
-                                        hint="check the repo id and revision, HF_ENDPOINT and HF_TOKEN") from None
+                                        hint=status_hint(status)) from None
         except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors (httpx's) are not OSErrors
             if not isinstance(exc, OSError) and not _is_transport_error(exc):
                 raise
@@ -325,9 +326,9 @@ def _next_page(link_header: str | None) -> str | None:
 
 
 def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callable[[float], None] = time.sleep, *,
-            follow_redirects: bool = True) -> Any:
-    """One GET of the Hub's API, again after a 429/5xx (waiting what its headers ask, within options.max_wait, and
-    saying so; RateLimitedError past it) or a dropped connection, up to options.attempts: the last response (any
+            follow_redirects: bool = True, method: str = "GET") -> Any:
+    """One GET (or `method`) of the Hub, again after a 429/5xx (waiting what its headers ask, within options.max_wait,
+    and saying so; RateLimitedError past it) or a dropped connection, up to options.attempts: the last response (any
     status), or the name of the transport error when no response came."""
     from huggingface_hub import get_session
 
@@ -335,7 +336,8 @@ def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callab
     error = ""
     for attempt in range(1, options.attempts + 1):
         try:
-            response = session.get(url, params=params, headers=_hub_headers(options, {}), follow_redirects=follow_redirects)
+            response = session.request(method, url, params=params, headers=_hub_headers(options, {}),
+                                       follow_redirects=follow_redirects)
         except OSError as exc:
             error = type(exc).__name__
         except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors are not OSErrors
@@ -366,10 +368,18 @@ def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: Hu
         return response.json(), _next_page(response.headers.get("Link"))
     if status == 429:
         retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself
-    hint = ("set HF_TOKEN (or `hf auth login`) for gated or private repos" if status in (401, 403)
-            else "check the repo id and revision, HF_ENDPOINT and HF_TOKEN")
-    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}", hint=hint,
-                                transient=status == 429 or status >= 500)
+    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}",
+                                hint=status_hint(status), transient=status == 429 or status >= 500)
+
+
+def status_hint(status: int | None) -> str:
+    """What to do about the Hub's final answer: a rate limit or an outage is no wrong repo id."""
+    if status in (401, 403):
+        return "set HF_TOKEN (or `hf auth login`) for gated or private repos"
+    if status is not None and (status == 429 or status >= 500):
+        what = "rate-limiting this client" if status == 429 else "failing"
+        return f"the Hub is {what}: retry later, or use the bucket (CATALOG_MODE=ci) instead of the Hub"
+    return "check the repo id and revision, HF_ENDPOINT and HF_TOKEN"
 
 
 def list_repo_files(repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> list[RemoteFile]:

@@ -7,9 +7,11 @@ whose manifest was removed keeps its entry, so its objects (orphans now) stay pr
 answer never replaces what an earlier audit learned.
 
 `refuse_last_copy_deletion` is what `sync` calls before it deletes anything (prune, orphans, a saved or
-hand-edited plan): every key under the prefix of a pin whose upstream is gone (`GONE`) is refused unless its
-model is named in `--allow-last-copy-deletion`. Reading the record costs one small GET, only when a plan
-deletes something; a record that cannot be read refuses the deletions rather than guessing.
+hand-edited plan): every key under the prefix of a pin whose upstream is not proven `ok` (gone, gated without a
+proven grant, moved, unreachable) is refused unless its model is named in `--allow-last-copy-deletion`. Reading
+the record costs one small GET, only when a plan deletes something; a record that cannot be read refuses the
+deletions rather than guessing. Version 1 records called a gated repo `ok` when any token was set, its grant
+unchecked: read now, such an entry is `gated`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from catalog import bounded
 from catalog.errors import UsageError
 from resolver.stores import ObjectNotFound, Store
 from resolver.stream_check import STATE_PREFIX, read_small
@@ -30,7 +33,8 @@ from resolver.upstream import GONE, PinAudit, Upstream
 log = logging.getLogger(__name__)
 
 RECORD_KEY = f"{STATE_PREFIX}upstream/audit.json"  # model names hold no '/': no model's state object is here
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: `ok` for a gated repo means its grant was proven (resolver/upstream.py)
+_UNCHECKED_GRANT = "whether this token was granted access was not checked"  # how version 1 said it
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,11 @@ class PinRecord:
     def gone(self) -> bool:
         return self.upstream in {u.value for u in GONE}
 
+    @property
+    def recoverable(self) -> bool:
+        """The Hub was shown to serve the pin (`ok`): the only verdict under which its objects are not a last copy."""
+        return self.upstream == Upstream.OK.value
+
 
 def record_of(result: PinAudit, at: str) -> PinRecord:
     s = result.source
@@ -62,7 +71,7 @@ def record_of(result: PinAudit, at: str) -> PinRecord:
 
 def merge(old: Mapping[str, PinRecord], new: Iterable[PinRecord]) -> dict[str, PinRecord]:
     """Pure: the record after an audit. Unreachable keeps what was known; gone keeps its first date; a new pin
-    under an old name (re-pinned) starts afresh, and the old pin, if it was gone, stays as `name@<commit[:12]>`:
+    under an old name (re-pinned) starts afresh, and the old pin, unless it was `ok`, stays as `name@<commit[:12]>`:
     its objects (orphans now, under the old prefix) are still the last copy."""
     out = dict(old)
     for rec in new:
@@ -72,7 +81,7 @@ def merge(old: Mapping[str, PinRecord], new: Iterable[PinRecord]) -> dict[str, P
             continue
         if rec.gone and before is not None and same_pin and before.gone and before.gone_since:
             rec = replace(rec, gone_since=before.gone_since)
-        if before is not None and not same_pin and before.gone:
+        if before is not None and not same_pin and not before.recoverable:
             superseded = f"{before.name}@{before.revision[:12]}"
             out[superseded] = replace(before, name=superseded)
         out[rec.name] = rec
@@ -87,10 +96,15 @@ def to_bytes(records: Mapping[str, PinRecord], audited_at: str) -> bytes:
 def from_bytes(data: bytes) -> dict[str, PinRecord]:
     """The record's pins; UsageError when it is not a record of this version (the guard must not guess)."""
     try:
-        parsed = json.loads(data)
-        if not isinstance(parsed, dict) or parsed.get("version") != RECORD_VERSION or not isinstance(parsed.get("pins"), dict):
+        parsed = bounded.loads(data)
+        if not isinstance(parsed, dict) or parsed.get("version") not in (1, RECORD_VERSION) \
+                or not isinstance(parsed.get("pins"), dict):
             raise ValueError("not an upstream record of this version")
         records = {name: PinRecord(name=name, **fields) for name, fields in parsed["pins"].items()}
+        if parsed["version"] == 1:  # an `ok` there may be a gated repo whose grant nobody checked: unproven
+            records = {n: replace(r, upstream=Upstream.GATED.value, detail=f"{r.detail} (recorded unproven)")
+                       if r.upstream == Upstream.OK.value and _UNCHECKED_GRANT in str(r.detail) else r
+                       for n, r in records.items()}
         for rec in records.values():
             fields_ = asdict(rec)
             gone_since = fields_.pop("gone_since")
@@ -136,13 +150,14 @@ def copy_record(origin: Store, target: Store) -> bool:
 
 
 def last_copies(keys: Sequence[str], records: Mapping[str, PinRecord], allowed: Iterable[str]) -> dict[str, list[str]]:
-    """Pure: model name -> the keys among `keys` under its prefix, for each pin whose upstream is gone and that
-    `allowed` does not name. A key under several gone prefixes (nested by mistake) counts for each."""
+    """Pure: model name -> the keys among `keys` under its prefix, for each pin whose upstream is not proven `ok` and
+    that `allowed` does not name. A key under several such prefixes (nested by mistake) counts for each."""
     permitted = set(allowed)
-    gone = [(rec.prefix, rec.name) for rec in records.values() if rec.gone and rec.name not in permitted and rec.prefix]
+    unproven = [(rec.prefix, rec.name) for rec in records.values()
+                if not rec.recoverable and rec.name not in permitted and rec.prefix]
     out: dict[str, list[str]] = {}
     for key in keys:
-        for prefix, name in gone:
+        for prefix, name in unproven:
             if key.startswith(prefix):
                 out.setdefault(name, []).append(key)
     return out
@@ -158,7 +173,8 @@ class LastCopyError(UsageError):
             parts.append(f"{len(keys)} object(s) of {name} ({rec.hf_repo}@{rec.revision[:12]}: {rec.upstream} upstream "
                          f"since {rec.gone_since or rec.checked_at}, e.g. {keys[0]})")
         names = " ".join(f"--allow-last-copy-deletion {n}" for n in sorted(held))
-        super().__init__(f"the plan deletes the last copy of what the Hub no longer serves: {'; '.join(parts)}; nothing was deleted",
+        super().__init__(f"the plan deletes the last copy of what the Hub no longer serves (or is not proven to serve): "
+                         f"{'; '.join(parts)}; nothing was deleted",
                          hint=f"keep them (drop --prune / --delete-orphans), copy them first (catalog sync --replicate-to URL "
                               f"{' '.join(sorted(held))}), or pass {names}")
         self.held = {k: list(v) for k, v in held.items()}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from catalog import formats, naming, tensor_tables
+from catalog import bounded, formats, naming, tensor_tables
 from catalog.errors import CatalogError, IntegrityError, StoreUnavailableError, UsageError
 from catalog.loading import load_tables
 from catalog.rules import dropped_by
@@ -220,12 +220,21 @@ def _from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], 
             size, digest = hashing.hash_file(folder / rel)
         entries.append(FileEntry(path=rel, size=size, sha256=digest))
         if formats.is_index_file(rel):
-            indexes[rel] = (folder / rel).read_bytes()
+            indexes[rel] = bounded.read_file(folder / rel, bounded.MAX_RECORD)
     entries = complete_selection(model, entries, indexes, paths, include, exclude, f"--from-dir {folder}")
     if unreadable:
         raise unreadable[0]
     tensors.weight_maps = _weight_maps(indexes)
     return entries, tensors
+
+
+def local_tensors(model: str, entries: Sequence[FileEntry], indexes: Mapping[str, bytes],
+                  file_of: Callable[[str], Path]) -> Tensors:
+    """The headers of the pinned safetensors files, read from local files (`file_of(path)`: a folder's, an HF cache's
+    blob), and each safetensors index's weight_map (from `indexes`, the indexes' bytes). No tensor digests: those need
+    every byte read (a lock from a folder takes them in the read that hashes each file)."""
+    return Tensors({e.path: read_file_header(file_of(e.path), model=model, path=e.path, size=e.size)
+                    for e in entries if is_safetensors(e.path)}, _weight_maps(indexes))
 
 
 def _hash_pinning_tensors(file: Path, model: str, path: str, tensors: Tensors) -> tuple[int, str]:

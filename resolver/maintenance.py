@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -10,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from catalog import bounded
 from catalog.lookup import Catalog
 from catalog.signing import Statement
 from resolver import hashing, signatures
@@ -280,7 +280,7 @@ def _stale_warm_entries(cache: Cache, now: float) -> list[Path]:
     for path in cache.warm_index.glob("*.json"):
         try:
             mtime = path.stat().st_mtime
-            markers = json.loads(path.read_bytes()).get("markers", [])
+            markers = bounded.loads(bounded.read_file(path, bounded.MAX_RECORD)).get("markers", [])
         except (OSError, ValueError, AttributeError):
             stale.append(path)
             continue

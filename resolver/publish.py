@@ -16,6 +16,7 @@ in `tmp/` that no publisher holds a lock on (and, for one whose lock cannot be s
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from catalog.errors import CacheWriteError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry
 from resolver import capacity, load_safety
-from resolver.cache import Cache, idle_file
+from resolver.cache import Cache, idle_file, write_hint
 from resolver.fsutil import atomic_write
 from resolver.hashing import hash_file
 from resolver.stores import Store
@@ -79,8 +80,9 @@ def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, con
                 log.warning("tier %s: %s is not the pinned bytes; publishing it again", tier, item.label)
         try:
             fetch(store, wanted, _Replacing(target) if deep else target, config, progress)
-        except CacheWriteError as exc:
-            raise CacheWriteError(f"publishing to the tier {target.root}: {exc.message}", hint=TIER_HINT) from None
+        except CacheWriteError as exc:  # a full disk gets the tier's hint; anything else (a folder at a blob) keeps its own
+            hint = TIER_HINT if exc.hint in (None, write_hint(errno.ENOSPC)) else exc.hint
+            raise CacheWriteError(f"publishing to the tier {target.root}: {exc.message}", hint=hint) from None
         for item in wanted:
             report.published.append(item.label)
             report.bytes += item.entry.size

@@ -365,7 +365,7 @@ def _fetch_missing(
         got = fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
         sources |= _served(still, got, hub.url)
         return Fetched(_summary(sources), True, sources)
-    still = _from_mirrors(cat, manifest, still, cache, mirror_stores(cat, options), options, progress, sources)
+    still = _from_mirrors(cat, manifest, still, cache, mirror_stores(cat, options), options, progress, sources, store.url)
     try:
         if still:
             got = fetch(store, [Wanted(manifest.name, e, cat.store_key(manifest, e.path)) for e in still], cache,
@@ -400,12 +400,16 @@ def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cach
 
 def _from_mirrors(
     cat: Catalog, manifest: ModelManifest, still: list[FileEntry], cache: Cache, mirrors: Sequence[Store],
-    options: ResolveOptions, progress: Progress | None, sources: dict[str, str],
+    options: ResolveOptions, progress: Progress | None, sources: dict[str, str], primary: str,
 ) -> list[FileEntry]:
     """Try each mirror in order for what is still missing; a mirror that lacks a file, fails or serves other
     bytes is skipped for that file (the transfer verified them: nothing wrong was kept). Returns what is left."""
     config = dataclasses.replace(options.transfer, attempts=min(options.transfer.attempts, 2))  # a mirror is optional
-    for mirror in mirrors:
+    named = {primary}
+    for number, mirror in enumerate(mirrors, 1):
+        # The same bucket on another endpoint has the primary's URL: warnings and `sources` tell them apart.
+        name = mirror.url if mirror.url not in named else f"{mirror.url} (mirror {number})"
+        named.add(mirror.url)
         if not still:
             break
         try:
@@ -413,8 +417,8 @@ def _from_mirrors(
         except CacheWriteError:
             raise  # our disk, not the mirror: no other store would do better
         except (CatalogError, OSError) as exc:
-            log.warning("mirror %s: %s; trying the next store for what it could not give", mirror.url, exc)
-        sources |= {e.path: mirror.url for e in still if cache.has_blob(e)}
+            log.warning("mirror %s: %s; trying the next store for what it could not give", name, exc)
+        sources |= {e.path: name for e in still if cache.has_blob(e)}
         still = [e for e in still if not cache.has_blob(e)]
     return still
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from catalog import signing
+from catalog import bounded, signing
 from catalog.errors import CatalogError, Problem, UsageError
 from catalog.loading import ManifestDoc, display_path, load_manifest
 from catalog.rules import signature_problem
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from catalog.settings import Settings
 
 
+MAX_SIGNATURE = 64 * bounded.MiB  # a bundle over 100,000 pins is about 20 MB of base64
 INSTALL_HINT = "install the signing extra: pip install 'model-catalog[signing]'"
 # Sigstore's OIDC issuer extensions: the v2 one holds a DER UTF8String, the legacy one the raw text.
 _OIDC_ISSUER_V2 = "1.3.6.1.4.1.57264.1.8"
@@ -103,7 +104,7 @@ def load_anchors(policy: Policy) -> Anchors:
 
 def _read_anchor(path: Path, kind: str, policy: Policy) -> bytes:
     try:
-        return path.read_bytes()
+        return bounded.read_file(path, bounded.MAX_KEY)  # a regular file of PEM size: never a FIFO or /dev/zero
     except OSError as exc:
         raise TrustConfigError(f"trusted {kind} {path} ({policy.origin}): {exc.strerror or exc}",
                                hint="paths in catalog.yaml are relative to the manifests folder") from None
@@ -351,7 +352,7 @@ def vouched_by(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
     signature = signature_path(manifest_path)
     shown = display_path(signature)
     try:
-        data = signature.read_bytes() if data is None else data
+        data = read_signature(signature) if data is None else data
     except FileNotFoundError:
         return None, None, Finding(Flaw.MISSING, f"no signature: {shown} does not exist")
     except OSError as exc:
@@ -373,6 +374,11 @@ def vouched_by(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
         flaw, what, where = uncovered
         return None, None, Finding(flaw, f"{shown} does not cover the manifest: {what}", field=where)
     return statement, signer, None
+
+
+def read_signature(path: Path) -> bytes:
+    """A `<name>.sig`: a regular file beside its manifest, within MAX_SIGNATURE (catalog/bounded.py)."""
+    return bounded.read_file(path, MAX_SIGNATURE, root=path.parent)
 
 
 def check(manifest: ModelManifest, manifest_path: Path, anchors: Anchors) -> Finding | None:

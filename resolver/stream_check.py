@@ -27,6 +27,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from catalog import bounded
 from catalog.errors import CatalogError, IntegrityError, MissingObjectError, UsageError
 from catalog.schema import FileEntry
 from resolver.cache import Cache
@@ -185,7 +186,7 @@ def state_key(name: str) -> str:
 def parse_state(data: bytes) -> dict[str, Any]:
     """The `files` records of a state object's bytes; {} for anything unreadable."""
     try:
-        parsed = json.loads(data)
+        parsed = bounded.loads(data)
     except ValueError:
         return {}
     files = parsed.get("files", {}) if isinstance(parsed, dict) else {}
@@ -200,13 +201,21 @@ def read_state(store: Store, name: str) -> dict[str, Any]:
         return {}
 
 
-def read_small(store: Store, key: str) -> bytes:
+def read_small(store: Store, key: str, limit: int = bounded.MAX_RECORD) -> bytes:
+    """A record's whole bytes (a state, the upstream audit), never more than `limit` (UsageError beyond it)."""
     stream = store.open(key)
     chunks = []
+    size = 0
     buffer = memoryview(bytearray(1 << 20))
-    while count := stream.readinto(buffer):
-        chunks.append(bytes(buffer[:count]))
-    stream.close()
+    try:
+        while count := stream.readinto(buffer):
+            chunks.append(bytes(buffer[:count]))
+            size += count
+            if size > limit:
+                raise UsageError(f"{store.url}: {key} is larger than the {bounded.human(limit)} a record may be; not read",
+                                 hint="remove or repair it: sync and audit-upstream write it again")
+    finally:
+        stream.close()
     return b"".join(chunks)
 
 

@@ -23,6 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from catalog import bounded
 from catalog.errors import CatalogError, IntegrityError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
@@ -320,7 +321,8 @@ def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], c
         if obj is None:
             continue
         local = cached_state(cache, store, m.name, obj.etag)
-        data = local.read_bytes() if local is not None and local.is_file() else read_small(store, key)
+        data = bounded.read_file(local, bounded.MAX_RECORD) if local is not None and local.is_file() \
+            else read_small(store, key)
         if local is not None and not local.is_file():
             remember_state(local, data)
         states[m.name] = parse_state(data)
@@ -461,9 +463,15 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
         if plan_.catalog != catalog_fingerprint(cat):
             raise UsageError("the catalog changed since the plan was made (a manifest added, removed or re-pinned); nothing was done",
                              hint="make a new plan (catalog sync --out plan.json) and review it")
-        if fingerprint(list_scope(store, scope_of(cat, plan_.names))) != plan_.fingerprint:
+        listing = list_scope(store, scope_of(cat, plan_.names))
+        if fingerprint(listing) != plan_.fingerprint:
             raise UsageError("the bucket changed since the plan was made; nothing was done",
                              hint="make a new plan (catalog sync --out plan.json) and review it")
+        listed, acted = {o.key for o in listing}, {id(i) for i in deletions}
+        for index, item in enumerate(plan_.items):  # an edited key naming a folder, or nothing: never "deleted"
+            if id(item) in acted and item.key not in listed:
+                raise UsageError(f"plan item {index} ({item.action.value} {item.key}) names no object in the store; "
+                                 "nothing was done", hint="make a new plan with `catalog sync --out plan.json` and apply it unedited")
     check_items(plan_, cat)
     refuse_last_copy_deletion(store, [i.key for i in deletions], allow_last_copy)
     report = ApplyReport()

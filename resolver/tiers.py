@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from catalog import naming
+from catalog import bounded, naming
 from catalog.schema import FileEntry, Source
 from catalog.settings import HF_TIER
 from resolver.cache import Cache
@@ -98,7 +98,7 @@ class CheckRecord:
 
     def _read(self, sha256: str) -> dict[str, list[FileIdentity]]:
         try:
-            data = json.loads(self._path(sha256).read_bytes())
+            data = bounded.loads(bounded.read_file(self._path(sha256), bounded.MAX_RECORD))
         except (OSError, ValueError):
             return {"good": [], "bad": []}
         data = data if isinstance(data, dict) else {}

@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from catalog import bounded
 from resolver import view_stamps
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class Marker:
     def from_json(cls, raw: bytes) -> Marker | None:
         """The marker in `raw`, or None for anything unreadable, of another version or malformed."""
         try:
-            data = json.loads(raw)
+            data = bounded.loads(raw)
             if not isinstance(data, dict) or data.get("version") != MARKER_VERSION:
                 return None
             files = {str(p): FileStamp.from_list(v) for p, v in dict(data["files"]).items()}
@@ -154,7 +155,7 @@ class Marker:
     @classmethod
     def read(cls, path: Path) -> Marker | None:
         try:
-            return cls.from_json(path.read_bytes())
+            return cls.from_json(bounded.read_file(path, bounded.MAX_RECORD))
         except OSError:
             return None
 

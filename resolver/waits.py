@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from catalog import envparse
 from catalog.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
@@ -70,8 +71,7 @@ class WaitTooLongError(StoreUnavailableError):
         self.retry_at = at
         super().__init__(f"{what} asked to retry in {asked:.0f}s (at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}), longer than "
                          f"the {cap:g}s waited for a remote's hint",
-                         hint=f"retry then, or raise CATALOG_HUB_MAX_WAIT (the bound on every such wait) to "
-                              f"{int(asked) + 1}", transient=False)
+                         hint=f"retry then; or {envparse.max_wait_hint(asked)}", transient=False)
 
 
 def hinted_delay(asked: float | None, cap: float, what: str) -> float | None:

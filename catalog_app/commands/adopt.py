@@ -108,7 +108,7 @@ def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], all_model
     request per pin; exit 1 when any is not `ok`."""
     from resolver import last_copy
     from resolver.stores import open_catalog_store
-    from resolver.upstream import audit
+    from resolver.upstream import audit, probe_file
 
     if names and all_models:
         raise UsageError("name models or pass --all, not both")
@@ -121,7 +121,8 @@ def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], all_model
                 lambda rows: {"pins": [last_copy.as_json(r) for r in shown]})
         return 0
     selected = [cat.get(n) for n in names] if names else list(cat)
-    results = audit([(m.name, m.source, cat.store_key(m)) for m in selected], HubOptions.from_settings(current))
+    results = audit([(m.name, m.source, cat.store_key(m), probe_file(m)) for m in selected],
+                    HubOptions.from_settings(current))
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     gone_since: dict[str, str] = {}
     if not no_record:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from catalog import bounded
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import Settings
@@ -75,7 +76,7 @@ def sync_command(
                           dry_run or check or out_path is not None, check, out_path)
     if apply_path is not None:
         try:
-            plan = SyncPlan.from_json(json.loads(apply_path.read_text()))
+            plan = SyncPlan.from_json(bounded.loads(bounded.read_file(apply_path, bounded.MAX_RECORD)))
         except UsageError as exc:
             raise UsageError(f"{apply_path}: {exc.message}", hint=exc.hint) from None
         except (ValueError, OSError) as exc:  # not JSON, not UTF-8, unreadable

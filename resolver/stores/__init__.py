@@ -20,6 +20,7 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from catalog import urls
 from catalog.errors import UsageError
 from catalog.settings import S3Options, Settings
 from resolver.stores import local, s3
@@ -52,11 +53,13 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
     """The store for `url` (a plain path is a folder). Creating it does no I/O.
     `settings` default to this process's (for library callers)."""
     settings = settings if settings is not None else Settings.from_process()
-    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
+    scheme = urls.scheme_of(url)
     factory = _SCHEMES.get(scheme)
     if factory is None:
         known = ", ".join(f"{s}://" for s in schemes())
-        raise UsageError(f"unsupported store URL {url!r}", hint=f"known schemes: {known}, or a folder path")
+        raise UsageError(f"unsupported store URL {urls.redact(url)!r}", hint=f"known schemes: {known}, or a folder path")
+    if scheme in urls.SCHEMES and (problem := urls.check_store_url(url)) is not None:  # before a store parses it: one line
+        raise UsageError(f"bad store URL: {problem}", hint=urls.FORMS.get(scheme))
     return factory(url, settings)
 
 

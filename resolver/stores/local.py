@@ -1,32 +1,49 @@
 """A folder as the bucket: the embedded default store (no server, no credentials).
 
-An object's ETag is its file identity (resolver/identity.py: inode, size, mtime and ctime), so a same-size
-rewrite that put the mtime back still gets a new ETag. Objects are written readable by everyone the umask
-allows (0644 under the usual 022): a store folder is shared by the users who resolve from it.
+An object's ETag names its bytes, as S3's does, where the store has read them whole: `put` records the sha256 it
+copied and the file identity it left (resolver/identity.py: device, inode, size, mtime, ctime) beside the object's
+metadata, and while the identity holds the ETag is that sha256. Anything else gets the identity itself as ETag,
+so sync's records (which name ETags) hold only for unchanged bytes:
+
+- a rewrite in place (same inode, its ctime moved, even with the mtime put back) is no longer the recorded file:
+  its ETag is its identity, and sync verifies it again;
+- a faithful copy of the folder (`cp -a`, `rsync -a`: every file with its size and mtime, on another inode) is
+  hashed once by the first listing that meets it (where the store is writable, so the new identity is recorded
+  and later listings only stat): the same bytes keep their ETag, so the copy keeps every sync record and stream
+  proof. A replacement of the file with other bytes and the mtime put back looks like a copy until hashed: it
+  gets its identity as ETag;
+- an object without a record (put by an older version, or by another tool) has its identity as ETag, as before.
+
+Objects are written readable by everyone the umask allows (0644 under the usual 022): a store folder is shared
+by the users who resolve from it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from catalog import naming
+from catalog import bounded, naming
 from catalog.errors import StoreUnavailableError, UnsafePathError
+from resolver.hashing import CHUNK, hash_file
 from resolver.identity import FileIdentity
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 
 
+CONTENT = "x-catalog-content"  # in an object's metadata file: {"sha256", "identity"} of the bytes `put` wrote
+
+
 class _FileStream:
-    def __init__(self, path: Path, start: int, end: int | None) -> None:
+    def __init__(self, path: Path, start: int, end: int | None, etag_of: Callable[[os.stat_result], str]) -> None:
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close()
         st = os.fstat(self._file.fileno())
         self.total = st.st_size
-        self.etag: str | None = FileIdentity.of(st).etag()  # of the very file this read
+        self.etag: str | None = etag_of(st)  # of the very file this read
         self._file.seek(start)
         self._left = (self.total if end is None else min(end, self.total)) - start
 
@@ -59,10 +76,25 @@ class LocalStore(Store):
             raise UnsafePathError(f"refusing store key {key!r}: reserved folder {reserved.pop()}")
         return path
 
-    @staticmethod
-    def _etag(st: os.stat_result) -> str:
-        """Changes whenever the file is rewritten (its ctime too): the local stand-in for an S3 ETag."""
-        return FileIdentity.of(st).etag()
+    def _etag(self, key: str, st: os.stat_result, *, sidecar: dict[str, object] | None = None, prove: bool = False) -> str:
+        """The object's ETag (see the module's docstring): its recorded sha256 while its identity is the recorded
+        one; with `prove`, after hashing a faithful copy of it; else its identity."""
+        identity = FileIdentity.of(st)
+        data = self._sidecar(key) if sidecar is None else sidecar
+        content = data.get(CONTENT)
+        known = FileIdentity.from_list(content.get("identity")) if isinstance(content, dict) else None
+        sha256 = content.get("sha256") if isinstance(content, dict) else None
+        if known is None or not isinstance(sha256, str):
+            return identity.etag()
+        if known == identity:
+            return f"sha256-{sha256}"
+        copied = (known.size, known.mtime_ns) == (identity.size, identity.mtime_ns) and known.ino != identity.ino
+        if prove and copied and os.access(self.root / self.META_DIR, os.W_OK):
+            path = self.root / key
+            if hash_file(path)[1] == sha256 and FileIdentity.of_path(path) == identity:
+                self._write_sidecar(key, {**data, CONTENT: {"sha256": sha256, "identity": identity.as_list()}})
+                return f"sha256-{sha256}"
+        return identity.etag()
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         self.requests["ListObjectsV2"] += 1
@@ -80,7 +112,7 @@ class LocalStore(Store):
                 key = path.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
                     st = path.stat()
-                    yield ObjectInfo(key, st.st_size, etag=self._etag(st))
+                    yield ObjectInfo(key, st.st_size, etag=self._etag(key, st, prove=True))
 
     def head(self, key: str) -> ObjectInfo | None:
         self.requests["HeadObject"] += 1
@@ -88,21 +120,38 @@ class LocalStore(Store):
         if not path.is_file():
             return None
         st = path.stat()
-        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=self._metadata(key))
+        sidecar = self._sidecar(key)
+        metadata = {str(k): str(v) for k, v in sidecar.items() if k != CONTENT}
+        return ObjectInfo(key, st.st_size, etag=self._etag(key, st, sidecar=sidecar, prove=True), metadata=metadata)
 
-    def _metadata(self, key: str) -> dict[str, str]:
-        meta = self.root / self.META_DIR / (key + ".json")
+    def _sidecar_path(self, key: str) -> Path:
+        return Path(self._sidecar_name(key))
+
+    def _sidecar_name(self, key: str) -> str:
+        return os.path.join(self.root, self.META_DIR, key + ".json")  # a string: a listing makes one per object
+
+    def _sidecar(self, key: str) -> dict[str, object]:
+        """The object's metadata file: its metadata (the local stand-in for x-amz-meta-*) and the CONTENT record."""
         try:
-            data = json.loads(meta.read_text())
+            data = bounded.loads(bounded.read_file(self._sidecar_name(key), bounded.MAX_RECORD))
         except (OSError, ValueError):
             return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _write_sidecar(self, key: str, data: dict[str, object]) -> None:
+        meta = self._sidecar_path(key)
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        temps = self.root / self.TMP_DIR
+        temps.mkdir(exist_ok=True)
+        staged = temps / f"{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}.meta"
+        staged.write_text(json.dumps(data, sort_keys=True))
+        os.replace(staged, meta)
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         self.requests["GetObject"] += 1
         path = self._path(key)
         try:
-            return _FileStream(path, start, end)
+            return _FileStream(path, start, end, lambda st: self._etag(key, st))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(key) from None
         except PermissionError:
@@ -120,27 +169,30 @@ class LocalStore(Store):
         import tempfile  # only here: listing a folder store (the warm sync) never needs it
 
         fd, tmp = tempfile.mkstemp(dir=temps, prefix=f"{os.getpid()}-", suffix=".part")
+        digest = hashlib.sha256()
         try:
             os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600: other users resolve from this folder too
-            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-                shutil.copyfileobj(src, out, 8 * 1024 * 1024)
-            if metadata:
-                meta = self.root / self.META_DIR / (key + ".json")
-                meta.parent.mkdir(parents=True, exist_ok=True)
-                meta_tmp = temps / f"{Path(tmp).name}.meta"
-                meta_tmp.write_text(json.dumps(dict(metadata), sort_keys=True))
-                os.replace(meta_tmp, meta)
+            view = memoryview(bytearray(CHUNK))
+            with os.fdopen(fd, "wb") as out, open(source, "rb", buffering=0) as src:
+                while count := src.readinto(view):
+                    digest.update(view[:count])
+                    out.write(view[:count])
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
         st = target.stat()
-        return ObjectInfo(key, st.st_size, etag=self._etag(st), metadata=dict(metadata or {}))
+        record = {"sha256": digest.hexdigest(), "identity": FileIdentity.of(st).as_list()}  # what these bytes are, now
+        self._write_sidecar(key, {**dict(metadata or {}), CONTENT: record})
+        return ObjectInfo(key, st.st_size, etag=f"sha256-{record['sha256']}", metadata=dict(metadata or {}))
 
     def delete(self, key: str) -> None:
         self.requests["DeleteObject"] += 1
-        self._path(key).unlink(missing_ok=True)
-        (self.root / self.META_DIR / (key + ".json")).unlink(missing_ok=True)
+        path = self._path(key)
+        if path.is_dir() and not path.is_symlink():  # no object is a folder: refused, never a traceback
+            raise UnsafePathError(f"refusing to delete {key!r} from {self.url}: it is a folder, not an object")
+        path.unlink(missing_ok=True)
+        self._sidecar_path(key).unlink(missing_ok=True)
 
     def stream_uri(self, prefix: str) -> str:
         return str(self.root / prefix) + "/"  # engines read the folder directly (the default stream target)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from catalog import formats, naming
+from catalog import bounded, formats, naming
 from catalog.schema import FileEntry, ModelManifest
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -44,13 +44,12 @@ _DOCS = ("readme", "license", "licence", "notice", "copying")
 
 
 def bounded_json(data: bytes, what: str) -> Any:
-    """JSON from a registry or a token server; a ValueError naming `what` for anything that is not JSON, nesting
-    deep enough to exhaust the parser included (json raises RecursionError there, which no caller expects).
-    Local until the catalog has one bounded JSON reader for everything from outside."""
+    """JSON from a registry or a token server (catalog/bounded.py: size and nesting bounded); a ValueError naming
+    `what` for anything that is not JSON."""
     try:
-        return json.loads(data)
-    except RecursionError:
-        raise ValueError(f"{what} nests deeper than the JSON parser goes") from None
+        return bounded.loads(data)
+    except bounded.BadJsonError as exc:
+        raise ValueError(f"{what}: {exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{what} is not JSON ({str(exc)[:80]})") from None
 

@@ -180,3 +180,16 @@ def test_the_warm_path_knows_every_flag_of_resolve_as_the_cli_declares_it() -> N
                   | {f: "multi" for f in warm._MULTI_FLAGS})
     assert {f: k for f, k in kinds.items() if f not in warm.FULL_CLI_ONLY} == warm_kinds
     assert warm.FULL_CLI_ONLY <= set(kinds)
+
+
+def test_a_streamed_answer_rests_on_its_proof_for_the_age_the_setting_gives(setup: tuple[dict[str, str], Path]) -> None:
+    """CATALOG_STREAM_PROOF_MAX_AGE, not a fixed 300 s (a deliberate bug of that kind passed every test before)."""
+    env, _ = setup
+    for age in ("0", "86400"):
+        given = env | {"CATALOG_STREAM_PROOF_MAX_AGE": age, "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-{age}"}
+        assert probe(given, "resolve", "tiny-qwen2")[1]["code"] == 0
+        [entry] = [json.loads(p.read_text()) for p in warm_entries(given)]
+        assert entry["valid_until"] - entry["proved_at"] == int(age)
+        again = probe(given, "resolve", "tiny-qwen2")[1]
+        # An expired proof sends the call to the full CLI, which proves the objects again; a young one is answered warm.
+        assert again["code"] == 0 and ("pydantic" in again["heavy"]) == (age == "0"), (age, again)

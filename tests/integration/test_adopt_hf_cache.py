@@ -4,6 +4,7 @@ Hub double is a read-only tier (`hf:DIR`), the source of `catalog import --from-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -173,6 +174,10 @@ def test_import_then_validate_then_sync_round_trips_the_bundled_models_with_no_h
         for entry in m.files:
             got = twin.file(entry.path)
             assert got is not None and (got.size, got.sha256) == (entry.size, entry.sha256), (m.name, entry.path)
+            # Tensor pins as `catalog lock` writes them for the same bytes: the header and weight_map digests.
+            assert (got.header, got.weight_map) == (entry.header, entry.weight_map), (m.name, entry.path)
+        if any(e.header is not None for e in m.files):
+            assert (folder / f"{twin.name}.tensors.json").is_file(), twin.name
     assert mine.get("tiny-sts").load_format.value == "dataset" and mine.get("tiny-llama").load_format.value == "safetensors"
     assert run_cli(env, "validate").returncode == 0
 
@@ -226,7 +231,7 @@ def test_import_pins_blob_names_and_deep_rehashes_them(hub: HubDouble, hf_cache:
     assert weights is not None
     blob = blob_of(copy, bundled, "tiny-llama", weights.path)
     data = bytearray(blob.read_bytes())
-    data[100] ^= 0xFF
+    data[-100] ^= 0xFF  # a weight byte (the header, read to pin it, would refuse a change in itself)
     blob.write_bytes(bytes(data))  # same size: only a hash can tell
     env = hf_env(hub, tmp_path / "unused", tmp_path)
     fast = empty_catalog(tmp_path / "fast")
@@ -280,3 +285,108 @@ def test_a_repo_cached_at_two_revisions_gets_two_manifests_one_primary(sources: 
         assert double.hub_requests() == asked
     finally:
         double.close()
+
+
+def test_import_refuses_a_blob_whose_size_differs_from_the_caches_tree_listing(hub: HubDouble, hf_cache: Path, bundled: Catalog,
+                                                                              tmp_path: Path) -> None:
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    weights = bundled.get("tiny-llama").file("model.safetensors")
+    assert weights is not None
+    blob = blob_of(copy, bundled, "tiny-llama", weights.path)
+    with blob.open("ab") as f:
+        f.write(b"\0" * 8)  # a blob named by its sha256 is not hashed without --deep: only its size can tell
+    folder = empty_catalog(tmp_path)
+    done = run_cli(hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}, "import", "--from-hf-cache",
+                   str(copy), "model-catalog/tiny-llama")
+    assert done.returncode == 1
+    assert f"model.safetensors has {weights.size + 8} bytes, the cache's tree listing says {weights.size}" in done.stderr
+    assert not (folder / "tiny-llama.yaml").exists()
+
+
+def snapshot_link(hf: Path, cat: Catalog, name: str, path: str) -> Path:
+    m = cat.get(name)
+    return hf / hf_repo_folder(m.source.hf_repo, m.source.repo_type) / "snapshots" / m.source.revision / path
+
+
+def test_nothing_outside_the_hf_cache_is_pinned_or_uploaded(hub: HubDouble, hf_cache: Path, bundled: Catalog,
+                                                            tmp_path: Path) -> None:
+    """Attacked: `ln -sf /secret/credentials <snapshot>/generation_config.json` in a shared cache. Before, import pinned
+    the secret and `sync --from-hf-cache` put its bytes in the bucket."""
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    secret = tmp_path / "secret" / "credentials"
+    secret.parent.mkdir()
+    secret.write_bytes(b"aws_secret_access_key = SECRET-MARKER\n")
+    secret.chmod(0o600)
+    link = snapshot_link(copy, bundled, "tiny-llama", "generation_config.json")
+    link.unlink()
+    link.symlink_to(secret)
+    folder = empty_catalog(tmp_path)
+    env = hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder), "CATALOG_STORE": str(tmp_path / "store"),
+                                                        "CATALOG_CACHE": str(tmp_path / "cache")}
+    done = run_cli(env, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
+    assert done.returncode == 1 and not (folder / "tiny-llama.yaml").exists()
+    assert f"generation_config.json links outside model-catalog/tiny-llama's blobs/ (to {secret})" in done.stderr
+
+    # A manifest that pins the secret's bytes anyway (written by hand, or by an import before the fix): the HF cache
+    # is no source of them, so sync takes the file from the Hub (which serves other bytes: nothing is uploaded).
+    shutil.copy(ROOT / "manifests" / "tiny-llama.yaml", folder / "tiny-llama.yaml")
+    text = (folder / "tiny-llama.yaml").read_text()
+    pinned = bundled.get("tiny-llama").file("generation_config.json")
+    assert pinned is not None
+    forged = hashlib.sha256(secret.read_bytes()).hexdigest()
+    text = text.replace(pinned.sha256, forged).replace(f"size: {pinned.size}\n    sha256: {forged}",
+                                                       f"size: {secret.stat().st_size}\n    sha256: {forged}")
+    (folder / "tiny-llama.yaml").write_text(text)
+    synced = run_cli(env, "sync", "tiny-llama", "--from-hf-cache", str(copy))
+    assert synced.returncode == 1
+    stored = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
+    assert stored and not any(b"SECRET-MARKER" in p.read_bytes() for p in stored)
+
+
+def test_fifo_and_device_blobs_are_refused_unread(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+    """Attacked: a blob replaced by a FIFO (import blocked forever) or linked to /dev/zero (hashed forever)."""
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    fifo = snapshot_link(copy, bundled, "tiny-llama", "config.json").resolve()
+    fifo.unlink()
+    os.mkfifo(fifo)
+    zero = snapshot_link(copy, bundled, "tiny-qwen2", "tokenizer.json").resolve()
+    zero.unlink()
+    zero.symlink_to("/dev/zero")
+    folder = empty_catalog(tmp_path)
+    env = hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}
+    done = run_cli(env, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama", "model-catalog/tiny-qwen2")
+    assert done.returncode == 1
+    assert "config.json is a FIFO, not a regular file" in done.stderr
+    assert "tokenizer.json links outside model-catalog/tiny-qwen2's blobs/ (to /dev/zero)" in done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml"]
+
+
+def test_a_snapshot_of_regular_files_is_imported(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+    """huggingface_hub writes files into the snapshot where symlinks are unavailable: inside the cache, taken."""
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    link = snapshot_link(copy, bundled, "tiny-llama", "config.json")
+    data = link.read_bytes()
+    link.unlink()
+    link.write_bytes(data)
+    folder = empty_catalog(tmp_path)
+    done = run_cli(hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}, "import", "--from-hf-cache",
+                   str(copy), "model-catalog/tiny-llama")
+    assert done.returncode == 0, done.stderr
+    assert hashlib.sha256(data).hexdigest() in (folder / "tiny-llama.yaml").read_text()
+
+
+def test_a_tree_listing_nested_past_the_parser_is_no_crash(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+    """Before: json's RecursionError on trees/<rev>.json was exit 3. A listing that cannot be read is no listing."""
+    copy = tmp_path / "hf"
+    shutil.copytree(hf_cache, copy, symlinks=True)
+    m = bundled.get("tiny-llama")
+    tree = copy / hf_repo_folder(m.source.hf_repo) / "trees" / f"{m.source.revision}.json"
+    tree.write_text("[" * 100_000 + "]" * 100_000)
+    folder = empty_catalog(tmp_path)
+    done = run_cli(hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}, "import", "--from-hf-cache",
+                   str(copy), "model-catalog/tiny-llama")
+    assert done.returncode == 0, done.stderr

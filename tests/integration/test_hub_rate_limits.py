@@ -3,6 +3,7 @@ is waited out; a far one fails at once, naming when to retry, instead of holding
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -12,10 +13,11 @@ from pathlib import Path
 import pytest
 from hubdouble import HubDouble
 
+from catalog.errors import StoreUnavailableError
 from catalog.lookup import Catalog
 from catalog.settings import Settings
 from resolver.cache import Cache
-from resolver.hub import HubOptions, RateLimitedError, parse_rate_limit, retry_delay
+from resolver.hub import HubOptions, RateLimitedError, list_repo_files, parse_rate_limit, retry_delay
 from resolver.lock import lock_manifest
 from resolver.resolve import ResolveOptions, Source, resolve
 from resolver.stores import open_store
@@ -124,3 +126,36 @@ def test_the_cli_names_the_reset_and_exits_1(bundled: Catalog, hub: HubDouble, t
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "resets in 900s" in done.stderr and "CATALOG_HUB_MAX_WAIT" in done.stderr
+
+
+# -- hints that say what to do (issue 32) -----------------------------------------------------------------
+def test_a_hint_never_names_a_wait_the_setting_refuses() -> None:
+    """Before: a reset of a billion seconds said `set CATALOG_HUB_MAX_WAIT=1000000001`, which the parser refuses."""
+    from catalog import envparse
+
+    for headers in ({"Retry-After": "9" * 30}, {"RateLimit": '"api";r=0;t=' + "9" * 30}, {"Retry-After": "900"}):
+        with pytest.raises(RateLimitedError) as caught:
+            retry_delay("listing org/m", 429, headers, max_wait=60)
+        named = re.findall(r"CATALOG_HUB_MAX_WAIT=(\S+?)\b", caught.value.hint or "")
+        for value in named:  # whatever a hint names, the setting takes
+            envparse.whole(value, "CATALOG_HUB_MAX_WAIT", maximum=envparse.MAX_SECONDS)
+        assert named or "longer than any wait" in (caught.value.hint or "")
+
+
+def test_a_rate_limit_or_an_outage_is_not_said_to_be_a_wrong_repo_id(bundled: Catalog, hub: HubDouble) -> None:
+    """Before: a 429 with `Retry-After: inf` (no readable time) said "check the repo id"."""
+    m = bundled.get("tiny-llama")
+    for status in (429, 503):
+        hub.fail(status, times=1, headers={"Retry-After": "inf"}, path_contains="/tree/")
+        with pytest.raises(StoreUnavailableError) as caught:
+            list_repo_files(m.source.hf_repo, m.source.revision, HubOptions(endpoint=hub.url, attempts=1))
+        assert "repo id" not in (caught.value.hint or "") and "retry later" in (caught.value.hint or ""), caught.value.hint
+
+
+def test_a_hub_download_that_keeps_failing_names_the_hub_not_the_store(bundled: Catalog, hub: HubDouble, tmp_path: Path) -> None:
+    """Before: `resolve --source hf` giving up said "check --store / AWS_ENDPOINT_URL"."""
+    hub.fail(503, times=100, retry_after=0, path_contains="/resolve/")
+    config = ResolveOptions(source=Source.HF, hub=HubOptions(endpoint=hub.url), transfer=TransferConfig(backoff=0.01, attempts=2))
+    with pytest.raises(StoreUnavailableError) as caught:
+        resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "s")), options=config)
+    assert "AWS_ENDPOINT_URL" not in (caught.value.hint or "") and "the Hub" in (caught.value.hint or ""), caught.value.hint

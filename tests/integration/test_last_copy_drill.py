@@ -143,3 +143,21 @@ def test_the_drill(hub: HubDouble, bundled: Catalog, s3_server: SeaweedServer, t
     pins = {p["name"]: p for p in json.loads(recorded.stdout)["pins"]}
     assert pins["tiny-llama"]["upstream"] == "gated" and pins["tiny-llama"]["gone_since"] == json.loads(audit.stdout)["audited_at"]
     assert pins["tiny-llama-tensorizer"]["upstream"] == "deleted"  # removed from the catalog: its entry stays
+
+
+def test_an_unchecked_grant_never_frees_a_last_copy(hub: HubDouble, tmp_path: Path) -> None:
+    """Attacked: a gated repo audited with an HF_TOKEN that has no access was recorded `ok` (its grant unchecked),
+    replacing `gated`; with its manifest removed, `sync --prune --delete-orphans` deleted every object of it."""
+    store = tmp_path / "store"
+    run = Run(hub, "unused", tmp_path)
+    run.env |= {"CATALOG_STORE": str(store), "HF_TOKEN": "hf_no_access"}
+    assert run.cli("sync", "tiny-qwen2").returncode == 0
+    hub.gate("model-catalog/tiny-qwen2")  # its metadata still answers this token; its files do not
+    audit = run.cli("audit-upstream", "tiny-qwen2", "--format", "json")
+    assert audit.returncode == 1 and classes(audit) == {"tiny-qwen2": "gated"}, audit.stdout + audit.stderr
+    for leftover in run.catalog.glob("tiny-qwen2.*"):
+        leftover.unlink()
+    before = sorted(p for p in store.rglob("*") if p.is_file())
+    pruned = run.cli("sync", "--prune", "--delete-orphans")
+    assert pruned.returncode == 2 and "object(s) of tiny-qwen2 (model-catalog/tiny-qwen2@" in pruned.stderr, pruned.stderr
+    assert sorted(p for p in store.rglob("*") if p.is_file()) == before

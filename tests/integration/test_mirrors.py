@@ -18,6 +18,7 @@ from resolver.cache import Cache
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.stores.http import HttpStore
+from resolver.transfer import TransferConfig
 from resolver.upload import upload_from_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +61,23 @@ def test_mirrors_are_tried_in_order_per_file(bundled: Catalog, sources: dict[str
     for entry in manifest.files:  # every byte the pinned one: the corrupt mirror copy was never published
         assert (result.path / entry.path).read_bytes() == (sources[NAME] / entry.path).read_bytes()
     assert list((cache.root / "tmp").iterdir()) == []
+
+
+def test_a_mirror_with_the_primarys_url_is_named_apart(bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer,
+                                                     tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The same bucket name on another endpoint has the primary's URL: before, warnings and `sources` could not tell
+    the mirror that failed (or served) from the primary."""
+    bucket = new_bucket(s3_server.url)
+    upload_from_dir(bundled, NAME, sources[NAME], open_store(f"s3://{bucket}/"))
+    dead = open_store(f"s3://{bucket}/?endpoint=http://127.0.0.1:{free_port()}")
+    same = open_store(f"s3://{bucket}/?endpoint={s3_server.url}&addressing=path")
+    primary = open_store(f"s3://{bucket}/")
+    assert dead.url == same.url == primary.url
+    options = ResolveOptions(mirrors=(dead, same), transfer=TransferConfig(attempts=1))
+    with caplog.at_level("WARNING", logger="resolver"):
+        result = resolve(bundled, NAME, cache=Cache(tmp_path / "cache"), store=primary, options=options)
+    assert set(result.sources.values()) == {f"s3://{bucket}/ (mirror 2)"}
+    assert f"mirror s3://{bucket}/ (mirror 1): " in caplog.text
 
 
 def test_a_mirror_in_catalog_yaml_and_the_cli_json(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:

@@ -182,7 +182,7 @@ def test_a_new_store_syncs_resolves_and_streams_through_the_interface_alone(
     assert code == 0, err
     streamed = json.loads(out)
     qwen = bundled.get("tiny-qwen2")
-    assert streamed["model"] == mem + bundled.store_key(qwen)
+    assert streamed["weights_uri"] == mem + bundled.store_key(qwen)  # the engine's loader (plain or verified) streams it
     code, out, err = catalog(*base, "resolve", *runner, "tiny-qwen2", "--store", mem, "--format", "env", capsys=capsys)
     assert code == 0, err
     assert "MEM_ENDPOINT=mem://endpoint" in out

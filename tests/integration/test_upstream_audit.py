@@ -124,12 +124,20 @@ def test_a_short_rate_limit_is_waited_out(hub: HubDouble, folder: Path, tmp_path
     assert metadata_requests(hub) == {"fine": 2}
 
 
-def test_a_gated_repo_whose_metadata_answers_is_gated_without_a_token_and_ok_with_one(hub: HubDouble, folder: Path,
-                                                                                       tmp_path: Path) -> None:
-    hub.gate("org/gated")
+def test_a_gated_repo_is_ok_only_for_a_token_proven_granted_by_one_head_of_a_pinned_file(hub: HubDouble, folder: Path,
+                                                                                          tmp_path: Path) -> None:
+    """Attacked: any HF_TOKEN (one with no access) made a gated repo `ok`, its grant unchecked, replacing `gated`; CI
+    always sets a token, so a gated repo's last copy was never protected. Its metadata answers every token alike."""
+    hub.gate("org/gated", granted=("hf_granted",))
     anonymous = audit(hub, folder, tmp_path / "store", "gated", "--format", "json", "--no-record")
     assert json.loads(anonymous.stdout)["pins"][0]["upstream"] == "gated"
-    with_token = audit(hub, folder, tmp_path / "store", "gated", "--format", "json", "--no-record", token="hf_test_token")
-    pin = json.loads(with_token.stdout)["pins"][0]
-    assert with_token.returncode == 0 and pin["upstream"] == "ok" and "not checked" in pin["detail"]
-    assert "hf_test_token" not in with_token.stdout + with_token.stderr
+    heads = sum(n for k, n in hub.requests.items() if k.startswith("HEAD "))
+    refused = audit(hub, folder, tmp_path / "store", "gated", "--format", "json", "--no-record", token="hf_no_access")
+    pin = json.loads(refused.stdout)["pins"][0]
+    assert refused.returncode == 1 and pin["upstream"] == "gated", pin
+    assert "this token is not granted access (401 on HEAD config.json)" in pin["detail"]
+    granted = audit(hub, folder, tmp_path / "store", "gated", "--format", "json", "--no-record", token="hf_granted")
+    pin = json.loads(granted.stdout)["pins"][0]
+    assert granted.returncode == 0 and pin["upstream"] == "ok" and "this token was granted access" in pin["detail"]
+    assert sum(n for k, n in hub.requests.items() if k.startswith("HEAD ")) - heads == 2  # one HEAD per audit with a token
+    assert "hf_no_access" not in refused.stdout + refused.stderr and "hf_granted" not in granted.stdout + granted.stderr

@@ -402,6 +402,7 @@ def test_a_folder_where_a_tier_blob_belongs_is_one_line_never_a_traceback(bundle
     assert json.loads(done.stdout)["sources"][victim.path] != f"tier:{tier}"
     again = run_catalog(["publish", "tiny-llama", "--to", str(tier), "--store", str(store_dir)], env)
     assert again.returncode == 1 and f"{blob} is a folder" in again.stderr and "Traceback" not in again.stderr, explain(again)
+    assert f"hint: remove the folder {blob}" in again.stderr and "free space" not in again.stderr, explain(again)  # not a full disk
 
 
 def test_publish_checks_the_tiers_space_first_and_names_the_tier(bundled: Catalog, store_dir: Path, tmp_path: Path,

@@ -3,6 +3,7 @@ audit's record merges and guards deletions, how tier entries and repo lists are 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from resolver.hf_tier import HfTier
 from resolver.last_copy import LastCopyError, PinRecord, from_bytes, last_copies, merge, to_bytes
 from resolver.repo_list import parse_repo_list
 from resolver.tiers import Tier, tiers_of
-from resolver.upstream import Upstream, classify
+from resolver.upstream import Finding, Upstream, classify, classify_grant
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 SOURCE = Source(hf_repo="org/model", revision=REV)
@@ -65,7 +66,7 @@ def test_a_repo_list_reads_revisions_and_classes_and_names_bad_lines() -> None:
 @pytest.mark.parametrize(("status", "headers", "body", "token", "expected"), [
     (200, {}, {"sha": REV}, False, Upstream.OK),
     (200, {}, {"sha": REV, "gated": "manual"}, False, Upstream.GATED),
-    (200, {}, {"sha": REV, "gated": "auto"}, True, Upstream.OK),
+    (200, {}, {"sha": REV, "gated": "auto"}, True, Upstream.GATED),  # until one HEAD proves the token's grant
     (200, {}, {"sha": "f" * 40}, False, Upstream.UNREACHABLE),  # an answer about another commit is not about this pin
     (404, {"X-Error-Code": "RepoNotFound"}, None, False, Upstream.DELETED),
     (404, {"x-error-code": "RevisionNotFound"}, None, False, Upstream.REVISION_GONE),
@@ -119,11 +120,34 @@ def test_the_record_round_trips_and_an_unreadable_one_refuses() -> None:
             from_bytes(bad)
 
 
-def test_last_copies_are_the_keys_under_a_gone_prefix_not_allowed() -> None:
+def test_last_copies_are_the_keys_under_a_prefix_not_proven_ok_and_not_allowed() -> None:
     records = {"a": rec("a", "deleted"), "b": rec("b", "ok"), "c": rec("c", "revision-gone"), "d": rec("d", "unreachable")}
     keys = ["org/a/x", "org/a/y", "org/b/x", "org/c/x", "org/d/x", "org/other/x", "org/ab/x"]
-    assert last_copies(keys, records, []) == {"a": ["org/a/x", "org/a/y"], "c": ["org/c/x"]}
-    assert last_copies(keys, records, ["a"]) == {"c": ["org/c/x"]}
+    assert last_copies(keys, records, []) == {"a": ["org/a/x", "org/a/y"], "c": ["org/c/x"], "d": ["org/d/x"]}
+    assert last_copies(keys, records, ["a"]) == {"c": ["org/c/x"], "d": ["org/d/x"]}
     error = LastCopyError(last_copies(keys, records, []), records)
     assert "2 object(s) of a (org/model@0123456789ab: deleted upstream since t1, e.g. org/a/x)" in error.message
     assert error.hint is not None and "--allow-last-copy-deletion a --allow-last-copy-deletion c" in error.hint
+    every = {u.value: rec(u.value, u.value) for u in Upstream}  # moved and unreachable are unproven too
+    assert set(last_copies([f"org/{u.value}/x" for u in Upstream], every, [])) == {u.value for u in Upstream} - {"ok"}
+
+
+def test_a_version_1_ok_whose_grant_was_never_checked_is_read_as_gated() -> None:
+    fields = {"hf_repo": "org/a", "repo_type": "model", "revision": REV, "prefix": "org/a/", "upstream": "ok",
+              "checked_at": "t1", "gone_since": None}
+    pins = {"a": fields | {"detail": "gated (manual); whether this token was granted access was not checked"},
+            "b": fields | {"detail": "the pinned commit resolves"}}
+    read = from_bytes(json.dumps({"version": 1, "audited_at": "t1", "pins": pins}).encode())
+    assert read["a"].upstream == "gated" and read["b"].upstream == "ok"
+
+
+def test_a_gated_repo_is_ok_only_when_the_head_of_a_pinned_file_succeeds() -> None:
+    gated = classify(200, {}, {"sha": REV, "gated": "manual"}, SOURCE, authenticated=True)
+    assert gated.upstream is Upstream.GATED and gated.grant_unproven
+    assert not classify(200, {}, {"sha": REV, "gated": "manual"}, SOURCE, authenticated=False).grant_unproven
+    assert classify_grant(200, gated, "config.json").upstream is Upstream.OK
+    assert classify_grant(302, gated, "model.safetensors").upstream is Upstream.OK  # an LFS file: its CDN
+    assert classify_grant(401, gated, "config.json") == Finding(
+        Upstream.GATED, "gated (manual): this token is not granted access (401 on HEAD config.json)")
+    assert classify_grant(503, gated, "config.json").upstream is Upstream.UNREACHABLE
+    assert classify_grant("ConnectError", gated, "config.json").upstream is Upstream.UNREACHABLE

@@ -213,10 +213,30 @@ def test_redaction_keeps_what_is_not_secret() -> None:
     "s3://bucket/?endpoint=http://u:hunter2@h", "s3://bucket/?endpoint=ftp://h", "s3://Bad_Bucket/", "gopher://h/",
     "s3://bucket/?addressing=sideways", "s3://bucket/?unsigned=perhaps", "oci://u:hunter2@registry/ns/",
     "oci://registry:99999/ns/", "oci://registry/ns/?token=hunter2",
+    # A refused value and a URL's query are never echoed, whatever they hold (issue 32: addressing=SECRET was).
+    "s3://bucket/?addressing=hunter2", "s3://bucket/?unsigned=hunter2", "s3://bucket/?endpoint=http://h/?k=hunter2",
+    "oci://[::1/ns/?k=hunter2", "http://[::1/x/?k=hunter2",
 ])
 def test_bad_store_urls_are_named_without_their_secrets(url: str) -> None:
     problem = check_store_url(url)
     assert problem is not None and "hunter2" not in problem
+
+
+def test_an_endpoint_with_a_query_is_refused_without_echoing_it() -> None:
+    problem = check_endpoint("http://127.0.0.1:9000/?X-Custom=hunter2#hunter2", "the S3 endpoint (AWS_ENDPOINT_URL)")
+    assert problem is not None and "hunter2" not in problem and "'http://127.0.0.1:9000/?...' has a query" in problem
+    with pytest.raises(UsageError, match="AWS_ENDPOINT_URL") as refused:
+        Settings.build({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000/?k=hunter2"})
+    assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["oci://[::1/ns/", "oci://h:99999/ns/", "s3://b/?addressing=hunter2"])
+def test_a_store_url_python_cannot_parse_is_a_usage_error_not_a_crash(url: str) -> None:
+    from resolver.stores import open_store
+
+    with pytest.raises(UsageError, match="bad store URL") as refused:  # was ValueError: Invalid IPv6 URL (exit 3)
+        open_store(url, Settings())
+    assert "hunter2" not in str(refused.value)
 
 
 def test_good_store_urls_pass() -> None:
