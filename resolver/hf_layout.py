@@ -50,10 +50,15 @@ class SnapshotCache(Protocol):
 
     def extra_files(self, spec: ViewSpec) -> list[str]: ...
 
+    def between_steps(self, step: str) -> None: ...
+
 
 def build_snapshot(cache: SnapshotCache, spec: ViewSpec) -> Path:
     """{models,datasets}--org--name/{blobs/<sha256>, snapshots/<revision>/<path> -> ../../blobs/<sha256>,
     trees/<revision>.json, refs/main}.
+
+    Built in place, one atomic rename per blob and per link, so a concurrent builder or a reader of the same
+    snapshot never finds a pinned path missing (a folder is never swapped here).
 
     A snapshot holds exactly one manifest's pinned files (the one answering for the repo id: resolve refuses
     the others in this layout), so a load by repo id never mixes two manifests' weights; files of any other
@@ -89,7 +94,9 @@ def build_snapshot(cache: SnapshotCache, spec: ViewSpec) -> Path:
         staged_link = link.parent / staging_name(link.name)
         os.symlink(relative, staged_link)
         os.replace(staged_link, link)
+        cache.between_steps(f"linked {entry.path}")
     _drop_extras(cache, spec)
+    cache.between_steps("extras dropped")
     _write_tree(cache, repo_dir, snapshot, spec)
     _update_main_ref(repo_dir, spec)
     return snapshot
