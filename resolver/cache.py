@@ -480,15 +480,13 @@ class Cache:
                     target = self.blob_path(sha256)
                     if os.stat(temp).st_size != size or not check(temp):
                         return False
-                    self.make_dirs(target.parent)
-                    os.replace(temp, target)
+                    self._in_folder(target.parent, lambda: os.replace(temp, target))
                 self.record_blob(sha256)
                 return True
             if os.stat(temp).st_size != size or not check(temp):
                 return False
             target = self.blob_path(sha256)
-            self.make_dirs(target.parent)
-            os.replace(temp, target)
+            self._in_folder(target.parent, lambda: os.replace(temp, target))  # eviction removes empty blob folders
             self.record_blob(sha256)
             return True
         finally:
