@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,9 +107,7 @@ def make_stale(root: Path, spec: ViewSpec) -> None:
     assert cache.view_state(spec) is ViewState.STALE
 
 
-def reset(root: Path, spec: ViewSpec) -> None:
-    import shutil
-
+def reset(root: Path) -> None:
     for folder in ("models", "markers", "hub"):
         shutil.rmtree(root / folder, ignore_errors=True)
 
@@ -126,7 +125,7 @@ def test_a_second_builder_never_takes_the_view_from_the_first_nor_from_a_reader(
     with_blobs(root, spec)
     first_at = 0
     while True:
-        reset(root, spec)
+        reset(root)
         if start == "stale":
             make_stale(root, spec)
         second = PausedBuilder(root, spec)
