@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, TypeVar
 from catalog import naming
 from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
 from resolver import hashing, hf_layout, view_stamps
-from resolver.fsutil import atomic_write, link_or_copy, lock_free, pid_alive, prepared_target, staging_owner
+from resolver.fsutil import (atomic_write, exchange, link_or_copy, lock_free, pid_alive, prepared_target, remove_tree,
+                             staging_owner)
 from resolver.identity import dir_identity
 from resolver.view_stamps import staging_name
 from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths,
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 STALE_TEMP_SECONDS = 3600
 RESOLVED_AT_EVERY = view_stamps.RESOLVED_AT_EVERY
 T = TypeVar("T")
+LAYOUT_ATTEMPTS = 3  # a view laid out again when a file or folder of it vanished meanwhile (Cache.build_view)
+_IN_THE_WAY = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)  # rename(2) onto a name already taken
 IN_FLIGHT_LINK_SECONDS = 600  # an hf-cache snapshot link a concurrent builder made but has not listed yet
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -98,6 +101,9 @@ class Cache:
         # sixth of the CPU of a cold resolve of 1,000 small files.
         self._blob_paths: dict[str, Path] = {}
         self._blob_folders: dict[str, Path] = {}  # the same for their 256 folders (a Path hashes itself once)
+        # Called with a step's name between the steps of laying out a view; nothing outside tests, which pause a
+        # builder there to look at the cache as a reader and a concurrent builder would at that moment.
+        self.between_steps: Callable[[str], None] = _no_step
 
     # -- blobs -------------------------------------------------------------------------------
     def blob_path(self, sha256: str) -> Path:
@@ -474,15 +480,13 @@ class Cache:
                     target = self.blob_path(sha256)
                     if os.stat(temp).st_size != size or not check(temp):
                         return False
-                    self.make_dirs(target.parent)
-                    os.replace(temp, target)
+                    self._in_folder(target.parent, lambda: os.replace(temp, target))
                 self.record_blob(sha256)
                 return True
             if os.stat(temp).st_size != size or not check(temp):
                 return False
             target = self.blob_path(sha256)
-            self.make_dirs(target.parent)
-            os.replace(temp, target)
+            self._in_folder(target.parent, lambda: os.replace(temp, target))  # eviction removes empty blob folders
             self.record_blob(sha256)
             return True
         finally:
@@ -495,37 +499,126 @@ class Cache:
         folder, for gc). Every blob is proven first (`verified_blob`: its stamp, else its hash): a blob edited
         through another view's hard link is never linked into a new one. Linking moves the blob's ctime, so
         its stamp is recorded again after. A view whose weights index names a file the manifest does not pin
-        is refused before anything is laid out (IncompleteModelError)."""
+        is refused before anything is laid out (IncompleteModelError).
+
+        Concurrent builders of one view never take it away from each other or from a reader (see
+        `_build_dir_view`); the marker is taken of the folder in place. Should a file or folder of it vanish
+        meanwhile all the same (gc removing a view nobody marked for ten minutes just as this builder found it
+        complete; an eviction removing an hf-cache repo folder it emptied), the view is laid out again."""
         for entry in spec.files:
             if not self.verified_blob(entry, spec.name):
                 raise FileNotFoundError(f"blob for {spec.name}/{entry.path} is not in the cache")
         from resolver.completeness import check_view
 
         check_view(spec.name, spec.files, lambda entry: self.blob_path(entry.sha256).read_bytes())
-        if spec.layout is Layout.HF_CACHE:
-            path = hf_layout.build_snapshot(self, spec)
-        else:
-            path = self._build_dir_view(spec)
-        for sha256 in sorted({e.sha256 for e in spec.files}):
-            self.record_blob(sha256)
-        self.write_marker(spec, catalog)
-        return path
+        for attempt in range(1, LAYOUT_ATTEMPTS + 1):
+            try:
+                if spec.layout is Layout.HF_CACHE:
+                    path = hf_layout.build_snapshot(self, spec)
+                else:
+                    path = self._build_dir_view(spec)
+                for sha256 in sorted({e.sha256 for e in spec.files}):
+                    self.record_blob(sha256)
+                self.between_steps("laid out")
+                self.write_marker(spec, catalog)
+                return path
+            except FileNotFoundError:
+                if attempt == LAYOUT_ATTEMPTS:
+                    raise
+                log.info("%s: a file or folder of the view vanished while it was laid out; laying it out again", spec.name)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _build_dir_view(self, spec: ViewSpec) -> Path:
+        """Put the view in place so that neither a reader nor a concurrent builder ever finds it absent.
+
+        A view already in place that holds exactly the pinned, verified files (a concurrent builder's) is kept
+        as it is: the usual race of several resolves of one view needs no swap at all, on any filesystem.
+        Otherwise the view is built under a staging name and renamed into place when nothing is there (the whole
+        folder appears at once); a stale or damaged folder in place is swapped with it in one step (`exchange`:
+        renameat2's RENAME_EXCHANGE). Where the filesystem has no such swap (NFS), the folder in place is
+        repaired instead, one atomic rename per pinned file (as hf-cache snapshots always are built), then
+        whatever is not pinned is removed: each pinned path names its verified file or the one before, never
+        nothing. No lock: correctness rests on renames alone."""
         final = self.view_dir(spec)
         final.parent.mkdir(parents=True, exist_ok=True)
         self.contained(final.parent)
+        if self._complete_in_place(spec):
+            self.between_steps("kept")
+            return final
         staging = final.parent / staging_name(spec.view_id)
         staging.mkdir()
         try:
             made: set[Path] = set()
             for entry in spec.files:
                 link_or_copy(self.blob_path(entry.sha256), prepared_target(staging, entry.path, made))
-            _swap_dir(staging, final)
+            self.between_steps("staged")
+            try:
+                os.rename(staging, final)
+                self.between_steps("placed")
+                return final
+            except OSError as exc:
+                if exc.errno not in _IN_THE_WAY:
+                    raise
+            self.between_steps("found a folder in place")
+            if self._complete_in_place(spec):
+                self.between_steps("kept")
+            elif exchange(staging, final):  # `staging` now names the folder that was in place: removed below
+                self.between_steps("exchanged")
+            else:
+                self._repair_in_place(spec)
+                self.between_steps("repaired")
         finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
+        self.between_steps("dropped")
         return final
+
+    def _complete_in_place(self, spec: ViewSpec) -> bool:
+        """The folder at the view's path holds exactly its pinned files, each the verified blob itself (the hard
+        link a builder made: one inode) or, where a builder had to copy, bytes that hash to the pin. Stats only
+        in the usual case; one lstat when nothing is there."""
+        final = self.view_dir(spec)
+        try:
+            if not stat.S_ISDIR(os.lstat(final).st_mode):
+                return False
+            for entry in spec.files:
+                st = os.lstat(final / entry.path)
+                if not stat.S_ISREG(st.st_mode) or st.st_size != entry.size:
+                    return False
+                blob = self.blob_path(entry.sha256).stat()
+                if (st.st_dev, st.st_ino) != (blob.st_dev, blob.st_ino) and \
+                        hashing.hash_file(final / entry.path) != (entry.size, entry.sha256):
+                    return False
+            return not self.extra_files(spec)
+        except OSError:
+            return False
+
+    def _repair_in_place(self, spec: ViewSpec) -> None:
+        """Make the folder at the view's path hold the pinned files, each linked from its verified blob under a
+        staging name and renamed over its path (atomic per file), then remove what no manifest pins. What stands
+        in the way of a pinned path (a file where its folder belongs, a folder or symlink where the file belongs)
+        is removed first: it was never a pinned file."""
+        final = self.view_dir(spec)
+        try:
+            mode: int | None = os.lstat(final).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is None or not stat.S_ISDIR(mode):  # a file or symlink is no folder to repair (nor to write through)
+            if mode is not None:
+                os.unlink(final)
+            final.mkdir(exist_ok=True)
+        self.contained(final)
+        made: set[Path] = set()
+        for entry in spec.files:
+            _clear_the_way(final, entry.path)
+            target = prepared_target(final, entry.path, made)
+            temp = target.parent / staging_name(target.name)
+            link_or_copy(self.blob_path(entry.sha256), temp)
+            try:
+                os.replace(temp, target)
+            finally:
+                temp.unlink(missing_ok=True)  # a rename between two links to one inode does nothing
+        for rel in self.extra_files(spec):
+            remove_tree(final / rel)
 
     def remove_view(self, spec: ViewSpec) -> None:
         self.marker_path(spec).unlink(missing_ok=True)
@@ -540,23 +633,23 @@ class Cache:
             yield path, Marker.read(path)
 
 
-def _swap_dir(staging: Path, final: Path) -> None:
-    """Put a fully built folder in place. A concurrent builder of the same view may win: equal content."""
-    try:
-        os.rename(staging, final)
-        return
-    except OSError:
-        pass  # final exists (another process, or an old stale view)
-    trash = final.with_name(staging_name(f"trash-{final.name}"))
-    try:
-        os.rename(final, trash)
-    except FileNotFoundError:
-        pass
-    try:
-        os.rename(staging, final)
-    except OSError:
-        pass  # someone else put theirs in place first: equally verified
-    shutil.rmtree(trash, ignore_errors=True)
+def _clear_the_way(root: Path, relative: str) -> None:
+    """Remove what is not a real folder where a folder of `root/relative` belongs (a file, a symlink), and a
+    folder or symlink where the file itself belongs."""
+    current = root
+    for part in relative.split("/")[:-1]:
+        current = current / part
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISDIR(os.lstat(current).st_mode):
+                os.unlink(current)
+    target = root / relative
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.lstat(target).st_mode):
+            remove_tree(target)
+
+
+def _no_step(step: str) -> None:
+    """`Cache.between_steps` outside tests: nothing."""
 
 
 def _flock(fd: int) -> None:

@@ -4,7 +4,9 @@
   before any byte moves: "needs X, has Y" (CacheWriteError, exit 1) instead of a disk filling mid-download.
 - `evict` (`catalog gc --max-size/--keep-free`, and resolve under `CATALOG_CACHE_MAX_SIZE`) removes whole
   views, least recently resolved first (the marker's `resolved_at`, refreshed at most hourly by resolve),
-  then the blobs no remaining view uses, until the cache is under the size or the disk has the free space.
+  then the blobs no remaining view uses, until the cache is under the size or the disk has the free space. It
+  leaves no empty folder, and nothing of an evicted hf-cache snapshot (its tree listing, `refs/main`, its repo's
+  blobs no other snapshot links).
 - In use: a resolve writes an activity record `<cache>/active/<token>.json` naming the models and blobs it
   works on, and holds an exclusive `flock` on it for as long as it runs (the whole command: `resolve A B`
   holds one record for both, so resolving B never evicts A). Eviction never touches a view of a model, or a
@@ -36,6 +38,7 @@ from typing import Any
 
 from catalog import bounded
 from catalog.errors import CacheWriteError, CatalogError
+from resolver import hf_layout
 from resolver.cache import Cache
 from resolver.views import Layout
 from resolver.fsutil import lock_free
@@ -236,7 +239,7 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
             remaining_refs[stamp.sha256] = remaining_refs.get(stamp.sha256, 0) + 1
 
     def drop_blob(sha256: str) -> None:
-        """The blob and its hf-cache twins (hard links of one inode, or copies); counted once."""
+        """The blob, its hf-cache twins (hard links of one inode, or copies; counted once) and its stamp record."""
         nonlocal size, free
         main = cache.blob_path(sha256)
         twins = list(cache.hub.glob(f"*--*/blobs/{sha256}")) if cache.hub.is_dir() else []
@@ -253,6 +256,11 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
             result.removed.append(path)
             if not dry_run:
                 path.unlink(missing_ok=True)
+        if not dry_run:
+            record = cache.blob_stamps / sha256[:2] / sha256
+            record.unlink(missing_ok=True)
+            _remove_empty(main.parent, cache.blobs)
+            _remove_empty(record.parent, cache.blob_stamps)
         size, free = size - freed, free + freed
         result.bytes += freed
 
@@ -265,6 +273,7 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
                 continue
             drop_blob(blob.name)
     # 2. Whole views, least recently resolved first.
+    snapshots_evicted: set[Path] = set()  # hf-cache repo folders a snapshot was evicted from
     for path, marker in sorted(markers, key=lambda pm: pm[1].last_used):
         if satisfied():
             break
@@ -283,12 +292,17 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
                 for rel in marker.files:
                     (view / rel).unlink(missing_ok=True)
                     _remove_empty((view / rel).parent, view)
-                _remove_empty(view, cache.hub)
+                _remove_empty(view, view.parent)
+                snapshots_evicted.add(view.parent.parent)
             _remove_empty(path.parent, cache.markers)
         for stamp in marker.files.values():
             remaining_refs[stamp.sha256] -= 1
             if remaining_refs[stamp.sha256] == 0 and stamp.sha256 not in busy.blobs:
                 drop_blob(stamp.sha256)
+    for repo in sorted(snapshots_evicted):  # its tree listing, refs/main, blobs no snapshot links, empty folders
+        for removed, freed in hf_layout.tidy_repo(repo, keep_blobs=busy.blobs):
+            result.removed.append(removed)
+            size, free, result.bytes = size - freed, free + freed, result.bytes + freed
     result.size_after, result.free_after = size, free
     if not satisfied():
         wanted = " and ".join(w for w in (f"at most {human(max_size)} in the cache" if max_size is not None else "",

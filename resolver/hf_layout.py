@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 TREE_FORMAT_VERSION = 1  # huggingface_hub's trees/<commit>.json (huggingface_hub/_tree_cache.py)
 SMALL_FILE = 10 * 1024 * 1024  # a file with no recorded blob id that is not a weight: git sha1 of its bytes
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class SnapshotCache(Protocol):
@@ -50,10 +52,15 @@ class SnapshotCache(Protocol):
 
     def extra_files(self, spec: ViewSpec) -> list[str]: ...
 
+    def between_steps(self, step: str) -> None: ...
+
 
 def build_snapshot(cache: SnapshotCache, spec: ViewSpec) -> Path:
     """{models,datasets}--org--name/{blobs/<sha256>, snapshots/<revision>/<path> -> ../../blobs/<sha256>,
     trees/<revision>.json, refs/main}.
+
+    Built in place, one atomic rename per blob and per link, so a concurrent builder or a reader of the same
+    snapshot never finds a pinned path missing (a folder is never swapped here).
 
     A snapshot holds exactly one manifest's pinned files (the one answering for the repo id: resolve refuses
     the others in this layout), so a load by repo id never mixes two manifests' weights; files of any other
@@ -89,7 +96,9 @@ def build_snapshot(cache: SnapshotCache, spec: ViewSpec) -> Path:
         staged_link = link.parent / staging_name(link.name)
         os.symlink(relative, staged_link)
         os.replace(staged_link, link)
+        cache.between_steps(f"linked {entry.path}")
     _drop_extras(cache, spec)
+    cache.between_steps("extras dropped")
     _write_tree(cache, repo_dir, snapshot, spec)
     _update_main_ref(repo_dir, spec)
     return snapshot
@@ -131,6 +140,41 @@ def _update_main_ref(repo_dir: Path, spec: ViewSpec) -> None:
                     "revision fails instead of loading one of them", spec.name, len(revisions), spec.hf_repo,
                     ", ".join(r[:12] for r in revisions))
         main.unlink(missing_ok=True)
+
+
+def tidy_repo(repo_dir: Path, keep_blobs: Collection[str] = ()) -> list[tuple[Path, int]]:
+    """Remove what a repo folder holds for no snapshot once snapshots are gone (evicted): the tree listing of a
+    revision with no snapshot folder, `refs/main` naming one, the repo's blobs no snapshot links (but `keep_blobs`:
+    those a running resolve works on, which it may not have linked yet), then every folder left empty, the repo's own
+    included. Returns what was removed, each with the bytes it freed (a blob that was the inode's last link)."""
+    removed: list[tuple[Path, int]] = []
+
+    def remove(path: Path) -> None:
+        with contextlib.suppress(OSError):
+            st = path.lstat()
+            path.unlink()
+            removed.append((path, st.st_size if st.st_nlink == 1 and not path.is_symlink() else 0))
+
+    revisions = set(hf_revisions(repo_dir))
+    for tree in (repo_dir / "trees").glob("*.json"):
+        if tree.stem not in revisions:
+            remove(tree)
+    main = repo_dir / "refs" / "main"
+    with contextlib.suppress(OSError):
+        if main.read_text().strip() not in revisions:
+            remove(main)
+    linked: set[str] = set()
+    for dirpath, _, filenames in os.walk(repo_dir / "snapshots"):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                linked.add(os.path.basename(os.readlink(os.path.join(dirpath, name))))
+    for blob in (repo_dir / "blobs").glob("*"):
+        if blob.name not in linked and blob.name not in keep_blobs and _SHA256.fullmatch(blob.name):
+            remove(blob)
+    for folder in ("snapshots", "blobs", "refs", "trees", ""):
+        with contextlib.suppress(OSError):
+            os.rmdir(repo_dir / folder)  # only when empty: what a concurrent builder writes there stays
+    return removed
 
 
 def hf_repo_folder(repo: str, repo_type: str = "model") -> str:

@@ -237,9 +237,12 @@ def _older_than(path: Path, now: float, seconds: float) -> bool:
 
 
 def _dead_staging(cache: Cache) -> list[Path]:
-    """Staging files and folders whose writer is gone (killed mid-write), anywhere but blobs/ and tmp/."""
+    """Staging files and folders whose writer is gone (killed mid-write). Not in blobs/ and tmp/ (temp files have
+    their own sweep), active/ (a record nobody holds a lock on goes, whatever its name) and signature-checks/
+    (resolver/signatures.py sweeps it)."""
     found: list[Path] = []
-    for top in (cache.models, cache.markers, cache.hub):
+    for top in (cache.models, cache.markers, cache.hub, cache.warm_index, cache.blob_stamps, cache.sync_state,
+                cache.tier_checks):
         if not top.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(top):

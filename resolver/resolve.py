@@ -494,5 +494,6 @@ def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
     if extras := cache.extra_files(spec):
         log.warning("%s: the view at %s held files no manifest pins (%s); rebuilding it", spec.name, cache.view_dir(spec),
                     ", ".join(extras[:5]) + (" ..." if len(extras) > 5 else ""))
-    cache.remove_view(spec)
+    # The view itself stays until the rebuild replaces it in one step (Cache.build_view): removing it here would
+    # take it from a concurrent resolve that has just rebuilt it and handed it out.
 

@@ -120,3 +120,24 @@ def test_drift_exits_1_and_a_usage_error_exits_2(many_files: tuple[Path, Path], 
     assert drift.returncode == 1, drift.stderr
     usage = catalog_cmd("--catalog", str(catalog), "resolve", "many", "--concurrency", "0")
     assert usage.returncode == 2 and usage.stderr.startswith("error:"), usage.stderr
+
+
+def test_gc_removes_what_killed_writers_left_in_every_folder_of_atomic_writes(
+        many_files: tuple[Path, Path], tmp_path: Path) -> None:
+    """A writer killed between writing its staging file and renaming it (warm index, blob stamps, sync state, tier
+    checks) leaves `.<name>~catalog.<pid>-<hex>`: gc removes it once that pid is gone, and keeps a live writer's."""
+    catalog, store = many_files
+    cache = tmp_path / "cache"
+    done = catalog_cmd("--catalog", str(catalog), "resolve", "many", "--store", str(store), "--cache", str(cache))
+    assert done.returncode == 0, done.stderr
+    dead, live = [], []
+    for folder in ("warm-index", "blob-stamps/ab", "sync-state/many", "tier-checks"):
+        (cache / folder).mkdir(parents=True, exist_ok=True)
+        dead.append(cache / folder / ".entry.json~catalog.999999999-0123abcd")  # no such pid here
+        live.append(cache / folder / f".entry.json~catalog.{os.getpid()}-0123abcd")
+    for path in dead + live:
+        path.write_text("{")
+    done = catalog_cmd("--catalog", str(catalog), "gc", "--cache", str(cache))
+    assert done.returncode == 0, done.stderr
+    assert [p for p in dead if p.exists()] == []
+    assert [p for p in live if not p.exists()] == []

@@ -16,7 +16,7 @@ from catalog.errors import CacheWriteError
 from catalog.lookup import Catalog
 from resolver import capacity
 from resolver.cache import Cache
-from resolver.views import Marker
+from resolver.views import Layout, Marker
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
@@ -132,3 +132,36 @@ def test_resolve_evicts_under_cache_max_size_and_gc_keep_free(bundled: Catalog, 
     assert "evicted 2 views, least recently resolved first: " in done.stderr
     assert all(name in done.stderr for name in ("tiny-llama-sharded", "all-minilm-l6-v2"))
     assert [p for p in (cache.models, cache.markers) if p.is_dir() and any(p.iterdir())] == []
+
+
+def _empty_folders(cache: Cache) -> list[str]:
+    """Folders below the cache's own top-level ones (blobs/, hub/, ...) that hold nothing."""
+    return sorted(str(Path(d).relative_to(cache.root)) for d, dirs, files in os.walk(cache.root)
+                  if not dirs and not files and Path(d).parent != cache.root)
+
+
+def test_evicting_an_hf_cache_snapshot_leaves_nothing_of_it(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
+    """Its tree listing, refs/main, its repo's blobs and folders go with it, also the blobs a dir view of another model
+    still uses (tiny-llama-sharded shares four); evicting the rest leaves no empty folder (blobs/<aa>/,
+    blob-stamps/<aa>/) and no stamp record."""
+    store = open_store(str(store_dir))
+    cache = Cache(tmp_path / "cache")
+    snapshot = resolve(bundled, "tiny-llama", cache=cache, store=store, options=ResolveOptions(layout=Layout.HF_CACHE)).path
+    resolve(bundled, "tiny-llama-sharded", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
+    repo = snapshot.parent.parent
+    assert {p.name for p in repo.iterdir()} == {"blobs", "refs", "snapshots", "trees"}
+    _age(*_marker(cache, "tiny-llama"), 3600)  # the least recently resolved: it goes first
+    shared = {e.sha256 for e in bundled.get("tiny-llama-sharded").files}
+    own = sum(e.size for e in bundled.get("tiny-llama").files if e.sha256 not in shared)
+    size = capacity.cache_size(cache)
+    result = capacity.evict(cache, max_size=size - own)
+    assert [v.split()[0] for v in result.views] == ["tiny-llama"]
+    assert result.bytes >= own and capacity.cache_size(cache) == size - result.bytes
+    assert not repo.exists(), sorted(str(p.relative_to(repo)) for p in repo.rglob("*"))
+    assert _empty_folders(cache) == []
+    again = resolve(bundled, "tiny-llama-sharded", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
+    assert again.source == "cache"
+    capacity.evict(cache, max_size=0)
+    assert list(cache.markers_all()) == [] and capacity.cache_size(cache) == 0
+    assert _empty_folders(cache) == []
+    assert [p.name for p in cache.blob_stamps.rglob("*")] == []

@@ -1,6 +1,7 @@
 """Concurrency: eight `catalog resolve` processes and `catalog gc` at the same time over one cache, round
-after round; two `catalog sync` processes against one bucket. Afterwards every path a resolve printed
-still holds the pinned bytes, `verify --deep` is clean, and the bucket holds exactly the pins.
+after round; rounds of resolves of one view that build (or repair) it at the same moment, beside gc; two
+`catalog sync` processes against one bucket. Afterwards every path a resolve printed still holds the pinned
+bytes, `verify --deep` is clean, and the bucket holds exactly the pins.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -30,6 +32,8 @@ from .support import (
     parse_json_results,
     run_catalog,
     s3_client,
+    upload_generated,
+    write_generated_catalog,
 )
 
 # Eight resolves that overlap on purpose: the same blobs through different models' views, both layouts,
@@ -96,6 +100,40 @@ def test_eight_resolves_and_gc_at_once_over_one_cache(
         verified = run_catalog(["verify", "--deep"], env)
         assert verified.returncode == 0, f"round {round_}: {explain(verified)}"
         assert blob_mismatches(cache_dir) == [], f"round {round_}"
+    assert run_catalog(["gc"], env).returncode == 0
+    assert leftover_temps(cache_dir) == []
+
+
+def test_resolves_of_one_view_building_it_at_once_beside_gc_never_fail_nor_hand_out_a_missing_folder(
+    tmp_path: Path, long_run: bool
+) -> None:
+    """Rounds of five resolves of one model released together into a cache holding its blobs but no view, or holding
+    a damaged view (a file dropped in, a pinned file rewritten) that all of them repair at once; three more resolving
+    again and again meanwhile (warm answers once it is marked); gc looping beside them (tests/reliability/view_race.py
+    forks them from one interpreter, so a round costs the resolves, not Python's start-up). Every process exits 0, and
+    every path printed holds every pinned file, checked before the next round. A second builder used to rename the
+    first one's finished view aside for a moment: its marker then failed ("vanished while the view was being built")
+    or a path handed out was gone; a stale view was removed by each resolve that found it so. 50 small files make
+    each round cheap: about 1.3 s with the machine's two cores busy."""
+    manifests, data, [name] = write_generated_catalog(tmp_path / "work", "view-race", 1, files=50, unit=32)
+    store = tmp_path / "store"
+    upload_generated(manifests, data, [name], str(store))
+    cache_dir = tmp_path / "cache"
+    rounds = 120 if long_run else 32
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("view_race.py")), "--catalog", str(manifests), "--store", str(store),
+         "--cache", str(cache_dir), "--model", name, "--rounds", str(rounds), "--processes", "5", "--readers", "3"],
+        env=cli_env({"HOME": str(tmp_path / "home")}), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, explain(done)
+    report = json.loads(done.stdout)
+    failed = {f"round {r['round']} ({r['kind']})": r["failed"] for r in report if r["failed"]}
+    assert failed == {}, json.dumps(failed, indent=1)[:6000]
+    assert len(report) == rounds and sum(r["gc_runs"] for r in report) >= rounds, "gc did not run beside the resolves"
+    env = cli_env({"CATALOG_DIR": str(manifests), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(cache_dir),
+                   "HOME": str(tmp_path / "home")})
+    verified = run_catalog(["verify", "--deep"], env)
+    assert verified.returncode == 0, explain(verified)
+    assert blob_mismatches(cache_dir) == []
     assert run_catalog(["gc"], env).returncode == 0
     assert leftover_temps(cache_dir) == []
 
