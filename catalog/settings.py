@@ -149,6 +149,7 @@ class Settings:
     store: str | None = None  # overrides catalog.yaml's store
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "model-catalog")
     source: str = "store"  # store | hf | fallback
+    mode: str | None = None  # CATALOG_MODE as set (None: unset, which acts as ci); the pytest plugin's Hub guard asks
     offline: bool = False
     part_size: int | None = None  # None: chosen from the file sizes
     concurrency: int | None = None
@@ -230,6 +231,7 @@ class Settings:
             store=pick("store", "CATALOG_STORE"),
             cache_dir=cache_dir,
             source=source,
+            mode=env.get("CATALOG_MODE") or None,
             offline=bool(flags.get("offline")) or offline,
             part_size=part_size,
             concurrency=workers,
