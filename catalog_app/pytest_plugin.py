@@ -113,6 +113,7 @@ class _Session:
         self.used: list[Resolution] = []  # every resolution handed to a test (or prefetched for one), in order
         self.guard: HubGuard | None = None
         self.records: dict[str, dict[str, Any]] = {}  # nodeid -> its record (from the teardown reports)
+        self.preflight_failure: str | None = None  # an xdist worker's failed preflight, said by every test it runs
         self.outcomes: dict[str, str] = {}
 
     def current_settings(self) -> Settings:
@@ -437,9 +438,14 @@ def _preflight(session: pytest.Session, state: _Session) -> None:
             tests.update(users)
     seconds = time.monotonic() - started
     if lines:
-        _report(session.config, f"catalog preflight: {len(tests)} of {len(session.items)} test(s) need pins this runner "
-                                f"lacks (checked in {seconds:.2f} s, nothing read from any store; `pytest --catalog-prefetch` "
-                                "fetches them):\n" + "\n".join(lines))
+        text = (f"catalog preflight: {len(tests)} of {len(session.items)} test(s) need pins this runner lacks (checked in "
+                f"{seconds:.2f} s, nothing read from any store; `pytest --catalog-prefetch` fetches them):\n" + "\n".join(lines))
+        if hasattr(session.config, "workerinput"):
+            # An xdist worker may not end the session (its controller would call that a crash): each test it is given
+            # fails at setup with the preflight's words instead, before any fixture or test body runs.
+            state.preflight_failure = text
+            return
+        _report(session.config, text)
         pytest.exit(f"catalog preflight: {len(tests)} test(s) need pins this runner lacks; no test ran",
                     returncode=pytest.ExitCode.TESTS_FAILED)
     _report(session.config, f"catalog preflight: {len(session.items)} test(s), {len(wanted)} model view(s), every pin "
@@ -547,6 +553,8 @@ def _guarded(item: pytest.Item) -> Generator[None, object, object]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    if (failure := _session(item.config).preflight_failure) is not None:
+        pytest.fail(failure, pytrace=False)
     _resolve_markers(item)  # before any fixture: a test whose model cannot run here is skipped with nothing fetched
     return (yield from _guarded(item))
 

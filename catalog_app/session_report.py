@@ -80,7 +80,7 @@ def render_terminal(records: Sequence[TestRecord], outside: Sequence[Mapping[str
         lines.append(f"{r.nodeid}: {r.used()}{ready}")
         lines += [f"    refused {_asked(g)}: {g['message']}" for g in r.guarded]
     lines += [f"refused outside any test: {_asked(g)}: {g['message']}" for g in outside]
-    state = f"hub guard {'on at ' + guard if guard else 'off'}"
+    state = f"hub guard {'on' if guard else 'off'}"
     lines.append(f"catalog: {s['tests']} test(s) used {len(s['models'])} model(s); {state}: "
                  f"{s['guarded_requests']} Hub request(s) refused"
                  + (f"; {len(s['over_budget'])} over their ready-time budget" if s["over_budget"] else ""))

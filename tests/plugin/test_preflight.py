@@ -147,6 +147,12 @@ def test_the_preflight_names_each_test_missing_a_pin_before_any_runs(runner: dic
     assert "test_marked" not in out and "test_by_repo_id" not in out  # every other test's pins are here
     assert not (runner["project"] / "ran.txt").exists()  # not a single test ran
     assert counting_store.requests == 0
+    # Under xdist a worker may not end the session: each test fails at setup with the same words, none runs.
+    spread = run_pytest(runner, "--catalog-preflight", "-n", "2", store=counting_store.url)
+    assert spread.returncode == 1 and "50 errors" in spread.stdout.splitlines()[-1], spread.stdout
+    assert "catalog preflight: 10 of 50 test(s) need pins this runner lacks" in spread.stdout
+    assert f"test_models.py::test_data[0] -> manifests/tiny-sts.yaml:{line} (tiny-sts, dir) -> missing" in spread.stdout
+    assert not (runner["project"] / "ran.txt").exists() and counting_store.requests == 0
     # --catalog-prefetch fetches what is missing instead, and the suite runs.
     fetched = run_pytest(runner, "--catalog-preflight", "--catalog-prefetch")
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
