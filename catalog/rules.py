@@ -114,7 +114,7 @@ GIB = 1024**3
 # Engine arguments `catalog resolve` derives from the manifest itself (resolver/resolution.py engine_args): a profile
 # setting one would contradict the pin it is derived from.
 CATALOG_ENGINE_ARGS = frozenset({"model", "revision", "served-model-name", "load-format", "tokenizer", "tokenizer-revision",
-                                 "model-loader-extra-config", "safetensors-load-strategy", "download-dir"})
+                                 "model-loader-extra-config", "safetensors-load-strategy", "download-dir", "trust-remote-code"})
 # Environment the catalog (`--format env`: the HF cache, offline mode) or the store (the stream endpoint) sets.
 CATALOG_ENV_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_OFFLINE", "CATALOG_", "AWS_", "S3_", "RUNAI_STREAMER_S3_")
 SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIALS", "AUTH"})
@@ -384,7 +384,8 @@ def _check_profiles(m: ModelManifest, settings: CatalogSettings | None, report: 
                 report("profile", where, f"{name!r} is not spelled as vLLM's arguments are: lowercase words joined by "
                        f"'-' ({name.lower().replace('_', '-')!r})")
             elif bare in CATALOG_ENGINE_ARGS or (bare == "tensor-parallel-size" and per_rank):
-                what = "the pinned files hold one shard per rank" if bare == "tensor-parallel-size" else "the pin"
+                what = {"tensor-parallel-size": "the pinned files hold one shard per rank",
+                        "trust-remote-code": "only where the manifest allows code: allow_code"}.get(bare, "the pin")
                 report("profile", where, f"--{bare} is derived from the manifest by `catalog resolve` ({what}); remove it")
             elif bare in ("tensor-parallel-size", "pipeline-parallel-size"):
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
