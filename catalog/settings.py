@@ -153,6 +153,7 @@ class Settings:
     source: str = "store"  # store | hf | fallback
     mode: str | None = None  # CATALOG_MODE as set (None: unset, which acts as ci); the pytest plugin's Hub guard asks
     offline: bool = False
+    offline_by: str = ""  # what made it offline, as messages name it: "--offline" or "CATALOG_MODE=offline"
     part_size: int | None = None  # None: chosen from the file sizes
     concurrency: int | None = None
     s3: S3Options = field(default_factory=S3Options)
@@ -195,10 +196,14 @@ class Settings:
         if mode not in MODES:
             raise UsageError(f"CATALOG_MODE={mode!r} is not one of {', '.join(MODES)}")
         source, offline = MODES[mode]
-        if flags.get("source") is not None:
+        offline_by = f"CATALOG_MODE={mode}" if offline else ""
+        if flags.get("source") is not None:  # the flag wins over the mode, whose --offline goes with it
             source = str(flags["source"])
+            offline, offline_by = False, ""
             if source not in SOURCES:
                 raise UsageError(f"--source {source!r} is not one of {', '.join(SOURCES)}")
+        if flags.get("offline"):
+            offline, offline_by = True, "--offline"
         part = pick("part_size", "CATALOG_PART_SIZE")
         concurrency = pick("concurrency", "CATALOG_CONCURRENCY")
         part_size = parse_size(str(part), "--part-size / CATALOG_PART_SIZE") if part is not None else None
@@ -234,7 +239,8 @@ class Settings:
             cache_dir=cache_dir,
             source=source,
             mode=env.get("CATALOG_MODE") or None,
-            offline=bool(flags.get("offline")) or offline,
+            offline=offline,
+            offline_by=offline_by,
             part_size=part_size,
             concurrency=workers,
             s3=s3,

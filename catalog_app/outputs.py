@@ -15,36 +15,39 @@ from collections.abc import Callable, Sequence
 from catalog.formats import LoadFormat
 from resolver.resolution import NoEngineArguments, Resolution, engine_args, engine_env
 
-Renderer = Callable[[Sequence[Resolution]], str]
-ONE_MODEL_FORMATS = ("path", "vllm-args")  # refused for several named models (--all --format path lists them)
+# A renderer gets the answers and whether several models were asked for (several names, or --all), which decides
+# the shape where one model and several differ (json: an object, or an array even when --all found one model).
+Renderer = Callable[[Sequence[Resolution], bool], str]
+ONE_MODEL_FORMATS = ("vllm-args",)  # refused for several named models: one engine takes one model
 
 
 class OutputError(ValueError):
     """The format cannot express this answer (e.g. two models in a one-model format)."""
 
 
-def _path(results: Sequence[Resolution]) -> str:
-    """One line per model: what the engine's --model gets (the verified folder, or the stream URI)."""
+def _path(results: Sequence[Resolution], several: bool) -> str:
+    """One line per model, in the order asked: what the engine's --model gets (the verified folder, or the stream URI)."""
     return "\n".join(r.model for r in results)
 
 
-def _json(results: Sequence[Resolution]) -> str:
-    """Everything resolved: name, revision, model, path, tokenizer, files, streamed, sources, engine args and env."""
+def _json(results: Sequence[Resolution], several: bool) -> str:
+    """Everything resolved: name, revision, model, path, tokenizer, files, streamed, sources, engine args and env. An
+    object for one named model; an array, in the order asked, for several names or --all (however many it found)."""
     data = [r.to_json() for r in results]
-    return json.dumps(data[0] if len(data) == 1 else data, indent=2)
+    return json.dumps(data if several else data[0], indent=2)
 
 
-def _vllm_args(results: Sequence[Resolution]) -> str:
+def _vllm_args(results: Sequence[Resolution], several: bool) -> str:
     """One model's engine arguments (vLLM spelling), shell-quoted: --model, --served-model-name NAME, --load-format, ..."""
     if len(results) != 1:
-        raise OutputError("--format vllm-args prints one model; use --format json for several")
+        raise OutputError("--format vllm-args prints one model; use --format path or json for several")
     try:
         return shlex.join(engine_args(results[0]))
     except NoEngineArguments as exc:
         raise OutputError(f"--format vllm-args: {exc}; use --format path or json") from None
 
 
-def _env(results: Sequence[Resolution]) -> str:
+def _env(results: Sequence[Resolution], several: bool) -> str:
     """`export` lines: HF_HUB_CACHE and HF_HUB_OFFLINE for the hf-cache layout, the stream endpoint, the engine profile's
     environment for this runner's GPU class, CATALOG_MODEL*."""
     merged: dict[str, str] = {}
@@ -61,7 +64,7 @@ def _env(results: Sequence[Resolution]) -> str:
     return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(merged.items()))
 
 
-def _redirect(results: Sequence[Resolution]) -> str:
+def _redirect(results: Sequence[Resolution], several: bool) -> str:
     """The engine's model-redirect file (VLLM_MODEL_REDIRECT_PATH): repo id -> local folder or stream URI, for the
     models an engine loads (datasets are left out).
 
@@ -120,8 +123,9 @@ BOM_OUTPUTS: dict[str, str] = {
 FORMATS = (*OUTPUTS, *BOM_OUTPUTS)
 
 
-def render(results: Sequence[Resolution], fmt: str) -> str:
-    return OUTPUTS[fmt](results) + "\n"
+def render(results: Sequence[Resolution], fmt: str, *, several: bool | None = None) -> str:
+    """`several`: whether several models were asked for (default: more than one answer; --all says True)."""
+    return OUTPUTS[fmt](results, len(results) > 1 if several is None else several) + "\n"
 
 
 def write(text: str) -> None:

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_MAX_WAIT = 60.0
+# What to do when no answer came from the Hub (refused connection, DNS, timeout): where it was looked for.
+UNREACHABLE_HINT = "check the network and HF_ENDPOINT (the Hub's address), or retry later"
 REPO_TYPES = ("model", "dataset")
 T = TypeVar("T")
 
@@ -142,6 +144,11 @@ def retry_delay(what: str, status: int, headers: Mapping[str, str], max_wait: fl
     return limit.reset
 
 
+class HubUnreachableError(StoreUnavailableError):
+    """No answer came from the Hub at all (a refused connection, DNS, a timeout), after every attempt: the next
+    request to it would wait as long for the same (a list of repos stops asking)."""
+
+
 class RetryLater(Exception):
     """A 429/503 (or 5xx): transient; `retry_after` is what the server asked for, in seconds."""
 
@@ -174,6 +181,7 @@ class HubStore(Store):
     """One repo at one revision, read-only; keys are paths in the repo."""
 
     engine_streamable = False  # a model fetched from the Hub is fully local
+    unreachable_hint = f"the Hub is unreachable or failing: {UNREACHABLE_HINT}"
 
     def __init__(self, repo: str, revision: str, options: HubOptions, repo_type: str = "model") -> None:
         self.repo = repo
@@ -267,11 +275,14 @@ class RemoteFile:
     xet_hash: str | None = None
 
 
-def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[[float], None] = time.sleep,
-                 max_wait: float = DEFAULT_MAX_WAIT) -> T:
-    """Call a huggingface_hub API, waiting out 429/503 when the reset is near (RateLimitedError when it is not)."""
+def with_retries(fn: Callable[[], T], what: str, options: HubOptions, sleep: Callable[[float], None] = time.sleep,
+                 hint: str = UNREACHABLE_HINT) -> T:
+    """Call a huggingface_hub API, waiting out 429/503 when the reset is near (RateLimitedError when it is not) and
+    trying again after a dropped connection; HubUnreachableError naming the endpoint (with `hint`) when no answer came
+    after options.attempts."""
     from huggingface_hub.errors import HfHubHTTPError
 
+    attempts, max_wait = options.attempts, options.max_wait
     for attempt in range(1, attempts + 1):
         try:
             return fn()
@@ -285,11 +296,14 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int, sleep: Callable[
                 continue
             raise StoreUnavailableError(f"{what}: the Hub answered {status}: {str(exc).splitlines()[0][:200]}",
                                         hint="check the repo id and revision, HF_ENDPOINT and HF_TOKEN") from None
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors (httpx's) are not OSErrors
+            if not isinstance(exc, OSError) and not _is_transport_error(exc):
+                raise
             if attempt < attempts:
                 sleep(0.5 * 2 ** (attempt - 1))
                 continue
-            raise StoreUnavailableError(f"{what}: cannot reach the Hub: {type(exc).__name__}") from None
+            raise HubUnreachableError(f"{what}: cannot reach the Hub at {options.endpoint}: {type(exc).__name__}",
+                                      hint=hint) from None
     raise AssertionError("unreachable")
 
 
@@ -346,7 +360,7 @@ def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: Hu
     """GET one JSON page of the Hub's API with our own rate-limit handling: (the body, the next page's URL)."""
     response = api_get(url, dict(params or {}), what, options, sleep)
     if isinstance(response, str):
-        raise StoreUnavailableError(f"{what}: cannot reach the Hub at {options.endpoint}: {response}")
+        raise HubUnreachableError(f"{what}: cannot reach the Hub at {options.endpoint}: {response}", hint=UNREACHABLE_HINT)
     status = response.status_code
     if status == 200:
         return response.json(), _next_page(response.headers.get("Link"))
@@ -383,8 +397,9 @@ def commit_of(repo: str, ref: str, options: HubOptions) -> str:
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=options.endpoint, token=options.token)
-    info = with_retries(lambda: api.model_info(repo, revision=ref), f"resolving {repo}@{ref}", options.attempts,
-                        max_wait=options.max_wait)
+    info = with_retries(lambda: api.model_info(repo, revision=ref), f"resolving {repo}@{ref}", options,
+                        hint=f"{UNREACHABLE_HINT}; without the Hub, pin a folder holding the files: "
+                             f"catalog add {repo} --revision <its 40-hex commit> --from-dir DIR")
     if not info.sha:
         raise StoreUnavailableError(f"the Hub gave no commit for {repo}@{ref}")
     return str(info.sha)

@@ -44,8 +44,10 @@ def _spec_from_marker(marker: Marker | None, cat: Catalog) -> ViewSpec | None:
 def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: bool,
            anchors: signatures.Anchors | None = None) -> VerifyReport:
     """Every view whose marker matches the current manifests: stats (and with `deep`, hashes) still true; with
-    `anchors`, also what each view holds against its model's signature (`verify --signatures`)."""
+    `anchors`, also what each view holds against its model's signature (`verify --signatures`). A model named in
+    `names` with no such view is a problem: nothing of it was verified."""
     report = VerifyReport()
+    seen: set[str] = set()
     signed: dict[str, Statement | None] = {}
     wanted = set(names) if names else None
     for name in wanted or ():
@@ -54,6 +56,7 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
         spec = _spec_from_marker(marker, cat)
         if spec is None or (wanted is not None and spec.name not in wanted):
             continue
+        seen.add(spec.name)
         report.checked += 1
         report.files += len(spec.files)
         extras = cache.extra_files(spec)
@@ -89,6 +92,9 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
                                            f"but got {digest} ({size} bytes); removed it, resolve again to refetch")
             if bad:
                 cache.remove_view(spec)
+    for name in sorted((wanted or set()) - seen):
+        report.problems.append(f"{name}: not in the cache at {cache.root} (no view of its current pins), so nothing of "
+                               f"it was verified; run `catalog resolve {name}` with this cache first")
     return report
 
 

@@ -12,7 +12,8 @@ One repo id a line, an optional `@revision` (a commit, or a branch or tag turned
 Each line is `catalog add`ed (`resolver/add.py`: name, prefix, load format, excludes and lock as add decides
 them). A repo the catalog already pins is skipped without a Hub request when the line names a branch (the
 list is not followed: pins never move) or names the commit already pinned; a failing line is reported and the
-others go on.
+others go on, except when the Hub gave no answer at all: the lines after it are refused without asking again
+(each would wait out the same retries).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from catalog.errors import CatalogError, UsageError
 from catalog.schema import CatalogSettings
 from resolver.add import add_model, derive_name
 from resolver.hf_import import Imported, Outcome, existing_docs, pinned_as, said
-from resolver.hub import HubOptions
+from resolver.hub import HubOptions, HubUnreachableError
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def import_list(listed: Sequence[Listed], settings: CatalogSettings, catalog_dir
                 gpu: str | None) -> list[Imported]:
     """`catalog add` each listed repo (its GPU class, else `gpu`, else the catalog's default)."""
     done: list[Imported] = []
+    unreachable: str | None = None  # the line at which the Hub gave no answer
     for item in listed:
         label = f"{item.repo}@{item.ref}"
         existing, taken = existing_docs(catalog_dir)
@@ -96,9 +98,17 @@ def import_list(listed: Sequence[Listed], settings: CatalogSettings, catalog_dir
             done.append(Imported(label, Outcome.REFUSED, f"{item.where}: the names {', '.join(names)} are taken; "
                                                          f"add it by hand: catalog add {item.repo} --revision {item.ref} --name NAME"))
             continue
+        if unreachable is not None:
+            done.append(Imported(label, Outcome.REFUSED, f"{item.where}: not tried: the Hub at {hub.endpoint} gave no "
+                                                         f"answer at {unreachable}"))
+            continue
         try:
             new = add_model(item.repo, item.ref, name=name, load_format=None, gpu=item.gpu or gpu, settings=settings,
                             catalog_dir=catalog_dir, hub=hub)
+        except HubUnreachableError as exc:
+            unreachable = item.where
+            done.append(Imported(label, Outcome.REFUSED, f"{item.where}: {said(exc)}"))
+            continue
         except CatalogError as exc:
             done.append(Imported(label, Outcome.REFUSED, f"{item.where}: {said(exc)}"))
             continue

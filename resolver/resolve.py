@@ -69,6 +69,9 @@ class ResolveOptions:
     # "local": a streamed format whose weights are all verified in the cache or a shared tier is answered with its
     # local folder (no byte read from the store, no proof of the streamed objects needed); "stream": the URI always
     prefer: str = "local"
+    # how a streamed model's weights reach the engine: "catalog" (its verified loader), "plain" (the format's own
+    # streamer) or "auto" (catalog where vLLM is installed and every tensor is pinned): CATALOG_ENGINE_LOADER
+    engine_loader: str = "auto"
     settings: Settings | None = None  # the command's (signature policy); None: a library caller's defaults
 
     @classmethod
@@ -79,7 +82,8 @@ class ResolveOptions:
         options = cls(offline=settings.offline, source=Source(settings.source),
                       transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings),
                       tiers=settings.shared_caches, mirrors=tuple(open_store(url, settings) for url in urls),
-                      max_size=settings.cache_max_size, prefer=settings.prefer, settings=settings)
+                      max_size=settings.cache_max_size, prefer=settings.prefer, engine_loader=settings.engine_loader,
+                      settings=settings)
         return dataclasses.replace(options, **overrides)  # type: ignore[arg-type]
 
 
@@ -266,7 +270,7 @@ def verified_handoff(cat: Catalog, manifest: ModelManifest, cache: Cache, option
     """The loader config of `--load-format catalog` for a model whose weights stay in the store, or None for the
     format's own streamer: CATALOG_ENGINE_LOADER=catalog always (UsageError when a tensor has no pinned digest),
     plain never, auto where vLLM (and so the package's plugin) is installed and every tensor is pinned."""
-    choice = options.settings.engine_loader if options.settings is not None else "auto"
+    choice = options.engine_loader
     if choice == "plain" or (choice == "auto" and not engines.vllm_installed()):
         return None
     source = cat.sources.get(manifest.name)
@@ -276,6 +280,8 @@ def verified_handoff(cat: Catalog, manifest: ModelManifest, cache: Cache, option
     load_plan.plan(manifest, tables)  # CATALOG_ENGINE_LOADER=catalog: say why it cannot be (NotVerifiable)
     config = {"model": manifest.name, "catalog": str(cat.root.resolve()), "cache": str(cache.root)}
     store = options.settings.store if options.settings is not None else None
+    if store and "://" not in store:
+        store = str(Path(store).expanduser().resolve())  # a folder store: the engine may start elsewhere
     if store and "@" not in store.split("://", 1)[-1].split("/", 1)[0]:  # never a URL carrying credentials
         config["store"] = store
     return config
@@ -344,7 +350,7 @@ def _fetch_missing(
         return Fetched("cache", False, {})
     shared = tiers.tiers_of(options.tiers)
     if options.offline and not shared:
-        raise _not_cached(manifest, missing, cache, shared)
+        raise _not_cached(manifest, missing, cache, shared, options)
     if options.max_size is not None:  # every new blob counts, a tier's hard link too (the cache's size counts it)
         capacity.evict_for(cache, options.max_size, sum({e.sha256: e.size for e in missing}.values()))
     capacity.check_space(cache, tiers.local_bytes(shared, cache, missing, manifest.source),
@@ -352,7 +358,7 @@ def _fetch_missing(
     sources: dict[str, str] = dict(tiers.take_from_tiers(shared, cache, manifest.name, missing, manifest.source))
     still = [e for e in missing if not cache.has_blob(e)]
     if still and options.offline:
-        raise _not_cached(manifest, still, cache, shared)
+        raise _not_cached(manifest, still, cache, shared, options)
     from_hub = False
     hub = HubStore(manifest.source.hf_repo, manifest.source.revision, options.hub, manifest.source.repo_type)
     if still and options.source is Source.HF:
@@ -379,10 +385,13 @@ def _fetch_missing(
     return Fetched(_summary(sources), from_hub, sources)
 
 
-def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cache, shared: Sequence[object]) -> NotCachedError:
+def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cache, shared: Sequence[object],
+                options: ResolveOptions) -> NotCachedError:
     listing = ", ".join(e.path for e in still[:5]) + (" ..." if len(still) > 5 else "")
+    # Named as the user asked for it (the flag or CATALOG_MODE); a library caller's option is just "offline".
+    asked = options.settings.offline_by if options.settings is not None and options.settings.offline_by else "offline"
     return NotCachedError(
-        f"--offline: {len(still)} of {manifest.name}'s files are not in the cache at {cache.root}"
+        f"{asked}: {len(still)} of {manifest.name}'s files are not in the cache at {cache.root}"
         f"{' nor in the shared tiers' if shared else ''}: {listing}",
         # A plain resolve of a streamed format leaves its weights in the store: only --materialize-weights brings them.
         hint=f"run `catalog resolve {manifest.name}{' --materialize-weights' if manifest.load_format.streams_weights else ''}` "

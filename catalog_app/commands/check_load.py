@@ -93,9 +93,16 @@ def render_markdown(reports: list[LoadReport]) -> str:
     def status(r: LoadReport) -> str:
         return "skipped" if r.skipped else "ok" if r.ok else "FAIL"
 
-    rows = [(r.name, r.load_format.value, status(r), r.tensors, human_bytes(r.bytes), f"{r.seconds:.3f} s",
-             f"{r.throughput_mib_s:.1f} MiB/s", "; ".join(r.problems) or r.skipped or "; ".join(filter(None, [r.engine, *r.notes])))
-            for r in reports]
+    def row(r: LoadReport) -> tuple[object, ...]:
+        # The engine loads the model itself and counts no tensors or bytes for us, and a load that failed or was
+        # skipped counted none: a dash, not zeros that read as measured.
+        counted = r.engine is None and r.tensors > 0
+        return (r.name, r.load_format.value, status(r), r.tensors if counted else "-",
+                human_bytes(r.bytes) if counted else "-", f"{r.seconds:.3f} s" if r.seconds > 0 else "-",
+                f"{r.throughput_mib_s:.1f} MiB/s" if counted else "-",
+                "; ".join(r.problems) or r.skipped or "; ".join(filter(None, [r.engine, *r.notes])))
+
+    rows = [row(r) for r in reports]
     return "### catalog check-load\n\n" + table(("model", "format", "status", "tensors", "bytes", "load time", "throughput", "notes"), rows)
 
 

@@ -8,7 +8,7 @@ import click
 
 from catalog.errors import UsageError
 from catalog_app.context import load_catalog, settings, store_options
-from catalog_app.progress import for_terminal, human_bytes
+from catalog_app.progress import for_terminal, human_bytes, plural
 from resolver.publish import clean_tier, publish, verify_tier
 from resolver.stores import open_catalog_store
 from resolver.transfer import TransferConfig
@@ -32,8 +32,12 @@ def publish_command(ctx: click.Context, names: tuple[str, ...], all_models: bool
     if names and all_models:
         raise UsageError("name one or more models, or pass --all")
     if clean:
-        for path in clean_tier(tier):
+        removed = clean_tier(tier)
+        for path in removed:
             click.echo(f"removed {path}")
+        # Said also when nothing was left: silence would not tell a clean tier from a clean that did not run.
+        click.echo(f"cleaned {tier}: removed {plural(len(removed), 'temp file')} that killed publishers left"
+                   if tier.is_dir() else f"nothing to clean: {tier} is no folder", err=True)
         if not names and not all_models:
             return 0
     if not names and not all_models:

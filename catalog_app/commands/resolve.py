@@ -69,7 +69,7 @@ def resolve_command(
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
     if fmt in outputs.ONE_MODEL_FORMATS and len(names) > 1:
-        raise UsageError(f"--format {fmt} prints one model; use --format json for several")
+        raise UsageError(f"--format {fmt} prints one model; use --format path or json for several")
     current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
                        source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
                        require_signature=require_signature or None, trusted_keys=trusted_keys or None,
@@ -110,7 +110,8 @@ def resolve_command(
     finally:
         progress.finish()
     try:
-        text = outputs.render(results, fmt) if fmt in outputs.OUTPUTS else _bill(fmt, cat, results, current, {
+        several = all_models or len(selected) > 1
+        text = outputs.render(results, fmt, several=several) if fmt in outputs.OUTPUTS else _bill(fmt, cat, results, current, {
             "names": selected, "all": all_models, "layout": layout, "materialize_weights": materialize_weights,
             "source": current.source, "offline": current.offline})
     except outputs.OutputError as exc:

@@ -12,12 +12,13 @@ import click
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import Settings
+from catalog.urls import redact
 from catalog_app.context import load_catalog, settings, store_options
 from catalog_app.markdown import table
 from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.hub import HubOptions
-from resolver.stores import Store, open_catalog_store, open_store
+from resolver.stores import Store, bind_models, open_catalog_store, open_store
 from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
 from resolver.sync_sources import HfCacheBytes, replicate
 from resolver.transfer import TransferConfig
@@ -68,7 +69,9 @@ def sync_command(
         if prune or apply_path or from_dir or from_hf_cache or deep or allow_last_copy:
             raise UsageError("--replicate-to copies pins from the store as they are; give it with NAMEs, --dry-run, --check, "
                              "--out or --format only")
-        return _replicate(cat, names, the_store, open_store(replicate_to, current), Cache(current.cache_dir), config, fmt,
+        # Told where the catalog's models are, as the primary store is: a registry addresses artifacts by model.
+        target = bind_models(open_store(replicate_to, current), cat)
+        return _replicate(cat, names, the_store, target, Cache(current.cache_dir), config, fmt,
                           dry_run or check or out_path is not None, check, out_path)
     if apply_path is not None:
         try:
@@ -108,7 +111,7 @@ def sync_command(
               else HfCacheBytes(cat, Cache(current.cache_dir), hub, from_dir, config, from_hf_cache))
     report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config,
                    allow_last_copy=allow_last_copy)
-    _print_report(report, fmt, plan, dict(the_store.requests), printed)
+    _print_report(report, fmt, plan, dict(the_store.requests), printed, from_dir=from_dir, from_hf_cache=from_hf_cache)
     if not plan.drift and not (report.uploaded or report.verified or report.deleted or report.errors) and apply_path is None:
         _record_no_change(ctx, current, cat, the_store, dict(the_store.requests), printed, 0)
     return 1 if report.errors else 0
@@ -179,7 +182,8 @@ def _save(plan: SyncPlan, out_path: Path) -> None:
                          hint="give --out a file in a folder that exists and is writable") from None
 
 
-def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[str, int], printed: _Printed) -> None:
+def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[str, int], printed: _Printed, *,
+                  from_dir: Path | None = None, from_hf_cache: Path | None = None) -> None:
     say = printed.say
     if fmt == "json":
         say(json.dumps({
@@ -194,7 +198,22 @@ def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[
             f"deleted {len(report.deleted)}, {plural(len(report.errors), 'error')}; {plural(sum(requests.values()), 'request')}",
             err=True)
     for item, error in report.errors:
-        say(f"error: {error}", err=True)
+        say(f"error: {redact(str(error))}", err=True)
+    for hint in _hints(report, from_dir, from_hf_cache):
+        say(f"hint: {redact(hint)}", err=True)
+
+
+def _hints(report: ApplyReport, from_dir: Path | None, from_hf_cache: Path | None) -> list[str]:
+    """What to do about the failures, each said once (not once per file): the errors' own hints, and where the bytes
+    can come from instead when the Hub failed to give them."""
+    hints = list(dict.fromkeys(e.hint for _, e in report.errors if e.hint))
+    # A failure of the Hub as a source names it by its URL, hf://repo@revision (resolver/hub.py's HubStore).
+    if any("hf://" in e.message for _, e in report.errors):
+        lacking = ("the files --from-dir / --from-hf-cache lacked came from the Hub" if from_dir or from_hf_cache else
+                   "without --from-dir the files come from the Hub at each pin's revision")
+        hints.append(f"{lacking}; to upload from a folder holding them instead: catalog sync --from-dir DIR "
+                     "(DIR/<name>/ per model), or --from-hf-cache DIR for a Hugging Face cache")
+    return hints
 
 
 def render_text(plan_: SyncPlan) -> str:

@@ -97,7 +97,7 @@ def load_weights(cat: Catalog, name: str, *, store: Store, cache: Cache,
     # stop them from reporting what they find (and cost a listing). A streamed format is checked streaming, even
     # where local copies of its weights would be handed out.
     resolution = resolve(cat, name, cache=cache, store=store,
-                         options=dataclasses.replace(options, verify_stream="loader", prefer="stream"))
+                         options=dataclasses.replace(options, verify_stream="loader", prefer="stream", engine_loader="plain"))
     return loader.load(cat, manifest, resolution, store=store, cache=cache, options=options)
 
 

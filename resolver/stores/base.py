@@ -110,6 +110,9 @@ class Store(ABC):
     # Its listing names every object's sha256 (`listed_sha256`) and `publish_model` makes a model's objects one
     # record (an OCI artifact): sync keeps no state object there.
     content_addressed: bool = False
+    # What to check when it gave no usable answer after every attempt: its URL by default; S3 adds the endpoint's
+    # variable, the Hub names HF_ENDPOINT.
+    unreachable_hint: str = "the store is unreachable or failing; retry later or check its URL (--store, --mirror, catalog.yaml)"
 
     # -- objects: every store implements these -----------------------------------------------------
     @abstractmethod

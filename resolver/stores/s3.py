@@ -139,6 +139,8 @@ class _S3Stream:
 class S3Store(Store):
     """A bucket (and optional base prefix) on any S3-compatible endpoint."""
 
+    unreachable_hint = "the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL"
+
     def __init__(self, bucket: str, base: str, options: S3Options, *, fallback_keys: tuple[str, str] | None = None,
                  fallbacks: bool = True, part_size: int = 64 * 1024 * 1024, concurrency: int = 8, fast_gets: bool = True) -> None:
         self.bucket = bucket

@@ -35,10 +35,16 @@ def bash(root: Path, script: str) -> subprocess.CompletedProcess[str]:
                           timeout=900)
 
 
+def first_steps() -> list[str]:
+    """The README's First steps, its `sh` blocks."""
+    section = (ROOT / "README.md").read_text().split("## First steps", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)
+
+
 def test_the_demo_fills_the_store_with_every_bundled_model_and_its_next_steps_work(checkout: tuple[Path, str]) -> None:
     root, printed = checkout
-    lines = printed.split("Next, from the repository's root:", 1)[1].strip().splitlines()
-    assert len(lines) >= 3
+    lines = printed.split("Next, from the repository's root (README.md: First steps):", 1)[1].strip().splitlines()
+    assert [line.strip() for line in lines] == first_steps()[0].strip().splitlines()  # the README's lines, as they are there
     done = bash(root, "\n".join(line.strip() for line in lines))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "--served-model-name tiny-qwen2" in done.stdout
@@ -48,10 +54,12 @@ def test_the_demo_fills_the_store_with_every_bundled_model_and_its_next_steps_wo
 
 def test_every_example_of_the_readmes_first_steps_runs_as_written(checkout: tuple[Path, str]) -> None:
     root, _ = checkout
-    section = (ROOT / "README.md").read_text().split("## First steps", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    blocks = first_steps()
     assert len(blocks) == 2
+    bundled = sorted(p.name for p in (root / "manifests").iterdir())
     done = bash(root, "\n".join(blocks))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "--served-model-name my-llama" in done.stdout  # the first model of one's own, added offline and resolved
-    assert (root / "manifests" / "my-llama.yaml").is_file()
+    # ... into a scratch catalog: the bundled set, which the suite checks, is left as it was.
+    assert (root / ".catalog" / "my-catalog" / "my-llama.yaml").is_file()
+    assert sorted(p.name for p in (root / "manifests").iterdir()) == bundled

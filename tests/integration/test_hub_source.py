@@ -117,5 +117,5 @@ def test_dev_mode_falls_back_to_the_hub(hub: HubDouble, tmp_path: Path) -> None:
 def test_offline_mode_never_touches_anything(hub: HubDouble, tmp_path: Path) -> None:
     env = {**os.environ, "CATALOG_MODE": "offline", "HF_ENDPOINT": hub.url, "CATALOG_CACHE": str(tmp_path / "cache")}
     done = cli(env, "resolve", "tiny-llama")
-    assert done.returncode == 1 and done.stderr.startswith("error: --offline: ")
+    assert done.returncode == 1 and done.stderr.startswith("error: CATALOG_MODE=offline: ")
     assert hub.hub_requests() == 0

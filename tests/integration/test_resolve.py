@@ -44,17 +44,21 @@ def test_cold_then_warm_resolve_of_every_bundled_model(bundled: Catalog, sources
 
 
 def test_streaming_formats_keep_weights_in_the_store(bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+    """For the formats' own streamers (CATALOG_ENGINE_LOADER=plain); the verified loader's hand-off is below."""
+    from catalog.settings import Settings
+
     fill(bundled, store_url, sources, ["tiny-qwen2", "tiny-llama-tensorizer"])
     store = open_store(store_url)
     cache = Cache(tmp_path / "cache")
-    qwen = resolve(bundled, "tiny-qwen2", cache=cache, store=store)
+    plain = ResolveOptions.from_settings(Settings.build({"HOME": str(tmp_path), "CATALOG_ENGINE_LOADER": "plain"}))
+    qwen = resolve(bundled, "tiny-qwen2", cache=cache, store=store, options=plain)
     assert qwen.streamed == ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
     assert "model.safetensors.index.json" in qwen.files and "tokenizer_config.json" in qwen.files
     assert not any(p.name.endswith(".safetensors") for p in qwen.path.iterdir())
     revision = bundled.get("tiny-qwen2").source.revision
     assert qwen.model == qwen.weights_uri == store.stream_uri(f"model-catalog/tiny-qwen2/{revision}/")
     assert qwen.tokenizer == str(qwen.path)
-    tens = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store)
+    tens = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store, options=plain)
     assert tens.streamed == ("model.tensors",)
     # vLLM's tensorizer loader: --model is the local folder of configs and tokenizer, the weights URI goes in the
     # loader's extra config.
@@ -63,6 +67,24 @@ def test_streaming_formats_keep_weights_in_the_store(bundled: Catalog, sources: 
     pulled = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
     assert pulled.model == str(pulled.path) and pulled.weights_uri is None
     assert pulled.loader["tensorizer_uri"] == str(pulled.path / "model.tensors") and (pulled.path / "model.tensors").is_file()
+
+
+def test_the_verified_loader_gets_the_local_folder_and_the_logical_name(
+        bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+    """CATALOG_ENGINE_LOADER=catalog: --model is the verified folder of configs and tokenizer, the weights stay in the
+    store (weights_uri), and the engine's loader gets the name and where the catalog and cache are; nothing of the
+    format's own loader config (no tensorizer_uri)."""
+    from catalog.settings import Settings
+
+    fill(bundled, store_url, sources, ["tiny-qwen2", "tiny-llama-tensorizer"])
+    store = open_store(store_url)
+    cache = Cache(tmp_path / "cache")
+    verified = ResolveOptions(engine_loader="catalog")
+    for name in ("tiny-qwen2", "tiny-llama-tensorizer"):
+        got = resolve(bundled, name, cache=cache, store=store, options=verified)
+        assert got.streamed and got.model == str(got.path) and got.weights_uri is not None
+        assert got.verified_loader == {"model": name, "catalog": str(bundled.root.resolve()), "cache": str(cache.root)}
+        assert "tensorizer_uri" not in got.loader
 
 
 def test_blobs_are_shared_across_models(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:

@@ -83,7 +83,7 @@ def test_each_class_of_upstream_loss_is_named_with_one_request_per_pin(hub: HubD
     text = audit(hub, folder, store, "--no-record")
     rows = {line.split()[0]: line.split(None, 3)[1:] for line in text.stdout.splitlines()}
     assert text.returncode == 1 and rows["deleted"] == ["deleted", "org/deleted@0123456789ab", "deleted (404 RepoNotFound)"]
-    assert "6 of 7 pin(s) not ok upstream" in text.stderr
+    assert "6 models of 7 (6 pins of 7) not ok upstream" in text.stderr
     markdown = audit(hub, folder, store, "deleted", "fine", "--format", "markdown", "--no-record")
     assert "| deleted | **deleted** | org/deleted@0123456789ab |" in markdown.stdout and "| fine | ok |" in markdown.stdout
 

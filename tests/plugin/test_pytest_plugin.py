@@ -73,7 +73,7 @@ def test_marked_gets_a_verified_folder(catalog_resolution, request):
 
 def test_factory_resolves_by_name(catalog_model):
     qwen = catalog_model("tiny-qwen2")
-    assert qwen.streamed and qwen.model.startswith(os.path.realpath(os.environ["CATALOG_STORE"]))
+    assert qwen.streamed and qwen.weights_uri.startswith(os.path.realpath(os.environ["CATALOG_STORE"]))
     assert catalog_model("tiny-llama", layout="hf-cache").hub_cache is not None
 
 

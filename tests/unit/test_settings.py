@@ -31,6 +31,14 @@ def test_modes(mode: str | None, source: str, offline: bool) -> None:
     assert Settings.build({"CATALOG_MODE": mode} if mode else {}, source="hf").source == "hf"  # the flag wins
 
 
+def test_a_source_flag_wins_over_the_offline_mode_and_offline_names_what_set_it() -> None:
+    offline = {"CATALOG_MODE": "offline"}
+    assert (Settings.build(offline).offline, Settings.build(offline).offline_by) == (True, "CATALOG_MODE=offline")
+    assert (Settings.build(offline, source="store").offline, Settings.build(offline, source="store").source) == (False, "store")
+    assert Settings.build(offline, source="store", offline=True).offline_by == "--offline"
+    assert Settings.build({}, offline=True).offline_by == "--offline" and Settings.build({}).offline_by == ""
+
+
 @pytest.mark.parametrize(("env", "named"), [
     ({"CATALOG_MODE": "prod"}, "CATALOG_MODE"),
     ({"CATALOG_S3_ADDRESSING": "vhost"}, "CATALOG_S3_ADDRESSING"),
