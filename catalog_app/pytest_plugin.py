@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # the catalog and resolver load on first use: every pytest se
     from catalog.settings import Settings
     from catalog.yamlsource import LineMap, Loc
     from catalog_app.hub_guard import HubAsk, HubGuard, Verdict
-    from catalog_app.model_refs import Ref
+    from catalog_app.model_refs import Names, Ref
     from resolver.cache import Cache
     from resolver.resolution import Resolution
     from resolver.resolve import ResolveOptions
@@ -294,13 +294,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "resolved (files, sha256, the signature's verdict) to FILE.")
 
 
-def _guard_wanted(config: pytest.Config, state: _Session) -> bool:
+def _guard_wanted(config: pytest.Config) -> bool:
     # Before the command line is parsed in full (the initial conftests' hook), only its known arguments are.
     chosen = getattr(config.known_args_namespace, "catalog_hub_guard", None)
     if chosen is not None:
         return bool(chosen)
-    try:
-        return state.current_settings().mode == "ci"
+    from catalog.settings import Settings
+
+    try:  # read for this question alone: the session's settings are read when first used (conftests may set them)
+        return Settings.from_process().mode == "ci"
     except CatalogError:
         return False  # bad settings: every test using the catalog says so; the guard stays out of the way
 
@@ -309,7 +311,7 @@ def _start_guard(config: pytest.Config) -> None:
     """Before anything imports huggingface_hub where possible (conftest files come after this): HF_ENDPOINT -> the
     guard, for this process and every process it starts."""
     state = config.stash.setdefault(SESSION, _Session())
-    if state.guard is not None or not _guard_wanted(config, state):
+    if state.guard is not None or not _guard_wanted(config):
         return
     from catalog_app.hub_guard import HubGuard
 
@@ -350,7 +352,7 @@ def _active(config: pytest.Config) -> bool:
                 or config.getoption("catalog_report"))
 
 
-def _refs(item: pytest.Item, names: Any) -> list[Ref]:
+def _refs(item: pytest.Item, names: Names) -> list[Ref]:
     """The models `item` uses: its markers (with their layout), then the names and repo ids in its code."""
     from catalog_app.model_refs import Ref, item_strings, named_refs
 
@@ -376,7 +378,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         names = Names.of(state.catalog())
     except CatalogError as exc:
         if config.getoption("catalog_preflight"):
-            raise pytest.UsageError(f"catalog preflight: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else "")) from None
+            hint = f" (hint: {exc.hint})" if exc.hint else ""
+            raise pytest.UsageError(f"catalog preflight: {exc.message}{hint}") from None
         return
     for item in session.items:
         item.stash[REFS] = _refs(item, names)
@@ -515,7 +518,8 @@ def _cache_gaps(item: pytest.Item, state: _Session, findings: list[Any]) -> list
         at = f"{m.source.hf_repo}@{m.source.revision[:12]}"
         fix = f"`catalog resolve {name} --layout hf-cache --format env` lays it out (or `pytest --catalog-prefetch`)"
         if gaps and len(gaps) == len(m.files):
-            out.append(f"{at}: this runner's HF cache ({root}) has no snapshot of it ({state.where(name, ('source', 'revision'))}); {fix}")
+            pin = state.where(name, ("source", "revision"))
+            out.append(f"{at}: this runner's HF cache ({root}) has no snapshot of it ({pin}); {fix}")
         elif gaps:
             files = ", ".join(f"{m.files[i].path} ({state.where(name, ('files', i, 'path'))})" for i in gaps[:5])
             out.append(f"{at}: this runner's HF cache ({root}) lacks {files}{' ...' if len(gaps) > 5 else ''}; {fix}")
@@ -605,7 +609,8 @@ def _record(item: pytest.Item, state: _Session) -> dict[str, Any]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """The record rides on the teardown report (so it reaches an xdist controller too)."""
     report = yield
     state = _session(item.config)
