@@ -8,8 +8,9 @@ it. A library that asks the Hub asks the guard, which answers 403 with a message
 raises ("403 Forbidden: model-catalog hub guard: ..."), and records the request against the test running at that
 moment (tests run one at a time per process; with xdist each worker has its own guard). Offline libraries
 (HF_HUB_OFFLINE=1, what `catalog resolve --layout hf-cache --format env` exports) never ask, so a warm runner
-makes no request at all; a missing file then fails with the library's own offline error, which the preflight
-(`pytest --catalog-preflight`) names before any test runs.
+makes no request at all; a missing file then fails with the library's own offline error, and the plugin names the
+pinned files the runner's HF cache lacks (`hf_cache_dir`, as huggingface_hub finds it); the preflight
+(`pytest --catalog-preflight`) names them before any test runs.
 
 Each request is judged against the catalog (pure: `judge`): which manifest pins the repo, at which revision, and
 whether it pins the file, so the failure says what would fix it: the manifest line that pins the repo but not the
