@@ -8,6 +8,7 @@ line of the offending key. Nothing here reads files or the network. `RULES` says
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -97,12 +98,28 @@ RULES: tuple[Rule, ...] = (
     Rule("pin-changed", "with `--base REF`: a file's hash changed while name and revision stayed (pins are immutable)"),
     Rule("mirror", "a catalog.yaml mirror URL that no runner could open: an unknown scheme, a bad port or `[`, credentials "
                    "in the URL, unknown `?options`, a bad bucket"),
+    Rule("profile", "an engine profile for a GPU class catalog.yaml does not define, or on a dataset; an argument spelled "
+                    "other than vLLM's `max-model-len`, or one the catalog sets itself (`model`, `load-format`, "
+                    "`served-model-name`, ...); more tensor x pipeline ranks than `gpu.count`; an environment variable "
+                    "the catalog or the store sets (HF_*, CATALOG_*, AWS_*) or one named like a secret"),
+    Rule("baseline", "an expected metric on a dataset that is not a dataset manifest of the catalog, or one whose "
+                     "revision or files are not pinned (also when the model's own are not); the same metric on the same "
+                     "data twice"),
 )
 BY_ID = {rule.id: rule for rule in RULES}
 # What `catalog lock` may run despite: it rewrites the pinned files these rules judge.
 LOCK_FIXES = frozenset(rule.id for rule in RULES if rule.pins)
 
 GIB = 1024**3
+# Engine arguments `catalog resolve` derives from the manifest itself (resolver/resolution.py engine_args): a profile
+# setting one would contradict the pin it is derived from.
+CATALOG_ENGINE_ARGS = frozenset({"model", "revision", "served-model-name", "load-format", "tokenizer", "tokenizer-revision",
+                                 "model-loader-extra-config", "safetensors-load-strategy", "download-dir", "trust-remote-code"})
+# Environment the catalog (`--format env`: the HF cache, offline mode) or the store (the stream endpoint) sets.
+CATALOG_ENV_PREFIXES = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_OFFLINE", "CATALOG_", "AWS_", "S3_", "RUNAI_STREAMER_S3_")
+SECRET_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIALS", "AUTH"})
+_ARG_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BLOB_ID = re.compile(r"[0-9a-f]{40}")
 _XET_HASH = re.compile(r"[0-9a-f]{64}")
 LOCK_HINT = "run `catalog lock {name}` to pin every file's size and sha256"
@@ -154,6 +171,7 @@ def check_catalog(docs: Sequence[ManifestDoc], settings: CatalogSettings | None,
     problems.extend(_prefix_overlaps(valid))
     problems.extend(_primaries(valid, complete))
     problems.extend(_pin_conflicts(valid))
+    problems.extend(_baselines(valid, complete))
     return problems
 
 
@@ -180,6 +198,8 @@ def check_manifest(
     _check_loader(m, report)
     _check_gpu(m, settings, report)
     _check_tokenizer(m, names, report)
+    _check_profiles(m, settings, report)
+    _check_own_baselines(m, report)
 
 
 def _check_prefix(m: ModelManifest, settings: CatalogSettings | None, report: _Reporter) -> None:
@@ -341,6 +361,94 @@ def _check_tokenizer(m: ModelManifest, names: set[str], report: _Reporter) -> No
     if naming.check_relative_path(m.tokenizer.rstrip("/")) is None and any(f.path.startswith(folder) for f in m.files):
         return
     report("tokenizer", ("tokenizer",), f"{m.tokenizer!r} is neither a model in the catalog nor a pinned subfolder")
+
+
+def _check_profiles(m: ModelManifest, settings: CatalogSettings | None, report: _Reporter) -> None:
+    """Each profile is for a known class and adds only what the engine is not already told by the pin."""
+    if m.profiles and m.is_dataset:
+        report("profile", ("profiles",), "a dataset has no engine, so no engine profile; remove `profiles`")
+        return
+    per_rank = formats.tensor_parallel_ranks(m.load_format.spec, [f.path for f in m.files])
+    for gpu_class, profile in m.profiles.items():
+        at: Loc = ("profiles", gpu_class)
+        if settings is not None and gpu_class not in settings.gpu_classes:
+            report("profile", at, f"{gpu_class!r} is not a GPU class of catalog.yaml; known: "
+                   f"{', '.join(sorted(settings.gpu_classes))}")
+        ranks = 1
+        for name, value in profile.args.items():
+            where: Loc = (*at, "args", name)
+            bare = name.removeprefix("no-")
+            if name.startswith("-"):
+                report("profile", where, f"write {name.lstrip('-')!r}: argument names go without their dashes")
+            elif not _ARG_NAME.fullmatch(name):
+                report("profile", where, f"{name!r} is not spelled as vLLM's arguments are: lowercase words joined by "
+                       f"'-' ({name.lower().replace('_', '-')!r})")
+            elif bare in CATALOG_ENGINE_ARGS or (bare == "tensor-parallel-size" and per_rank):
+                what = {"tensor-parallel-size": "the pinned files hold one shard per rank",
+                        "trust-remote-code": "only where the manifest allows code: allow_code"}.get(bare, "the pin")
+                report("profile", where, f"--{bare} is derived from the manifest by `catalog resolve` ({what}); remove it")
+            elif bare in ("tensor-parallel-size", "pipeline-parallel-size"):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    report("profile", where, f"--{bare} is a whole number of ranks, not {value!r}")
+                else:
+                    ranks *= value
+        if ranks > m.gpu.count:
+            report("profile", (*at, "args"), f"tensor x pipeline parallel size is {ranks} ranks but gpu.count is "
+                   f"{m.gpu.count}: the engine needs a device per rank; raise gpu.count or lower the sizes")
+        for key in profile.env:
+            where = (*at, "env", key)
+            if not _ENV_NAME.fullmatch(key):
+                report("profile", where, f"{key!r} is not an environment variable name")
+            elif key.upper().startswith(CATALOG_ENV_PREFIXES):
+                report("profile", where, f"{key} is set by the catalog or the store (`catalog resolve --format env`), "
+                       "not by a profile; remove it")
+            elif set(key.upper().split("_")) & SECRET_WORDS:
+                report("profile", where, f"{key} is named like a credential; secrets never enter manifests (the engine "
+                       "reads them from the job's own environment)")
+
+
+def _check_own_baselines(m: ModelManifest, report: _Reporter) -> None:
+    """A baseline pins a figure to this model's bytes: they must be pinned, and each figure said once."""
+    seen: dict[tuple[str, str, str | None], int] = {}
+    for index, baseline in enumerate(m.baselines):
+        key = (baseline.metric, baseline.dataset, baseline.split)
+        if key in seen:
+            split = f" ({baseline.split})" if baseline.split else ""
+            report("baseline", ("baselines", index), f"{baseline.metric} on {baseline.dataset}{split} is also "
+                   f"baselines[{seen[key]}]; keep one")
+        seen.setdefault(key, index)
+    if m.baselines and (naming.check_revision(m.source.revision) is not None or not m.files):
+        report("baseline", ("baselines",), f"{m.name} is not pinned (a full commit and its files), so a baseline of it "
+               f"moves with whatever its repo holds; {LOCK_HINT.format(name=m.name)} at a commit")
+
+
+def _baselines(docs: Sequence[ManifestDoc], complete: bool = True) -> Iterator[Problem]:
+    """Each baseline's dataset is a pinned dataset manifest of the catalog: a figure measured on data nobody pinned
+    moves when the data does. With `complete` False (a lookup that read some manifests) an unread name is skipped."""
+    by_name = {d.manifest.name: d for d in docs if d.manifest is not None}
+    datasets = sorted(n for n, d in by_name.items() if d.manifest is not None and d.manifest.is_dataset)
+    for doc in docs:
+        assert doc.manifest is not None
+        for index, baseline in enumerate(doc.manifest.baselines):
+            loc: Loc = ("baselines", index, "dataset")
+            other = by_name.get(baseline.dataset)
+            data = other.manifest if other is not None else None
+            if other is None or data is None:
+                if not complete:
+                    continue
+                close = difflib.get_close_matches(baseline.dataset, datasets, n=1)
+                why = (f"{baseline.dataset!r} is not a manifest in the catalog"
+                       + (f" (did you mean {close[0]!r}?)" if close else "")
+                       + ": a baseline on unpinned data moves when the data does; pin the dataset (a manifest with "
+                         "`source.repo_type: dataset`, then `catalog lock`)")
+            elif not data.is_dataset:
+                why = f"{baseline.dataset!r} ({other.display}) is a model, not a dataset"
+            elif naming.check_revision(data.source.revision) is not None or not data.files:
+                why = (f"the dataset {baseline.dataset!r} ({_at(other, ('source', 'revision'))}) is not pinned (a full "
+                       f"commit and its files): {LOCK_HINT.format(name=baseline.dataset)} at a commit")
+            else:
+                continue
+            yield Problem(doc.display, doc.lines.line_of(loc), format_loc(loc), why, "baseline")
 
 
 def _at(doc: ManifestDoc, loc: Loc) -> str:

@@ -8,15 +8,18 @@ gets its own message and line; the patterns below are repeated into the JSON Sch
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
 from catalog import formats, naming
 from catalog.formats import LoadFormat
 
 
 MAX_FILE_SIZE = 2**63 - 1  # what a file system offsets can address; bigger is a typo
+MAX_BUDGET_SECONDS = 7 * 24 * 3600  # a ready-time budget beyond a week is a typo (milliseconds?)
 DATASET_GPU_CLASS = "cpu"  # a dataset without `gpu:` needs no accelerator
 RepoType = Literal["model", "dataset"]
 
@@ -112,6 +115,73 @@ class FileEntry(_Strict):
         return self.header.tensor_bytes if self.header is not None else self.size
 
 
+# A value of an engine argument: text or a number (`--max-model-len 64`), true (a bare flag: `--enforce-eager`), false
+# (`--no-enable-prefix-caching`), or a mapping (compact JSON: `--compilation-config '{"level":0}'`).
+ArgValue = StrictStr | StrictInt | StrictFloat | StrictBool | dict[StrictStr, Any]
+
+
+class EngineProfile(_Strict):
+    """How the model runs on one GPU class: what `resolve --format vllm-args|env|json` adds for a runner of that class,
+    and how long it may take to be ready (the pytest plugin's `catalog_ready` enforces it)."""
+
+    args: dict[StrictStr, ArgValue] = Field(
+        default_factory=dict, description="Engine arguments by their vLLM name without the dashes (max-model-len: 64, "
+                                          "dtype: float32, enforce-eager: true, tensor-parallel-size: 2), in order.")
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Environment the engine runs with "
+                                            "(VLLM_ROCM_USE_AITER: \"1\"); never credentials.")
+    ready_budget_s: StrictFloat | None = Field(None, gt=0, le=MAX_BUDGET_SECONDS, description="Seconds from resolve to an "
+                                         "engine ready to serve, on this class; a test over it fails naming both figures.")
+
+    def command_line(self) -> tuple[str, ...]:
+        """`args` as engine arguments, in order: true is a bare flag, false its `--no-` form (vLLM's boolean flags take
+        both), a mapping vLLM's dotted form (`--compilation-config.level=0`: no braces or quotes, so the arguments
+        survive a plain `$(...)` splice, as resolve's loader config does), anything else its text."""
+        out: list[str] = []
+        for name, value in self.args.items():
+            if value is True:
+                out.append(f"--{name}")
+            elif value is False:
+                out.append(f"--no-{name}")
+            elif isinstance(value, dict):
+                out += _dotted(f"--{name}", value)
+            else:
+                out += [f"--{name}", str(value)]
+        return tuple(out)
+
+
+# What vLLM's dotted-argument parser reads as a number with a unit ("80g"): such a string is written as JSON.
+_SIZE_LIKE = re.compile(r"[0-9.]+\s*[a-zA-Z]{1,3}")
+
+
+def _dotted(flag: str, mapping: dict[str, Any]) -> list[str]:
+    """`--flag.key=value` per key, nested keys joined by dots; a value vLLM would read as something else (a string
+    that parses as JSON or looks like a size) as a JSON string, numbers, booleans and lists as JSON."""
+    out: list[str] = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out += _dotted(f"{flag}.{key}", value)
+            continue
+        text = json.dumps(value, separators=(",", ":"))
+        if isinstance(value, str) and value and value.strip() == value and not _SIZE_LIKE.fullmatch(value):
+            try:
+                json.loads(value)
+            except ValueError:
+                text = value
+        out.append(f"{flag}.{key}={text}")
+    return out
+
+
+class Baseline(_Strict):
+    """An expected metric, measured on a pinned dataset: `catalog_baseline` in the pytest plugin asserts it."""
+
+    metric: StrictStr = Field(description="The metric's name (accuracy, exact_match, spearman, ...).")
+    dataset: StrictStr = Field(description="The logical name of the dataset manifest it is measured on (pinned like "
+                                           "the model, so neither side moves under the figure).")
+    split: StrictStr | None = Field(None, description="The dataset's split or subset, when it has several.")
+    value: StrictFloat = Field(description="The expected value.")
+    tolerance: StrictFloat = Field(ge=0, description="How far a measurement may be from `value` and pass.")
+
+
 class ModelManifest(_Strict):
     """One CI model, pinned."""
 
@@ -134,6 +204,10 @@ class ModelManifest(_Strict):
         "pass --trust-remote-code, for a model that pins *.py files.")
     primary: StrictBool = Field(False, description="When several manifests pin one Hub repo, this one answers for the repo id "
                                                    "in repo-id outputs (resolve --format redirect).")
+    profiles: dict[StrictStr, EngineProfile] = Field(
+        default_factory=dict, description="Per GPU class (a key of catalog.yaml gpu_classes): the engine arguments and "
+                                          "environment the model runs with there, and its ready-time budget.")
+    baselines: tuple[Baseline, ...] = Field((), description="Expected metrics, each measured on a dataset of the catalog.")
     files: tuple[FileEntry, ...] = Field((), description="Every pinned file; machine-written by `catalog lock`.")
 
     @model_validator(mode="before")

@@ -38,7 +38,8 @@ ENV: tuple[EnvVar, ...] = (
     EnvVar("CATALOG_STORE", "overrides catalog.yaml's store: s3://bucket/base/, oci://host/namespace/, file:///dir/ or a folder"),
     EnvVar("CATALOG_CACHE", "the cache folder (default: $XDG_CACHE_HOME/model-catalog or ~/.cache/model-catalog)"),
     EnvVar("XDG_CACHE_HOME", "where the default cache lives"),
-    EnvVar("CATALOG_MODE", "ci (the bucket only), dev (the bucket, then the Hub) or offline (the cache only)"),
+    EnvVar("CATALOG_MODE", "ci (the bucket only), dev (the bucket, then the Hub) or offline (the cache only); set to ci, it "
+                       "also turns the pytest plugin's Hub guard on"),
     EnvVar("CATALOG_PART_SIZE", "part size of ranged GETs and multipart uploads (default: chosen from the file sizes)"),
     EnvVar("CATALOG_CONCURRENCY", "parallel requests (default: chosen from the file sizes)"),
     EnvVar("CATALOG_S3_ADDRESSING", "path or virtual (default: path when an endpoint is set, else auto)"),
@@ -67,7 +68,8 @@ ENV: tuple[EnvVar, ...] = (
                               "(s3://, oci://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)"),
     EnvVar("CATALOG_CACHE_MAX_SIZE", "resolve evicts least recently resolved views before it fetches, to keep the cache "
                                      "under this size (e.g. 200GiB)"),
-    EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class (pytest plugin; default: detected)"),
+    EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class: what the pytest plugin skips by, whose engine profile resolve "
+                            "hands out (default: detected)"),
     EnvVar("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
     EnvVar("CATALOG_DEBUG", "1: tracebacks for internal errors"),
     EnvVar("CATALOG_PREFER", "local (default) or stream: a streamed format whose weights are all verified in the cache or "
@@ -149,6 +151,7 @@ class Settings:
     store: str | None = None  # overrides catalog.yaml's store
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "model-catalog")
     source: str = "store"  # store | hf | fallback
+    mode: str | None = None  # CATALOG_MODE as set (None: unset, which acts as ci); the pytest plugin's Hub guard asks
     offline: bool = False
     offline_by: str = ""  # what made it offline, as messages name it: "--offline" or "CATALOG_MODE=offline"
     part_size: int | None = None  # None: chosen from the file sizes
@@ -235,6 +238,7 @@ class Settings:
             store=pick("store", "CATALOG_STORE"),
             cache_dir=cache_dir,
             source=source,
+            mode=env.get("CATALOG_MODE") or None,
             offline=offline,
             offline_by=offline_by,
             part_size=part_size,

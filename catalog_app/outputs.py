@@ -48,9 +48,15 @@ def _vllm_args(results: Sequence[Resolution], several: bool) -> str:
 
 
 def _env(results: Sequence[Resolution], several: bool) -> str:
-    """`export` lines: HF_HUB_CACHE and HF_HUB_OFFLINE for the hf-cache layout, the stream endpoint, CATALOG_MODEL*."""
+    """`export` lines: HF_HUB_CACHE and HF_HUB_OFFLINE for the hf-cache layout, the stream endpoint, the engine profile's
+    environment for this runner's GPU class, CATALOG_MODEL*."""
     merged: dict[str, str] = {}
+    set_by: dict[str, str] = {}
     for r in results:
+        for key, value in (r.profile.env if r.profile else {}).items():
+            if set_by.setdefault(key, r.name) != r.name and merged.get(key) != value:
+                raise OutputError(f"--format env: the profiles of {set_by[key]} and {r.name} set {key} differently, and one "
+                                  "environment runs one engine; resolve them one at a time")
         merged |= engine_env(r)
     if len(results) == 1:
         merged |= {"CATALOG_MODEL": results[0].model, "CATALOG_MODEL_PATH": str(results[0].path),

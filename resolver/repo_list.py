@@ -1,4 +1,5 @@
-"""`catalog import --repos FILE`: pin a list of models (the list an engine's tests already keep) from the Hub.
+"""`catalog import --repos FILE`: pin a list of models (the list an engine's tests already keep) from the Hub; and
+`catalog import --model-list FILE`: a list with per-model engine flags and environment (below), pinned with profiles.
 
 One repo id a line, an optional `@revision` (a commit, or a branch or tag turned into its commit once, as
 `catalog add` does) and an optional GPU class (`--gpu CLASS`, or the class alone):
@@ -17,9 +18,13 @@ others go on, except when the Hub gave no answer at all: the lines after it are 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from catalog import naming
 from catalog.errors import CatalogError, UsageError
@@ -109,4 +114,193 @@ def import_list(listed: Sequence[Listed], settings: CatalogSettings, catalog_dir
             continue
         done.append(Imported(f"{item.repo}@{new.revision[:12]}", Outcome.WRITTEN, f"{item.ref} was {new.revision[:12]}",
                              new.name, new.path))
+    return done
+
+
+# -- `catalog import --model-list FILE`: a model list with per-model engine flags -----------------------------------
+# The shape of vLLM's `.buildkite/amd-disagg/models.yaml`: a top-level `models:` list, each entry a `model` (a repo
+# id, or a name with `hf_repo:`), its `env`, and flags as the launcher splices them into `vllm serve` (whitespace-split
+# strings: `base_flags`, `flags`, `experimental_flags`). Per-role flags (`prefill:`/`decode:` of a disaggregated
+# launcher) are the launcher's, not the model's: said and left out.
+FLAG_KEYS = ("base_flags", "flags", "experimental_flags")
+ROLE_KEYS = ("prefill", "decode")
+ENTRY_KEYS = frozenset({"model", "hf_repo", "revision", "gpu", "env", *FLAG_KEYS, *ROLE_KEYS})
+LAUNCHER_ARGS = frozenset({"host", "port"})  # where the server listens: the job's, not the model's
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    repo: str
+    ref: str
+    gpu: str | None
+    args: dict[str, Any]  # the profile's arguments, in the list's order
+    env: dict[str, str]
+    left_out: tuple[str, ...]  # what the list says that a profile does not carry, each with why
+    where: str  # file:line
+
+
+def _value(text: str) -> Any:
+    """A flag's value as a manifest writes it: a whole number, a number, a JSON object, or text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_flags(flags: str) -> tuple[dict[str, Any], list[str]]:
+    """Pure: launcher flags (split on whitespace, as an unquoted shell expansion splits them) -> profile arguments, and
+    what was left out (the catalog's own arguments, where the server listens, stray words), each with why."""
+    from catalog.rules import CATALOG_ENGINE_ARGS
+
+    args: dict[str, Any] = {}
+    left_out: list[str] = []
+    tokens = flags.split()
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        i += 1
+        if not token.startswith("--"):
+            left_out.append(f"{token!r}: a value without a flag")
+            continue
+        name, eq, inline = token[2:].partition("=")
+        name = name.replace("_", "-")
+        if eq:
+            value: Any = _value(inline)
+        elif i < len(tokens) and not tokens[i].startswith("--"):
+            value, i = _value(tokens[i]), i + 1
+        else:
+            value = True
+        if name.startswith("no-") and value is True:
+            name, value = name[3:], False
+        if name in CATALOG_ENGINE_ARGS:
+            left_out.append(f"--{name}: the catalog derives it from the manifest"
+                            + (" (allow_code, once the model's code is reviewed)" if name == "trust-remote-code" else ""))
+        elif name in LAUNCHER_ARGS:
+            left_out.append(f"--{name}: the job's, not the model's")
+        else:
+            args[name] = value
+    return args, left_out
+
+
+def parse_model_list(text: str, display: str, gpu_classes: Sequence[str]) -> list[ListedModel]:
+    """Pure: every entry of a model list, or UsageError naming each bad entry (file:line: what; nothing is written)."""
+    from catalog import yamlsource
+    from catalog.rules import CATALOG_ENV_PREFIXES, SECRET_WORDS
+
+    try:
+        located = yamlsource.parse(text)
+    except yamlsource.YamlProblem as exc:
+        raise UsageError(f"{display}:{exc.line}: {exc.message}") from None
+    entries = located.data.get("models") if isinstance(located.data, dict) else None
+    if not isinstance(entries, list):
+        raise UsageError(f"{display}:1: a model list is a mapping with a `models:` list", hint="see `catalog import --help`")
+    listed: list[ListedModel] = []
+    problems: list[str] = []
+    for index, entry in enumerate(entries):
+        where = f"{display}:{located.lines.line_of(('models', index))}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
+            problems.append(f"{where}: an entry is a mapping with a `model:` (a repo id, or a name with `hf_repo:`)")
+            continue
+        unknown = sorted(set(entry) - ENTRY_KEYS)
+        repo = str(entry.get("hf_repo") or entry["model"])
+        gpu = entry.get("gpu")
+        env = entry.get("env") or {}
+        if unknown:
+            problems.append(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(ENTRY_KEYS))})")
+        elif (message := naming.check_hf_repo(repo)) is not None:
+            problems.append(f"{where}: {message}" + ("" if "hf_repo" in entry else f"; give `hf_repo:` for {entry['model']!r}"))
+        elif gpu is not None and gpu not in gpu_classes:
+            problems.append(f"{where}: unknown GPU class {gpu!r} (known: {', '.join(sorted(gpu_classes))})")
+        elif not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            problems.append(f"{where}: env is a mapping of variable names to quoted values")
+        elif any(not isinstance(entry.get(k, ""), str) for k in FLAG_KEYS):
+            problems.append(f"{where}: {', '.join(FLAG_KEYS)} are strings of flags")
+        else:
+            args: dict[str, Any] = {}
+            left_out: list[str] = []
+            for key in FLAG_KEYS:
+                more, dropped = parse_flags(str(entry.get(key) or ""))
+                args |= more
+                left_out += dropped
+            left_out += [f"{role}: per-role flags of a disaggregated launcher, not the model's" for role in ROLE_KEYS
+                         if role in entry]
+            kept: dict[str, str] = {}
+            for name, value in env.items():
+                if name.upper().startswith(CATALOG_ENV_PREFIXES):
+                    left_out.append(f"env {name}: set by the catalog or the store")
+                elif set(name.upper().split("_")) & SECRET_WORDS:
+                    left_out.append(f"env {name}: named like a credential (never in a manifest)")
+                else:
+                    kept[name] = value
+            listed.append(ListedModel(repo, str(entry.get("revision") or "main"), gpu, args, kept, tuple(left_out), where))
+    if problems:
+        raise UsageError(f"{len(problems)} bad entr{'y' if len(problems) == 1 else 'ies'} in the list, nothing was written: "
+                         f"{'; '.join(problems)}")
+    return listed
+
+
+def profile_block(gpu_class: str, args: dict[str, Any], env: dict[str, str]) -> str:
+    """The `profiles:` block a manifest gets for one class (YAML, the list's order kept)."""
+    profile: dict[str, Any] = {}
+    if args:
+        profile["args"] = args
+    if env:
+        profile["env"] = env
+    return yaml.safe_dump({"profiles": {gpu_class: profile}}, sort_keys=False, default_flow_style=False, width=120)
+
+
+def with_profile_text(text: str, listed: ListedModel, gpu_class: str) -> str:
+    """A written manifest's text with the entry's profile before its `files:` block, and `gpu.count` raised to the
+    ranks its flags ask for (tensor x pipeline parallel size)."""
+    ranks = 1
+    for key in ("tensor-parallel-size", "pipeline-parallel-size"):
+        value = listed.args.get(key)
+        ranks *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+    if ranks > 1:
+        text = text.replace(f"gpu: {{class: {gpu_class}}}\n", f"gpu: {{class: {gpu_class}, count: {ranks}}}\n", 1)
+    block = profile_block(gpu_class, listed.args, listed.env) if listed.args or listed.env else ""
+    head, sep, tail = text.partition("\nfiles:")
+    return head + "\n" + block + sep.lstrip("\n") + tail if sep else text + block
+
+
+def import_model_list(listed: Sequence[ListedModel], settings: CatalogSettings, catalog_dir: Path, hub: HubOptions,
+                      gpu: str | None, hf_cache: Path | None) -> list[Imported]:
+    """Pin each listed model with its profile: from the HF cache `hf_cache` where it holds the repo at the listed
+    revision (no Hub request), else from the Hub as `catalog add` pins it. A repo the catalog pins already is
+    skipped (its profile is not rewritten: said, with the block to add)."""
+    from resolver.hf_import import find_snapshots, import_from_cache
+    from resolver.lock import atomic_text_write
+
+    done: list[Imported] = []
+    for item in listed:
+        gpu_class = item.gpu or gpu or settings.default_gpu
+        existing, _ = existing_docs(catalog_dir)
+        same = pinned_as(existing, item.repo, item.ref if naming.check_revision(item.ref) is None else None, None)
+        if same is not None:
+            block = profile_block(gpu_class, item.args, item.env).replace("\n", " ").strip()
+            done.append(Imported(f"{item.repo}@{item.ref}", Outcome.SKIPPED, f"already pinned as {same!r}; its profile is "
+                                 f"not rewritten: add `{block}` to it by hand", name=same))
+            continue
+        cached = hf_cache is not None and not find_snapshots(hf_cache, [f"{item.repo}@{item.ref}"])[1]
+        if cached:
+            assert hf_cache is not None
+            results = import_from_cache(hf_cache, [f"{item.repo}@{item.ref}"], catalog_dir, settings, gpu=gpu_class,
+                                        load_format=None, deep=False)
+        else:
+            results = import_list([Listed(item.repo, item.ref, gpu_class, item.where)], settings, catalog_dir, hub, gpu_class)
+        for result in results:
+            if result.outcome is Outcome.WRITTEN and result.path is not None:
+                atomic_text_write(result.path, with_profile_text(result.path.read_text(encoding="utf-8"), item, gpu_class))
+                said = f"{result.message}, {'from the HF cache' if cached else 'from the Hub'}, profile {gpu_class}"
+                if item.left_out:
+                    said += "; left out: " + "; ".join(item.left_out)
+                result = Imported(result.label, result.outcome, said, result.name, result.path, result.files)
+            done.append(result)
     return done

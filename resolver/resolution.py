@@ -15,6 +15,7 @@ from typing import Any
 
 from catalog.formats import EngineTarget, LoadFormat
 from resolver import mounts
+from resolver.profiles import Profile, merge_args
 from resolver.views import Layout
 
 
@@ -55,6 +56,7 @@ class Resolution:
     # `--load-format catalog`: the loader config the engine's verified loader gets (the logical name and where the
     # catalog, store and cache are); None: the format's own loader reads the weights (local, or streamed unverified)
     verified_loader: Mapping[str, str] | None = None
+    profile: Profile | None = None  # the manifest's engine profile for the runner's GPU class (resolver/profiles.py)
 
     @property
     def streams(self) -> bool:
@@ -68,6 +70,7 @@ class Resolution:
             "bytes": self.bytes, "source": self.source, "sources": dict(self.sources), "layout": self.layout.value,
             "hub_cache": str(self.hub_cache) if self.hub_cache else None, "weights_uri": self.weights_uri,
             "filesystem": self.filesystem, "engine_loader": "catalog" if self.verified_loader is not None else "plain",
+            "profile": self.profile.to_json() if self.profile else None,
             "engine_args": engine_args(self) if self.load_format.spec.engine else None, "env": engine_env(self),
         }
 
@@ -117,7 +120,7 @@ def engine_args(r: Resolution) -> list[str]:
     args += loader_config_args(r.loader if r.verified_loader is None else r.verified_loader)
     if prefetch(r):
         args += ["--safetensors-load-strategy", "prefetch"]
-    return args
+    return merge_args(args, r.profile.args) if r.profile else args
 
 
 VERIFIED_LOAD_FORMAT = "catalog"  # the load format the package's vLLM plugin registers (catalog_app/vllm_plugin.py)
@@ -163,4 +166,6 @@ def engine_env(r: Resolution) -> dict[str, str]:
         env |= {"HF_HUB_CACHE": str(r.hub_cache), "HF_HUB_OFFLINE": "1"}
     if r.streams:
         env |= dict(r.stream_env)
+    if r.profile:
+        env |= dict(r.profile.env)
     return env

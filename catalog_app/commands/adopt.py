@@ -30,16 +30,23 @@ if TYPE_CHECKING:
                    "no Hub request.")
 @click.option("--repos", "repos_file", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="A list of models, one `org/name[@revision] [--gpu CLASS]` a line: each added and locked from the Hub.")
+@click.option("--model-list", "model_list", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="A YAML model list with per-model flags (`models:` entries with `model` or `hf_repo`, `revision`, `gpu`, "
+                   "`env`, `base_flags`/`flags`): each pinned with an engine profile of its class, from --from-hf-cache "
+                   "where the cache holds it (no Hub request), else from the Hub.")
 @click.option("--gpu", "gpu_class", metavar="CLASS", help="GPU class of the new models (default: the catalog's default).")
 @click.option("--load-format", help="Load format of the new models (default: detected as `catalog add` does).")
 @click.option("--deep", is_flag=True, help="--from-hf-cache: re-hash LFS blobs too (else their names, checked by size, are the pins).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
 def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | None, repos_file: Path | None,
-                   gpu_class: str | None, load_format: str | None, deep: bool, fmt: str) -> int:
-    """Write locked manifests for models CI already has: an HF cache's snapshots, or a list of repos."""
-    if (hf_cache is None) == (repos_file is None):
-        raise UsageError("give --from-hf-cache DIR or --repos FILE")
+                   model_list: Path | None, gpu_class: str | None, load_format: str | None, deep: bool, fmt: str) -> int:
+    """Write locked manifests for models CI already has: an HF cache's snapshots, a list of repos, or a model list
+    with per-model flags (engine profiles)."""
+    if model_list is not None and (repos_file is not None or repos):
+        raise UsageError("--model-list names its models itself; give it alone (with --from-hf-cache DIR where they are cached)")
+    if model_list is None and (hf_cache is None) == (repos_file is None):
+        raise UsageError("give --from-hf-cache DIR, --repos FILE or --model-list FILE")
     if repos and hf_cache is None:
         raise UsageError("REPO[@REV] arguments choose snapshots of --from-hf-cache; list repos in the --repos file instead")
     root = catalog_dir(ctx)
@@ -52,7 +59,14 @@ def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | 
         from resolver.add import parse_load_format
 
         parse_load_format(load_format)
-    if hf_cache is not None:
+    if model_list is not None:
+        from resolver.repo_list import import_model_list, parse_model_list
+
+        if load_format is not None:
+            raise UsageError("--load-format applies to --from-hf-cache alone; a listed model's format is detected")
+        models = parse_model_list(_read(model_list), str(model_list), list(catalog_settings.gpu_classes))
+        done = import_model_list(models, catalog_settings, root, HubOptions.from_settings(settings(ctx)), gpu_class, hf_cache)
+    elif hf_cache is not None:
         from resolver.hf_import import import_from_cache
 
         done = import_from_cache(hf_cache, repos, root, catalog_settings, gpu=gpu_class, load_format=load_format, deep=deep)
@@ -60,11 +74,7 @@ def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | 
         from resolver.repo_list import import_list, parse_repo_list
 
         assert repos_file is not None
-        try:
-            text = repos_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {repos_file}: {exc}") from None
-        listed = parse_repo_list(text, str(repos_file), list(catalog_settings.gpu_classes))
+        listed = parse_repo_list(_read(repos_file), str(repos_file), list(catalog_settings.gpu_classes))
         if load_format is not None:
             raise UsageError("--load-format applies to --from-hf-cache; a listed repo's format is detected")
         done = import_list(listed, catalog_settings, root, HubOptions.from_settings(settings(ctx)), gpu_class)
@@ -72,6 +82,13 @@ def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | 
     problems = load_dir(root, written).problems if written else []
     _report(done, problems, fmt)
     return 1 if problems or any(d.outcome is Outcome.REFUSED for d in done) else 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
 
 
 def _report(done: Sequence[Imported], problems: Sequence[object], fmt: str) -> None:

@@ -12,11 +12,13 @@ import click
 from catalog.errors import UsageError
 from catalog_app import outputs, warm
 from catalog_app.context import cache_option, load_catalog, settings, store_options
+from catalog_app.machine import detect_machine
 from catalog_app.progress import for_terminal, human_bytes, plural
 from catalog_app.trust import trust_options
 from resolver.cache import Cache, cache_error
 from resolver.views import Layout
 from resolver.resolution import Resolution
+from resolver.profiles import with_profile
 from resolver.resolve import ResolveOptions, Source, command_in_use, resolve, snapshot_owners
 from resolver.stores import open_catalog_store
 from resolver.signatures import require as require_signatures
@@ -91,6 +93,8 @@ def resolve_command(
         if others:
             log.warning("not in the hf-cache layout (their repo ids load another manifest's files; resolve them by "
                         "name with --layout dir): %s", ", ".join(others))
+    # The engine profile of this runner's class (CATALOG_GPU_CLASS, else detected), asked only when one could apply.
+    gpu_class = detect_machine(cat.settings, current).gpu_class if any(cat.get(n).profiles for n in selected) else None
     signed = require_signatures(cat, selected, cache_root=current.cache_dir, settings=current)  # ... and unsigned ones
     progress = for_terminal(sum(m.total_bytes for m in (cat.get(n) for n in selected)))
     began = time.time()  # no proof of a streamed object made below is older (the warm index bounds its age)
@@ -99,7 +103,8 @@ def resolve_command(
         with command_in_use(cat, selected, cache, options):  # resolving the next never evicts the ones before
             for name in selected:
                 started = time.perf_counter()
-                result = resolve(cat, name, cache=cache, store=the_store, options=options, progress=progress)
+                result = with_profile(resolve(cat, name, cache=cache, store=the_store, options=options, progress=progress),
+                                      cat.get(name), gpu_class)
                 log.info("resolved %s from %s in %.3fs", name, result.source, time.perf_counter() - started)
                 results.append(result)
     finally:

@@ -201,7 +201,7 @@ def test_matrix_groups_models_by_gpu_class() -> None:
     sharded = next(m for m in table["cpu"] if m["name"] == "tiny-llama-sharded")
     assert sharded["gpu_count"] == 2 and sharded["load_format"] == "runai_streamer_sharded"
     steps = yaml.safe_load(run("matrix", "--gpu", "cpu", "--format", "buildkite").stdout)["steps"]
-    assert len(steps) == 1 and steps[0]["agents"] == {"queue": "cpu"}
+    assert steps[0]["key"] == "catalog-prewarm-cpu" and steps[0]["agents"] == {"queue": "cpu"}  # then a job per model
     assert steps[0]["command"] == "catalog resolve tiny-llama tiny-llama-sharded tiny-llama-tensorizer tiny-qwen2 tiny-sts --format json"
     assert run("matrix", "--gpu", "tpu").returncode == 2
 
