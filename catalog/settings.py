@@ -92,6 +92,7 @@ RETRY_MODES = ("standard", "adaptive", "legacy")
 MODES = {"ci": ("store", False), "dev": ("fallback", False), "offline": ("store", True)}
 SOURCES = ("store", "hf", "fallback")
 PREFER = ("local", "stream")  # --prefer: a streamed model with every weight at hand comes back local, or streams
+ENGINE_ENV_PREFIXES = ("VLLM_", "TORCH")  # Settings.engine_env
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,9 @@ class Settings:
     debug: bool = False
     ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
     oci: OciOptions = field(default_factory=OciOptions)
+    # The engine's own variables (VLLM_*, TORCH*), as they are: what a derived artifact's key reads (catalog/derived.py
+    # picks those that can change one). Not the catalog's settings, so not in ENV; never shown (an engine's API key).
+    engine_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, env: Mapping[str, str], **flags: Any) -> Settings:
@@ -222,6 +226,7 @@ class Settings:
             trusted_roots=tuple(Path(str(r).strip()).expanduser() for r in roots),
             ignored=ignored,
             oci=_oci_options(env),
+            engine_env={k: v for k, v in env.items() if k.startswith(ENGINE_ENV_PREFIXES)},
         )
 
     @classmethod

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from catalog.errors import CatalogError, UsageError
+from catalog_app import derived_plugin
 
 if TYPE_CHECKING:  # the catalog and resolver load on first use: every pytest session imports this module
     from catalog.lookup import Catalog
@@ -250,6 +251,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--catalog-prefetch", action="store_true", default=False,
                     help="Resolve every model the collected tests mark with catalog_model, in parallel, before "
                          "the first test runs.")
+    derived_plugin.add_options(group)  # --catalog-compile-cache, --catalog-engine-args (catalog_app/derived_plugin.py)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -259,6 +261,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "as the catalog_resolution fixture; skip when this machine's GPU class is too small for it.",
     )
     config.stash[SESSION] = _Session()
+    derived_plugin.configure(config, config.stash[SESSION])
 
 
 @pytest.hookimpl(tryfirst=True)
