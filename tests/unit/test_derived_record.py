@@ -92,3 +92,18 @@ def test_store_keys_stay_in_the_derived_area() -> None:
     assert derived.blob_key("ab" + "c" * 62) == f".model-catalog/derived-blobs/ab/ab{'c' * 62}"
     with pytest.raises(DerivedError):
         derived.blob_key("../x")
+
+
+def test_a_whole_store_sync_leaves_derived_entries_alone() -> None:
+    """Derived records and blobs lie under no model's prefix, yet they are no orphans: `sync --prune
+    --delete-orphans` must never plan to delete them (nor `sync --check` call them drift)."""
+    from catalog.schema import ModelManifest
+    from resolver.stores import ObjectInfo
+    from resolver.sync import plan
+
+    model = ModelManifest.model_validate({"name": "m", "source": {"hf_repo": "org/m", "revision": "0" * 40},
+                                          "s3_prefix": "s3://b/m/", "load_format": "safetensors", "files": []})
+    listing = [ObjectInfo(derived.record_key("m/", "vllm-compile", KEY), 10, "e"), ObjectInfo(derived.blob_key("a" * 64), 3, "e"),
+               ObjectInfo("stray/object", 1, "e")]
+    items = plan([model], {"m": "m/"}, listing, {}, whole_store=True, prune=True, delete_orphans=True).items
+    assert [(i.action.value, i.key) for i in items] == [("orphan", "stray/object")]
