@@ -125,17 +125,18 @@ def key_inputs(manifest: ModelManifest, the_kind: Kind, args: Sequence[str], env
 # -- the engine cache folder's note -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Note:
-    """What restore prepared an engine cache folder for: publish reads it back."""
+    """What restore prepared an engine cache folder for: publish reads it back. The engine arguments as the key keeps
+    them (normalized, without the ignored ones: no `--api-key` lands here)."""
 
     name: str
     kind: str
     key: str
-    args: tuple[str, ...]
+    args: tuple[tuple[str, str | None], ...]
     outcome: str  # "hit", "miss" or "refused"
     refused: tuple[str, ...] = ()  # sha256s of stored blobs that were refused (publish uploads them again)
 
     def to_json(self) -> bytes:
-        return json.dumps({"name": self.name, "kind": self.kind, "key": self.key, "args": list(self.args),
+        return json.dumps({"name": self.name, "kind": self.kind, "key": self.key, "args": [list(a) for a in self.args],
                            "outcome": self.outcome, "refused": list(self.refused)}, indent=1).encode()
 
 
@@ -149,7 +150,8 @@ def read_note(engine_cache: Path, the_kind: Kind, name: str) -> Note | None:
         if path.stat().st_size > 1024 * 1024:
             return None
         raw = json.loads(path.read_bytes())
-        return Note(str(raw["name"]), str(raw["kind"]), str(raw["key"]), tuple(map(str, raw["args"])), str(raw["outcome"]),
+        args = tuple((str(n), None if v is None else str(v)) for n, v in raw["args"])
+        return Note(str(raw["name"]), str(raw["kind"]), str(raw["key"]), args, str(raw["outcome"]),
                     tuple(map(str, raw.get("refused") or ())))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -267,7 +269,7 @@ def restore(cat: Catalog, name: str, the_kind: Kind, args: Sequence[str], engine
     outcome = "hit" if report.hit else "refused" if refused else "miss"
     note = note_path(engine_cache, the_kind, name)
     note.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(note, Note(name, the_kind.name, key, tuple(args), outcome, tuple(refused)).to_json())
+    atomic_write(note, Note(name, the_kind.name, key, inputs.args, outcome, tuple(refused)).to_json())
     return report
 
 
@@ -427,7 +429,7 @@ def publish(cat: Catalog, name: str, the_kind: Kind, engine_cache: Path, *, cach
         raise UsageError(f"{engine_cache} was not prepared for {name} ({the_kind.name}) by `catalog derived restore`",
                          hint=f"run `catalog derived restore {name} --kind {the_kind.name} --engine-cache "
                               f"{engine_cache} -- ARGS` before the engine, and the engine with its environment")
-    inputs = key_inputs(manifest, the_kind, note.args, env, probe, str(engine_cache))
+    inputs = dataclasses.replace(key_inputs(manifest, the_kind, (), env, probe, str(engine_cache)), args=note.args)
     key = inputs.key()
     report = PublishReport(name, the_kind.name, key)
     if key != note.key:

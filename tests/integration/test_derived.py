@@ -316,3 +316,15 @@ def test_each_changed_input_is_a_miss(change: str, published: Path, bundled: Cat
     else:
         assert not answer.hit and answer.reason.startswith("nothing stored under this key")
         assert held(tmp_path / "engine-b") == {}
+
+
+def test_the_engine_folder_note_keeps_no_ignored_argument(bundled: Catalog, tmp_path: Path) -> None:
+    """restore's note (what publish reads back) holds the arguments as the key keeps them: an `--api-key` the engine
+    is given is neither keyed nor written down."""
+    answer = restore(bundled, "tiny-llama", VLLM_COMPILE, (*ARGS, "--api-key", "s3cr3t"), tmp_path / "engine",
+                     cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "store")), options=ResolveOptions(),
+                     env={}, probe=PROBE)
+    plain = restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-2", cache=Cache(tmp_path / "cache"),
+                    store=open_store(str(tmp_path / "store")), options=ResolveOptions(), env={}, probe=PROBE)
+    assert answer.key == plain.key
+    assert "s3cr3t" not in "".join(p.read_text() for p in (tmp_path / "engine").rglob("*.json"))
