@@ -211,7 +211,7 @@ class Platform:
     python: str  # "cpython-3.11": compiled artifacts hold pickles and bytecode of that version
     libc: str  # "glibc 2.36": compiled C++ kernels link against it
     cpu: tuple[str, ...]  # cpu_features()
-    gpus: tuple[str, ...] = ()  # per device: "<name> (compute capability X.Y)"; () on a CPU-only machine
+    gpus: tuple[str, ...] = ()  # each kind of device: "<name> (compute capability X.Y)"; () on a CPU-only machine
 
     def to_json(self) -> dict[str, Any]:
         return {"system": self.system, "machine": self.machine, "python": self.python, "libc": self.libc,

@@ -56,8 +56,8 @@ RECORD_MAX_AGE = 14 * 24 * 3600  # gc: a local record unused this long goes, and
 
 # -- probing the machine ------------------------------------------------------------------------------------------
 def probe_platform(cpuinfo: Path = Path("/proc/cpuinfo"), nvidia_smi: str | None = None) -> Platform:
-    """This machine as the key sees it: OS, architecture, Python, libc, the CPU's features and each GPU's name and
-    compute capability (from `nvidia-smi`, when there is one; None: looked up on PATH)."""
+    """This machine as the key sees it: OS, architecture, Python, libc, the CPU's features and each kind of GPU's name
+    and compute capability (from `nvidia-smi`, when there is one; None: looked up on PATH)."""
     try:
         text = cpuinfo.read_text(errors="replace") if cpuinfo.is_file() else ""
     except OSError:
@@ -79,7 +79,8 @@ def _gpus(nvidia_smi: str | None) -> tuple[str, ...]:
         log.warning("nvidia-smi could not list the GPUs; the key names none (a GPU runner's entries will not match)")
         return ()
     rows = [[part.strip() for part in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
-    return tuple(f"{row[0]} (compute capability {row[1] if len(row) > 1 else '?'})" for row in rows)
+    # Each kind of device once: how many there are is the engine arguments' business (--tensor-parallel-size).
+    return tuple(sorted({f"{row[0]} (compute capability {row[1] if len(row) > 1 else '?'})" for row in rows}))
 
 
 def engine_versions(the_kind: Kind) -> dict[str, str]:
@@ -266,7 +267,10 @@ def restore(cat: Catalog, name: str, the_kind: Kind, args: Sequence[str], engine
         except MissingObjectError as exc:
             report.reason = f"incomplete entry: {exc.message}"
             log.warning("%s; restoring nothing: the engine compiles as if nothing were stored", exc.message)
-    outcome = "hit" if report.hit else "refused" if refused else "miss"
+    if record is None and report.reason.startswith("refused"):
+        log.warning("restoring nothing: the engine compiles as if nothing were stored")
+    # A refused or incomplete entry is replaced by this runner's publish; a plain miss is published if still absent.
+    outcome = "hit" if report.hit else "refused" if report.reason.startswith(("refused", "incomplete")) else "miss"
     note = note_path(engine_cache, the_kind, name)
     note.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(note, Note(name, the_kind.name, key, inputs.args, outcome, tuple(refused)).to_json())

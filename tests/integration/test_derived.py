@@ -148,6 +148,9 @@ def test_an_incomplete_entry_is_a_miss_that_writes_nothing(s3_server: SeaweedSer
     client.delete_object(Bucket=bucket, Key=blob_key(hashlib.sha256(ENGINE_FILES["torchinductor/rt/crtn3jcb.main.so"]).hexdigest()))
     answer = restore_cli(store, tmp_path / "cache-b", tmp_path / "engine-b")
     assert answer["hit"] is False and answer["reason"].startswith("incomplete entry") and held(tmp_path / "engine-b") == {}
+    run_engine(tmp_path / "engine-b")
+    done = json.loads(publish_cli(store, tmp_path / "cache-b", tmp_path / "engine-b").stdout)
+    assert (done["published"], done["uploaded"]) == (True, 1)  # the one blob the store lacked
 
 
 def test_a_tampered_record_is_refused(s3_server: SeaweedServer, bucket: str, bundled: Catalog, tmp_path: Path) -> None:
@@ -163,6 +166,9 @@ def test_a_tampered_record_is_refused(s3_server: SeaweedServer, bucket: str, bun
     answer = restore_cli(store, tmp_path / "cache-b", tmp_path / "engine-b")
     assert answer["hit"] is False and "is not a path a vllm-compile entry may hold" in answer["reason"]
     assert held(tmp_path / "engine-b") == {} and not (tmp_path / ".bashrc").exists()
+    run_engine(tmp_path / "engine-b")  # that runner compiled: its publish replaces the refused record
+    assert json.loads(publish_cli(store, tmp_path / "cache-b", tmp_path / "engine-b").stdout)["published"] is True
+    assert restore_cli(store, tmp_path / "cache-c", tmp_path / "engine-c")["hit"] is True
 
 
 def test_publish_needs_the_folder_a_restore_prepared(bucket_store: str, tmp_path: Path) -> None:

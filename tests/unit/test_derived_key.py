@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,20 @@ def test_cpu_features_are_those_every_processor_has() -> None:
     assert cpu_features(cpuinfo) == ("avx", "avx2", "avx512f", "sse4_2")
     assert cpu_features("Features\t: fp asimd sve\n") == ("asimd", "sve")
     assert cpu_features("") == ()
+
+
+def test_the_gpus_are_each_kind_of_device_nvidia_smi_lists(tmp_path: Path) -> None:
+    from resolver.derived import probe_platform
+
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\nprintf 'NVIDIA H100 80GB HBM3, 9.0\\nNVIDIA H100 80GB HBM3, 9.0\\nNVIDIA L4, 8.9\\n'\n")
+    tool.chmod(0o755)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t: avx avx2\n")
+    found = probe_platform(cpuinfo, str(tool))
+    assert found.gpus == ("NVIDIA H100 80GB HBM3 (compute capability 9.0)", "NVIDIA L4 (compute capability 8.9)")
+    assert found.cpu == ("avx", "avx2")
+    broken = tmp_path / "broken-smi"
+    broken.write_text("#!/bin/sh\nexit 9\n")
+    broken.chmod(0o755)
+    assert probe_platform(cpuinfo, str(broken)).gpus == ()
