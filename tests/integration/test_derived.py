@@ -334,3 +334,19 @@ def test_the_engine_folder_note_keeps_no_ignored_argument(bundled: Catalog, tmp_
                     store=open_store(str(tmp_path / "store")), options=ResolveOptions(), env={}, probe=PROBE)
     assert answer.key == plain.key
     assert "s3cr3t" not in "".join(p.read_text() for p in (tmp_path / "engine").rglob("*.json"))
+
+
+def test_eviction_takes_derived_blobs_and_the_next_restore_fetches_them_again(published: Path, bundled: Catalog,
+                                                                              tmp_path: Path) -> None:
+    """Under a size limit, derived blobs are blobs no view uses: evicted before any view. The record stays; the next
+    restore finds its files missing from the cache and fetches them again, verified."""
+    cache = Cache(tmp_path / "cache-b")
+    store = open_store(str(published))
+    first = restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-b", cache=cache, store=store,
+                    options=ResolveOptions(), env={}, probe=PROBE)
+    assert first.hit and first.source == store.url
+    cli("gc", "--cache", str(cache.root), "--max-size", "0")
+    assert not [p for p in cache.blobs.rglob("*") if p.is_file()]
+    again = restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-c", cache=cache, store=store,
+                    options=ResolveOptions(), env={}, probe=PROBE)
+    assert (again.hit, again.source) == (True, store.url) and held(tmp_path / "engine-c") == ENGINE_FILES
