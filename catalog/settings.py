@@ -110,6 +110,7 @@ SOURCES = ("store", "hf", "fallback")
 PREFER = ("local", "stream")  # --prefer: a streamed model with every weight at hand comes back local, or streams
 ENGINE_LOADERS = ("auto", "catalog", "plain")  # CATALOG_ENGINE_LOADER
 LOG_ENTRIES = ("check", "accept-unchecked")  # CATALOG_LOG_ENTRIES: transparency-log entries checked, or not
+ENGINE_ENV_PREFIXES = ("VLLM_", "TORCH")  # Settings.engine_env
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,9 @@ class Settings:
     debug: bool = False
     ignored: tuple[str, ...] = ()  # set variables we do not use, with why (shown as warnings)
     oci: OciOptions = field(default_factory=OciOptions)
+    # The engine's own variables (VLLM_*, TORCH*), as they are: what a derived artifact's key reads (catalog/derived.py
+    # picks those that can change one). Not the catalog's settings, so not in ENV; never shown (an engine's API key).
+    engine_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, env: Mapping[str, str], **flags: Any) -> Settings:
@@ -270,6 +274,7 @@ class Settings:
             log_entries=log_entries,
             ignored=ignored,
             oci=_oci_options(env),
+            engine_env={k: v for k, v in env.items() if k.startswith(ENGINE_ENV_PREFIXES)},
         )
 
     @classmethod

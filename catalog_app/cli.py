@@ -16,7 +16,7 @@ COMMAND_MODULES = {
     "validate": "catalog", "list": "catalog", "show": "catalog", "matrix": "catalog", "schema": "catalog",
     "resolve": "resolve", "verify": "resolve", "gc": "resolve", "lock": "pin", "add": "pin", "tensorize": "pin",
     "sync": "sync", "check-load": "check_load", "publish": "publish", "sign": "sign", "import": "adopt",
-    "audit-upstream": "adopt",
+    "audit-upstream": "adopt", "derived": "derived",
 }
 
 

@@ -70,11 +70,14 @@ def synopsis() -> str:
     groups = {name: [_usage(p) for p in params] for name, params in OPTION_GROUPS.items()}
     commands = cli.load_all()
     for name in sorted(commands):
-        parts = [name, *(_usage(param) for param in commands[name].params if param.name != "help")]
-        for group, usages in groups.items():  # a group of options several commands share, named once below
-            if all(u in parts for u in usages):
-                parts = [p for p in parts if p not in usages] + [f"[{group}]"]
-        lines.extend(_wrap([p for p in parts if p]))
+        command = commands[name]  # a group (`derived`) is listed by its subcommands
+        for full, sub in ([(f"{name} {n}", c) for n, c in sorted(command.commands.items())]
+                          if isinstance(command, click.Group) else [(name, command)]):
+            parts = [full, *(_usage(param) for param in sub.params if param.name != "help")]
+            for group, usages in groups.items():  # a group of options several commands share, named once below
+                if all(u in parts for u in usages):
+                    parts = [p for p in parts if p not in usages] + [f"[{group}]"]
+            lines.extend(_wrap([p for p in parts if p]))
     lines += [f"{group}: {' '.join(usages)}" for group, usages in groups.items()]
     return "```\n" + "\n".join(lines) + "\n```\n"
 
@@ -92,6 +95,8 @@ def _store_and_trust_options() -> dict[str, list[click.Parameter]]:
 def _usage(param: click.Parameter) -> str:
     name = (param.name or "").upper()
     if isinstance(param, click.Argument):
+        if param.nargs == -1 and isinstance(param.type, click.types.UnprocessedParamType):
+            return f"[-- {name.removesuffix('S')}...]"  # passed through as given (an engine's own arguments)
         return f"{name.removesuffix('S')}..." if param.nargs == -1 else name
     if not isinstance(param, click.Option):
         return ""

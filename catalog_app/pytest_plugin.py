@@ -47,6 +47,7 @@ import pytest
 
 from catalog.errors import CatalogError, UsageError
 from catalog_app.machine import CPU, Machine, detect_machine, match_gpu_class, probe_cuda
+from catalog_app import derived_plugin
 
 if TYPE_CHECKING:  # the catalog and resolver load on first use: every pytest session imports this module
     from catalog.lookup import Catalog
@@ -293,6 +294,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="At the end, write a CycloneDX 1.6 bill of materials of every model this session's tests "
                          "resolved (files, sha256, the signature's verdict) to FILE.")
 
+    derived_plugin.add_options(group)  # --catalog-compile-cache, --catalog-engine-args (catalog_app/derived_plugin.py)
 
 def _guard_wanted(config: pytest.Config) -> bool:
     # Before the command line is parsed in full (the initial conftests' hook), only its known arguments are.
@@ -331,6 +333,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "as the catalog_resolution fixture; skip when this machine's GPU class is too small for it.",
     )
     state = config.stash.setdefault(SESSION, _Session())
+    derived_plugin.configure(config, state)
     config.pluginmanager.register(_Collector(state), "model-catalog-collector")
     _start_guard(config)  # a plugin registered after the initial conftests (-p, an in-process run)
 

@@ -15,6 +15,7 @@
     <root>/tier-checks/<sha256>.json    shared-tier files that hashed right, by file identity (resolver/tiers.py)
     <root>/active/<token>.json          resolves in progress, each record under its writer's flock (resolver/capacity.py)
     <root>/signature-checks/<aa>/<key>  verdicts earlier versions kept (never read now: plantable); gc removes them
+    <root>/derived/<kind>/<key>.json    derived entries' records (their files are blobs above; resolver/derived.py)
 
 `catalog gc` cleans every one of them. A warm resolve reads one marker and stats each file: no byte of
 any weight is read. What a view and a marker are, and the pure decisions over them, are in resolver/views.py.
@@ -91,6 +92,7 @@ class Cache:
         self.tier_checks = self.root / "tier-checks"  # resolver/tiers.py: tier files that hashed right, by identity
         self.active = self.root / "active"  # resolver/capacity.py: resolves in progress, each under its flock
         self.signature_checks = self.root / "signature-checks"  # earlier versions' verdicts, for gc to remove
+        self.derived = self.root / "derived"  # resolver/derived.py: records of derived entries (compile caches)
         # Folders this process made or found, proven inside the cache: a download of many small files writes into
         # the same few, and proving each again cost several syscalls per file (docs/benchmarks.md).
         self._made: set[Path] = set()

@@ -127,6 +127,10 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
     """
     now = time.time() if now is None else now
     referenced: set[str] = {f.sha256 for m in cat for f in m.files}
+    from resolver.derived import gc_candidates  # derived entries: a recent record keeps its blobs (resolver/derived.py)
+
+    stale_derived, derived_blobs = gc_candidates(cache, now)
+    referenced |= derived_blobs
     ours = str(cat.root.resolve())
     result = GcResult()
 
@@ -192,6 +196,8 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
         remove(record)
     for state in _stale_sync_states(cache, cat):
         remove(state)
+    for record in stale_derived:
+        remove(record)
     tier_checks = cache.tier_checks
     for record in sorted(tier_checks.glob("*.json")) if tier_checks.is_dir() else ():
         if record.stem not in referenced:

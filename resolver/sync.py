@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import bounded
+from catalog.derived import STORE_AREA as DERIVED_AREA
 from catalog.errors import CatalogError, IntegrityError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
@@ -235,7 +236,8 @@ def plan(
     (the rest of the catalog): even if validation were bypassed and one model's prefix nested inside
     another's, a sync of the outer model would never call the inner model's objects its extras.
     """
-    objects = {o.key: o for o in listing if not o.key.startswith(STATE_PREFIX)}
+    # sync's own records and derived entries (catalog/derived.py) are under no model's prefix and never orphans
+    objects = {o.key: o for o in listing if not o.key.startswith((STATE_PREFIX, DERIVED_AREA))}
     prefixes = {*key_of.values(), *other_prefixes}  # each ends in '/'
 
     def owner(key: str) -> str | None:

@@ -68,6 +68,7 @@ class EngineResult:
     text: str = ""
     seconds: float = 0.0
     patched: tuple[str, ...] = ()
+    compile: Mapping[str, int] = field(default_factory=dict)  # the engine's compile-cache counters (vllm_worker.py)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EngineResult:
@@ -75,7 +76,8 @@ class EngineResult:
                    served_model_name=data.get("served_model_name"), runner=data.get("runner"),
                    prompt_token_ids=tuple(data.get("prompt_token_ids") or ()), token_ids=tuple(data.get("token_ids") or ()),
                    embedding=tuple(data.get("embedding") or ()), text=str(data.get("text") or ""),
-                   seconds=float(data.get("seconds") or 0.0), patched=tuple(data.get("patched") or ()))
+                   seconds=float(data.get("seconds") or 0.0), patched=tuple(data.get("patched") or ()),
+                   compile=dict(data.get("compile") or {}))
 
 
 def engine_available() -> bool:

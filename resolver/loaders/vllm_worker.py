@@ -6,8 +6,10 @@ JOBS.json: {"env": {...}, "jobs": [{"id", "args": [vLLM command-line arguments],
 Each job's arguments go through vLLM's own argument parser (so they are checked as `vllm serve` would check
 them), the engine is built from them, and it generates greedily from `prompt` (or embeds it, for a pooling
 model). One JSON line per job is appended to RESULTS.jsonl as soon as it is known: {"id", "ok", "error",
-"served_model_name", "runner", "prompt_token_ids", "token_ids", "text", "embedding", "seconds"}. vLLM logs to
-stdout and stderr, so results never go there.
+"served_model_name", "runner", "prompt_token_ids", "token_ids", "text", "embedding", "seconds", "compile"}, where
+"compile" holds the engine's own compile-cache counters for that job (torch inductor's FX-graph and AOTAutograd cache
+hits and misses, vLLM's compilation counters; empty when the engine compiled nothing, e.g. with --enforce-eager).
+vLLM logs to stdout and stderr, so results never go there.
 
 A process of its own because vLLM spawns processes (a spawned child re-imports `__main__`), sets process-wide
 state, and reads HF_HUB_CACHE/HF_HUB_OFFLINE when huggingface_hub is imported: a caller gives each group of jobs
@@ -77,6 +79,20 @@ def _patch_cpu_tensorizer() -> None:
     setattr(loader.TensorizerLoader, "_load_model_serialized_cpu", load_then_process)  # noqa: B010 - a patch
 
 
+def _compile_counters() -> dict[str, int]:
+    """The compile-cache counters of this process so far: torch's (inductor's FX-graph cache, the AOTAutograd cache)
+    and vLLM's compilation counter. Read, never reset: a job reports its own share as a difference."""
+    counted: dict[str, int] = {}
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is not None:
+        for group in ("inductor", "aot_autograd"):
+            counted |= {f"{group}.{k}": int(v) for k, v in dynamo.counters[group].items() if "cache" in k}
+    vllm_counter = sys.modules.get("vllm.compilation.counter")
+    if vllm_counter is not None:
+        counted |= {f"vllm.{k}": int(v) for k, v in vars(vllm_counter.compilation_counter).items() if isinstance(v, int)}
+    return counted
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.engine.arg_utils import EngineArgs
@@ -89,6 +105,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     saved = dict(os.environ)
     os.environ.update(job.get("env") or {})
     started = time.perf_counter()
+    before = _compile_counters()
     llm = None
     try:
         if current_platform.is_cpu():
@@ -119,6 +136,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         traceback.print_exc(file=sys.stderr)
     finally:
         result["seconds"] = round(time.perf_counter() - started, 3)
+        result["compile"] = {k: v - before.get(k, 0) for k, v in _compile_counters().items() if v != before.get(k, 0)}
         if llm is not None:
             _shut_down(llm)
         os.environ.clear()

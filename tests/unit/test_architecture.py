@@ -21,11 +21,14 @@ FORBIDDEN = {"catalog": {"click", "boto3", "botocore", "huggingface_hub", "torch
 # catalog_app/warm.py keys its answers by the variables the settings are built from, as they are (a test holds its
 # list to catalog.settings.ENV): it runs before the settings module may be imported.
 ENVIRON_ALLOWED = {"catalog/settings.py", "catalog_app/warm.py", "resolver/loaders/common.py", "resolver/loaders/vllm_worker.py",
-                   "resolver/stores/aws_env.py", "catalog_app/warm_sync.py", "catalog_app/main.py", "catalog_app/hub_guard.py"}
+                   "resolver/stores/aws_env.py", "catalog_app/warm_sync.py", "catalog_app/main.py", "catalog_app/hub_guard.py",
+                   "catalog_app/derived_plugin.py"}
 # resolver/stores/aws_env.py reads the AWS chain's first link where boto3 would read it; catalog_app/warm_sync.py keys a
 # warm sync as warm.py keys a warm resolve; catalog_app/main.py owns the CLI's process (it turns pydantic's plugin
 # scan off there). catalog_app/hub_guard.py points HF_ENDPOINT at the pytest session's guard (the variable every Hub
 # library and child process reads) and finds the HF cache those libraries read, as huggingface_hub finds it.
+# catalog_app/derived_plugin.py gives a pytest session the environment a restored compile cache needs
+# (VLLM_CACHE_ROOT, ...), as the engine worker does for its process.
 
 
 def modules() -> Iterator[tuple[str, Path]]:
