@@ -4,6 +4,7 @@
     .venv/bin/python bench/resolve_cold.py big   [--runs 7] [--files 4] [--file-mib 256]   # 1 GiB, 5 files
     .venv/bin/python bench/resolve_cold.py small [--runs 7] [--count 1000] [--s5cmd-only] [--dir /dev/shm]  # 1,000 x 4 KiB
     .venv/bin/python bench/resolve_cold.py warm  [--runs 7]
+    ... [--pin]   # the server on core 0 (every thread), each tool on core 1: CPU and wall time without the other's
 
 warm measures two installs, each against its own `python -c pass`: this venv's (an editable install, whose
 import finder slows every Python start) and a wheel of the working tree installed into a fresh venv in the
@@ -31,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_one_model_catalog  # noqa: E402
-from seaweed import ROOT, MiB, Tool, aws, catalog, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
+from seaweed import ROOT, MiB, Tool, aws, catalog, conditions, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
 
 BUCKET = "bench-models"
 NAME = "bench-model"
@@ -80,8 +81,10 @@ def main() -> None:
                              "/dev/shm takes the disk's file creation out of the comparison")
     parser.add_argument("--s5cmd-only", action="store_true",
                         help="only catalog resolve and s5cmd (at a large --count the other peers take minutes a round)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the server on one core (every thread), each measured tool on the other (taskset)")
     args = parser.parse_args()
-    server, env = start_server()
+    server, env = start_server(pin=args.pin)
     work = Path(tempfile.mkdtemp(prefix="catalog-bench-", dir=args.dir))
     try:
         run(args, server.url, env, work, server.process.pid if server.process else None)
@@ -151,8 +154,9 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         ]
         for tool in spellings[:-1] + wheels[:-2]:  # the first call of each spelling records it in the warm index
             subprocess.run(tool.argv(0), env=tool.env, check=True, capture_output=True)
-        rounds(spellings + wheels, args.runs * 3)
-        print(f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n")
+        loads = rounds(spellings + wheels, args.runs * 3, pin=args.pin)
+        print(f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n"
+              f"{conditions(loads, args.pin)}\n")
         print(table(wheels, "wheel: python -c pass", "warm, wheel install"))
         print()
         print(table(spellings, "python -c pass", "warm, editable install"))
@@ -179,11 +183,13 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     matched.append(Tool("boto3 TransferManager (same settings)", [*boto3_tm, str(part_mib), str(workers)], env))
     if args.s5cmd_only:
         defaults, matched = defaults[:4], matched[:2]
-    rounds(defaults + matched, args.runs, reset, server_pid=server_pid)  # the server shares the cores: its CPU is a column
+    # The server's CPU is a column: unpinned, it shares the cores with the tool.
+    loads = rounds(defaults + matched, args.runs, reset, server_pid=server_pid, pin=args.pin)
     reset()
     drop_bucket(endpoint, BUCKET)
     what = (f"{len(entries)} files, {total / MiB:.0f} MiB" if not small else f"{len(entries)} x {entries[0][1] // 1024} KiB")
-    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS into {work}, {args.runs} rounds\n")
+    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS into {work}, {args.runs} rounds\n"
+          f"{conditions(loads, args.pin)}\n")
     print(table(defaults, "s5cmd cp", "defaults"))
     print()
     print(table(matched, matched[1].label, f"{part_mib} MiB parts x {workers}"))
