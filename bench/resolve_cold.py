@@ -4,6 +4,7 @@
     .venv/bin/python bench/resolve_cold.py big   [--runs 7] [--files 4] [--file-mib 256]   # 1 GiB, 5 files
     .venv/bin/python bench/resolve_cold.py small [--runs 7] [--count 1000] [--s5cmd-only] [--dir /dev/shm]  # 1,000 x 4 KiB
     .venv/bin/python bench/resolve_cold.py warm  [--runs 7]
+    ... [--pin]   # the server on core 0 (every thread), each tool on core 1: CPU and wall time without the other's
 
 warm measures two installs, each against its own `python -c pass`: this venv's (an editable install, whose
 import finder slows every Python start) and a wheel of the working tree installed into a fresh venv in the
@@ -16,7 +17,9 @@ resolver picks for that model by itself). The peers only download, except `s5cmd
 `catalog resolve` hashes every byte and checks it against the manifest. `catalog resolve` runs from a wheel of the
 working tree installed into a fresh venv (as users get it; see warm), and once more from this venv's editable
 install, whose import finder slows its start-up. Rounds: each tool once, in turn.
-Disk: one copy of the model in the bucket, one in the target folder at a time; all removed at the end.
+Disk: one copy of the model in the bucket, one in the target folder at a time (small files: each run's copy is
+moved aside and deleted after the last round, see `reset`; --delete-between deletes it before the next run); all
+removed at the end.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_one_model_catalog  # noqa: E402
-from seaweed import ROOT, MiB, Tool, aws, catalog, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
+from seaweed import ROOT, MiB, Tool, aws, catalog, conditions, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
 
 BUCKET = "bench-models"
 NAME = "bench-model"
@@ -80,8 +83,13 @@ def main() -> None:
                              "/dev/shm takes the disk's file creation out of the comparison")
     parser.add_argument("--s5cmd-only", action="store_true",
                         help="only catalog resolve and s5cmd (at a large --count the other peers take minutes a round)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the server on one core (every thread), each measured tool on the other (taskset)")
+    parser.add_argument("--delete-between", action="store_true",
+                        help="small: delete each run's files before the next run (as rounds 5-6 did) instead of after the "
+                             "last round")
     args = parser.parse_args()
-    server, env = start_server()
+    server, env = start_server(pin=args.pin)
     work = Path(tempfile.mkdtemp(prefix="catalog-bench-", dir=args.dir))
     try:
         run(args, server.url, env, work, server.process.pid if server.process else None)
@@ -121,9 +129,21 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
                           f"  multipart_chunksize = {part_mib}MB\n  multipart_threshold = {part_mib}MB\n")
     boto3_tm = [sys.executable, str(Path(__file__).with_name("boto3_download.py")), BUCKET, PREFIX, str(target)]
 
+    trash = work / "trash"
+    trash.mkdir()
+
     def reset() -> None:
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.rmtree(cache, ignore_errors=True)
+        # ext4 without a journal (this machine's root) skips, at every inode it allocates, the inodes of that group
+        # deleted in the last 30 s (`recently_deleted`): a tool run just after the previous run's 1,000 deletes pays
+        # for each of them at each file it creates, which no runner with a fresh cache does. So many small files are
+        # moved aside (a rename, no inode) and deleted after the last round; a few large ones are deleted now (disk).
+        for folder in (target, cache):
+            if not folder.exists():
+                continue
+            if small and not args.delete_between:
+                folder.rename(trash / f"{len(list(trash.iterdir()))}")
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
         target.mkdir()
 
     # The product as users get it: a wheel installed into a fresh venv (this repository's editable install slows every
@@ -151,8 +171,9 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         ]
         for tool in spellings[:-1] + wheels[:-2]:  # the first call of each spelling records it in the warm index
             subprocess.run(tool.argv(0), env=tool.env, check=True, capture_output=True)
-        rounds(spellings + wheels, args.runs * 3)
-        print(f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n")
+        loads = rounds(spellings + wheels, args.runs * 3, pin=args.pin)
+        print(f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n"
+              f"{conditions(loads, args.pin)}\n")
         print(table(wheels, "wheel: python -c pass", "warm, wheel install"))
         print()
         print(table(spellings, "python -c pass", "warm, editable install"))
@@ -179,11 +200,13 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     matched.append(Tool("boto3 TransferManager (same settings)", [*boto3_tm, str(part_mib), str(workers)], env))
     if args.s5cmd_only:
         defaults, matched = defaults[:4], matched[:2]
-    rounds(defaults + matched, args.runs, reset, server_pid=server_pid)  # the server shares the cores: its CPU is a column
+    # The server's CPU is a column: unpinned, it shares the cores with the tool.
+    loads = rounds(defaults + matched, args.runs, reset, server_pid=server_pid, pin=args.pin)
     reset()
     drop_bucket(endpoint, BUCKET)
     what = (f"{len(entries)} files, {total / MiB:.0f} MiB" if not small else f"{len(entries)} x {entries[0][1] // 1024} KiB")
-    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS into {work}, {args.runs} rounds\n")
+    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS into {work}, {args.runs} rounds\n"
+          f"{conditions(loads, args.pin)}\n")
     print(table(defaults, "s5cmd cp", "defaults"))
     print()
     print(table(matched, matched[1].label, f"{part_mib} MiB parts x {workers}"))

@@ -7,6 +7,10 @@ Python process directly would report this process's high-water mark as its own p
 exec'ing process's high-water mark over, vfork or fork alike), hence the small parent. Every round runs every tool once, in turn, so a noisy
 minute on a shared machine hits them all alike. The project's sources are compiled first, as an install would
 have them (no run pays for compiling them).
+
+Pinned (`--pin`): the server's whole process group, every thread, runs on one core (`taskset -a -p -c 0`) and each
+measured tool on the other (`taskset -c 1`), so neither side's CPU hides in the other's: a tool's wall time is then
+its own CPU plus its waits, and the server's work overlaps it instead of taking turns with it on both cores.
 """
 
 from __future__ import annotations
@@ -61,11 +65,39 @@ def compile_sources() -> None:
                    env=env, check=True)
 
 
-def start_server() -> tuple[SeaweedServer, dict[str, str]]:
+SERVER_CORE, CLIENT_CORE = "0", "1"  # --pin: the server's core, the measured tool's
+
+
+def start_server(pin: bool = False) -> tuple[SeaweedServer, dict[str, str]]:
+    """SeaweedFS on loopback; with `pin`, its process group on SERVER_CORE (each tool then runs on CLIENT_CORE)."""
     compile_sources()
     server = SeaweedServer().start()
+    if pin and server.process is not None:
+        pin_group(server.process.pid, SERVER_CORE)
     env = {**os.environ, **s3_env(server.url), "S3_ENDPOINT_URL": server.url}
     return server, env
+
+
+
+def group_members(pid: int) -> list[int]:
+    """Every live process of `pid`'s process group (the server is started in a session of its own)."""
+    pgid = os.getpgid(pid)
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            if int(fields[2]) == pgid:
+                members.append(int(entry.name))
+    return members
+
+
+def pin_group(pid: int, cores: str) -> None:
+    """Every thread of every process in `pid`'s group onto `cores` (threads started later inherit it)."""
+    for member in group_members(pid):
+        subprocess.run(["taskset", "-a", "-p", "-c", cores, str(member)], check=True, capture_output=True)
 
 
 def client(endpoint: str):  # type: ignore[no-untyped-def]
@@ -110,19 +142,28 @@ TIME = "/usr/bin/time"  # GNU time: `apt-get install time` where it is missing
 
 
 def process_cpu(pid: int) -> float:
-    """User + system CPU seconds `pid` has used so far (Linux /proc/PID/stat, accounted per clock tick)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds `pid`'s process group (the server and any child) has used so far (Linux
+    /proc/PID/stat, every thread's, accounted per clock tick)."""
+    total = 0
+    for member in group_members(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
-def measure(argv: Sequence[str], env: Mapping[str, str] | None, server_pid: int | None = None) -> Sample:
-    """One run of `argv` under GNU time; with `server_pid`, also the CPU that process spent during the run."""
+def measure(argv: Sequence[str], env: Mapping[str, str] | None, server_pid: int | None = None, pin: bool = False) -> Sample:
+    """One run of `argv` under GNU time; with `server_pid`, also the CPU that process spent during the run; with `pin`,
+    the run (time and the tool's whole tree) on CLIENT_CORE."""
     import tempfile
 
     with tempfile.NamedTemporaryFile("r") as report:
         served_before = process_cpu(server_pid) if server_pid is not None else 0.0
         start = time.perf_counter()
-        process = subprocess.run([TIME, "-f", "%U %S %M", "-o", report.name, *argv], env=dict(env) if env is not None else None,
+        pinned = ["taskset", "-c", CLIENT_CORE] if pin else []
+        process = subprocess.run([*pinned, TIME, "-f", "%U %S %M", "-o", report.name, *argv], env=dict(env) if env is not None else None,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wall = time.perf_counter() - start
         if process.returncode != 0:
@@ -133,15 +174,29 @@ def measure(argv: Sequence[str], env: Mapping[str, str] | None, server_pid: int 
 
 
 def rounds(tools: Sequence[Tool], runs: int, reset: Callable[[], None] = lambda: None,
-           after: Callable[[Tool, int], None] = lambda tool, round_: None, server_pid: int | None = None) -> None:
+           after: Callable[[Tool, int], None] = lambda tool, round_: None, server_pid: int | None = None,
+           pin: bool = False) -> list[float]:
     """`runs` rounds; in each, every tool once (after an untimed `reset`, then an untimed `after`); with `server_pid`,
-    the server's CPU during each run is kept too."""
+    the server's CPU during each run is kept too; with `pin`, each run on CLIENT_CORE. Returns the 1-minute load
+    average at each round's start and at the end (the machine is shared: a table says what it ran under)."""
+    loads = []
     for round_ in range(runs):
+        loads.append(os.getloadavg()[0])
         for tool in tools:
             reset()
-            tool.samples.append(measure(tool.argv(round_), tool.env, server_pid))
+            tool.samples.append(measure(tool.argv(round_), tool.env, server_pid, pin))
             after(tool, round_)
-        print(f"  round {round_ + 1}/{runs} done", file=sys.stderr, flush=True)
+        print(f"  round {round_ + 1}/{runs} done (load {loads[-1]:.2f})", file=sys.stderr, flush=True)
+    loads.append(os.getloadavg()[0])
+    return loads
+
+
+def conditions(loads: Sequence[float], pin: bool) -> str:
+    """The line a table is published with: when, under what load, how the cores were shared."""
+    cores = (f"server on core {SERVER_CORE} (every thread), each tool on core {CLIENT_CORE}" if pin
+             else "server and tools sharing every core")
+    return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) at the rounds' starts "
+            f"{min(loads):.2f}-{max(loads):.2f} (median {statistics.median(loads):.2f}); {cores}")
 
 
 def machine() -> str:
@@ -157,20 +212,24 @@ def _version(argv: list[str]) -> str:
 
 
 def table(tools: Sequence[Tool], reference: str | None = None, title: str = "") -> str:
-    """A markdown table: median wall (min-max), ratio to `reference`, median CPU s, median peak RSS; and the server's
-    median CPU s when every run measured it."""
-    ref = statistics.median(s.wall for s in next(t for t in tools if t.label == reference).samples) if reference else None
+    """A markdown table: median wall (min-max) and its ratio to `reference`'s, the tool's own median CPU s (min-max)
+    and its ratio, median peak RSS; and the server's median CPU s when every run measured it."""
+    ref_tool = next(t for t in tools if t.label == reference) if reference else None
+    ref_wall = statistics.median(s.wall for s in ref_tool.samples) if ref_tool else None
+    ref_cpu = statistics.median(s.cpu for s in ref_tool.samples) if ref_tool else None
     served = all(s.server_cpu is not None for t in tools for s in t.samples)
-    lines = [f"| {title} | wall, median (min-max) | vs {reference or '-'} | CPU s | peak RSS |{' server CPU s |' if served else ''}",
-             f"|---|---|---|---|---|{'---|' if served else ''}"]
+    lines = [f"| {title} | wall, median (min-max) | vs {reference or '-'} | CPU s, median (min-max) | CPU vs {reference or '-'} "
+             f"| peak RSS |{' server CPU s |' if served else ''}",
+             f"|---|---|---|---|---|---|{'---|' if served else ''}"]
     for tool in tools:
-        walls = [s.wall for s in tool.samples]
-        med = statistics.median(walls)
-        ratio = f"{med / ref:.2f}x" if ref else ""
-        cpu = statistics.median(s.cpu for s in tool.samples)
+        walls, cpus = [s.wall for s in tool.samples], [s.cpu for s in tool.samples]
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
+        wall_ratio = f"{wall / ref_wall:.2f}x" if ref_wall else ""
+        cpu_ratio = f"{cpu / ref_cpu:.2f}x" if ref_cpu else ""
         rss = statistics.median(s.rss_mib for s in tool.samples)
         server = f" {statistics.median(s.server_cpu or 0.0 for s in tool.samples):.2f} |" if served else ""
-        lines.append(f"| {tool.label} | {_fmt(med)} ({_fmt(min(walls))}-{_fmt(max(walls))}) | {ratio} | {cpu:.2f} | {rss:.0f} MiB |{server}")
+        lines.append(f"| {tool.label} | {_fmt(wall)} ({_fmt(min(walls))}-{_fmt(max(walls))}) | {wall_ratio} "
+                     f"| {cpu:.2f} ({min(cpus):.2f}-{max(cpus):.2f}) | {cpu_ratio} | {rss:.0f} MiB |{server}")
     return "\n".join(lines)
 
 

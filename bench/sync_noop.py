@@ -3,6 +3,7 @@
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python bench/sync_noop.py noop   [--runs 7] [--models 200] [--files 3]
     .venv/bin/python bench/sync_noop.py upload [--runs 7] [--files 4] [--file-mib 256]
+    ... [--pin]   # the server on core 0 (every thread), each tool on core 1: CPU and wall time without the other's
 
 noop: 200 generated models (3 files each) already in the bucket; every tool syncs the same folder again. The
 catalog runs three ways: a call it recorded (answered by catalog_app/warm_sync.py after the same listing), the full
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_one_model_catalog  # noqa: E402
-from seaweed import ROOT, Tool, aws, catalog, drop_bucket, machine, measure, rounds, s5cmd, start_server, table  # noqa: E402
+from seaweed import ROOT, Tool, aws, catalog, conditions, drop_bucket, machine, measure, rounds, s5cmd, start_server, table  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
 from reliability.support import write_generated_catalog  # noqa: E402
@@ -41,8 +42,10 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=200)
     parser.add_argument("--files", type=int, default=None)
     parser.add_argument("--file-mib", type=int, default=256)
+    parser.add_argument("--pin", action="store_true",
+                        help="the server on one core (every thread), each measured tool on the other (taskset)")
     args = parser.parse_args()
-    server, env = start_server()
+    server, env = start_server(pin=args.pin)
     server_pid = server.process.pid if server.process else None  # its CPU is a column: it shares the cores
     work = Path(tempfile.mkdtemp(prefix="catalog-sync-bench-"))
     try:
@@ -89,7 +92,7 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
     floor = Tool("python -c 'import click, yaml, pydantic' + one model (the full CLI's floor)",
                  [sys.executable, "-c", "import click, yaml\nfrom pydantic import BaseModel\nclass M(BaseModel):\n    x: int"],
                  {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"})
-    rounds([*tools, floor], args.runs, reset=reset, server_pid=server_pid)
+    loads = rounds([*tools, floor], args.runs, reset=reset, server_pid=server_pid, pin=args.pin)
     proxy = FaultProxy(port)
     counts = {}
     try:
@@ -104,7 +107,8 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
             counts[tool.label] = sum(proxy.requests.values())
     finally:
         proxy.close()
-    print(f"machine: {machine()}\nno-op sync of {args.models} models x {files} files on SeaweedFS, {args.runs} rounds\n")
+    print(f"machine: {machine()}\nno-op sync of {args.models} models x {files} files on SeaweedFS, {args.runs} rounds\n"
+          f"{conditions(loads, args.pin)}\n")
     print(table([*tools, floor], "s5cmd sync", "no-op sync"))
     print("\nrequests (one run each, through a counting proxy):")
     for label, count in counts.items():
@@ -147,9 +151,10 @@ def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: P
         drop_bucket(endpoint, bucket(round_, "c" if tool is tools[0] else "s"))
 
     make_buckets()
-    rounds(tools, args.runs, reset, after, server_pid=server_pid)
+    loads = rounds(tools, args.runs, reset, after, server_pid=server_pid, pin=args.pin)
     total = sum(s for _, s, _ in entries)
-    print(f"machine: {machine()}\nupload of {len(entries)} files, {total / 2**20:.0f} MiB to SeaweedFS, {args.runs} rounds\n")
+    print(f"machine: {machine()}\nupload of {len(entries)} files, {total / 2**20:.0f} MiB to SeaweedFS, {args.runs} rounds\n"
+          f"{conditions(loads, args.pin)}\n")
     print(table(tools, "s5cmd cp", "upload (defaults)"))
 
 

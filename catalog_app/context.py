@@ -3,6 +3,7 @@ options. Click-specific; the values it builds are passed down to resolver/ and c
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,7 +38,13 @@ def catalog_dir(ctx: click.Context) -> Path:
 
 def load_catalog(ctx: click.Context, only: Sequence[str] | None = None) -> Catalog:
     """The validated catalog for commands that need one (just `only`'s manifests when given)."""
-    return load(catalog_dir(ctx), only=only)
+    cat = load(catalog_dir(ctx), only=only)
+    if ctx.find_root().ensure_object(dict).pop("collect_after_start", False):
+        # The start-up is over (catalog_app/main.py turned the collector off for it): what it made lives until exit,
+        # frozen so that no collection walks it again, and the command's own work is collected as usual.
+        gc.freeze()
+        gc.enable()
+    return cat
 
 
 def store_options(command: F) -> F:

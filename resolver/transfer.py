@@ -41,7 +41,7 @@ from catalog.settings import Settings
 from resolver import waits
 from resolver.cache import Cache, write_hint
 from resolver.stores import ObjectNotFound, ObjectStream, Store
-from resolver.stores.base import RangesIgnored
+from resolver.stores.base import RangesIgnored, ViewStream
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +480,7 @@ def _fetch_part(
                 raise _Stopped(job.wanted.label)
             try:
                 stream = _open(store, job.wanted, position, None if whole else end)
+                direct = stream.read_view if isinstance(stream, ViewStream) else None
                 rate = _Rate(config, job.wanted.label, store.url)
                 try:
                     if stream.total != expected:
@@ -488,10 +489,14 @@ def _fetch_part(
                     while position < end:
                         if job.stop.is_set():
                             raise _Stopped(job.wanted.label)
-                        count = stream.readinto(view[: min(len(view), end - position)])
+                        if direct is not None:  # written and hashed from the stream's own buffer
+                            got = direct(min(config.read_size, end - position))
+                        else:
+                            got = view[:stream.readinto(view[: min(len(view), end - position)])]
+                        count = len(got)
                         if count == 0:
                             raise _Transient(f"connection closed at byte {position} of {job.wanted.label}")
-                        job.deliver(index, position, view[:count])
+                        job.deliver(index, position, got)
                         position += count
                         if progress is not None:
                             progress(job.wanted.label, count)
@@ -559,8 +564,10 @@ def fetch_digest_etag(store: Store, item: Wanted, config: TransferConfig,
                     raise _Transient(f"{item.label} was replaced while it was read")
                 etag = got
                 rate = _Rate(config, item.label, store.url)
-                while count := stream.readinto(buffer):
-                    digest.update(buffer[:count])
+                direct = stream.read_view if isinstance(stream, ViewStream) else None
+                while chunk := (direct(config.read_size) if direct is not None else buffer[:stream.readinto(buffer)]):
+                    count = len(chunk)
+                    digest.update(chunk)
                     position += count
                     rate.add(count)
                     progressed = True

@@ -47,6 +47,29 @@ class ObjectStream(Protocol):
     def close(self) -> None: ...
 
 
+class ViewStream:
+    """An open GET whose bytes arrive in buffers of its own (obstore's `bytes`): `read_view` hands over the next of
+    them, at most `limit` bytes, without the copy into the caller's buffer that `readinto` makes (the transfer writes
+    and hashes from the view itself: a cold 1 GiB resolve spent 7% of its samples in that copy and the one before
+    it). The view is valid until the next call, empty at the end. A subclass implements `read_view`; `readinto`
+    copies from it. A stream without buffers of its own implements `readinto` only (ObjectStream)."""
+
+    total: int
+    etag: str | None
+
+    def read_view(self, limit: int) -> memoryview:
+        raise NotImplementedError
+
+    def readinto(self, buffer: memoryview) -> int:
+        view = self.read_view(len(buffer))
+        count = len(view)
+        buffer[:count] = view
+        return count
+
+    def close(self) -> None:
+        pass
+
+
 class EmptyStream:
     """No bytes: a GET that asked past the end of a shorter object (the transfer then names the short file)."""
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from catalog.errors import StoreUnavailableError
 from resolver.stores.aws_env import EnvironmentKeys
+from resolver.stores.base import ViewStream
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -68,8 +69,8 @@ def failure(exc: BaseException, where: str) -> GetFailed:
     return GetFailed(f"{where}: {reason}", True)  # no answer at all: a connection, a timeout, a body cut short
 
 
-class Stream:
-    """A GET's body as obstore streams it: each chunk as it arrives, copied once into the caller's buffer."""
+class Stream(ViewStream):
+    """A GET's body as obstore streams it: each chunk as it arrives, handed over as a view of obstore's own buffer."""
 
     def __init__(self, chunks: Iterator[bytes] | None, total: int, etag: str | None, where: str = "") -> None:
         self._chunks = chunks
@@ -78,10 +79,10 @@ class Stream:
         self.total = total
         self.etag = etag
 
-    def readinto(self, buffer: memoryview) -> int:
+    def read_view(self, limit: int) -> memoryview:
         if not self._pending:
             if self._chunks is None:
-                return 0
+                return self._pending
             try:
                 chunk = next(self._chunks, None)
             except Exception as exc:  # noqa: BLE001 - the body broke off (a stall past the read timeout, a reset)
@@ -89,12 +90,11 @@ class Stream:
                 raise failure(exc, self._where) from None
             if chunk is None:
                 self._chunks = None
-                return 0
+                return self._pending
             self._pending = memoryview(chunk)
-        count = min(len(buffer), len(self._pending))
-        buffer[:count] = self._pending[:count]
-        self._pending = self._pending[count:]
-        return count
+        view = self._pending[:limit]
+        self._pending = self._pending[len(view):]
+        return view
 
     def close(self) -> None:
         self._chunks = None  # dropping the stream drops the request

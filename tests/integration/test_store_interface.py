@@ -24,7 +24,8 @@ from catalog.settings import Settings
 from catalog_app.main import run
 from resolver.cache import Cache
 from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key, register, unregister
-from resolver.transfer import TransferConfig, Wanted, fetch
+from resolver.stores.base import ViewStream
+from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest_etag
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -245,3 +246,48 @@ def test_sync_from_dir_uploads_a_verified_copy_and_keeps_it_in_the_cache(
     for entry in llama.files:  # each file read once from the folder: uploaded, and the verified copy kept as the blob
         assert hashlib.sha256(objects[bundled.store_key(llama, entry.path)]).hexdigest() == entry.sha256
         assert cache.has_blob(entry) and hashlib.sha256(cache.blob_path(entry.sha256).read_bytes()).hexdigest() == entry.sha256
+
+
+class _ViewOnly(ViewStream):
+    """A stream with buffers of its own, handed over in uneven pieces; its `readinto` (a copy) must not be used."""
+
+    def __init__(self, data: bytes, start: int, end: int | None) -> None:
+        self._data = memoryview(data)[start:end]
+        self.total = len(data)
+        self.etag: str | None = _etag(data)
+        self.views = 0
+
+    def read_view(self, limit: int) -> memoryview:
+        view = self._data[:min(limit, 777)]
+        self._data = self._data[len(view):]
+        self.views += 1
+        return view
+
+    def readinto(self, buffer: memoryview) -> int:
+        raise AssertionError("the transfer copied from a stream that hands over its own buffers")
+
+
+class ViewStore(MemoryStore):
+    opened: list[_ViewOnly] = []
+
+    def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
+        self.requests["Get"] += 1
+        stream = _ViewOnly(self.objects[check_key(key)], start, end)
+        self.opened.append(stream)
+        return stream
+
+
+def test_the_transfer_writes_and_hashes_a_view_streams_own_buffers(mem: str, bundled: Catalog, sources: dict[str, Path],
+                                                                   tmp_path: Path) -> None:
+    store = ViewStore(mem.split("://", 1)[1].strip("/"))
+    manifest = bundled.get("tiny-llama")
+    entry = max(manifest.files, key=lambda e: e.size)
+    key = bundled.store_key(manifest, entry.path)
+    store.put(key, sources["tiny-llama"] / entry.path)
+    wanted = [Wanted("tiny-llama", entry, key)]
+    # One GET, then the same file cut into parts of 4 KiB (each part's views pwritten at their offsets, hashed behind).
+    for cache, config in ((Cache(tmp_path / "whole"), TransferConfig()), (Cache(tmp_path / "parts"), TransferConfig(part_size=4096))):
+        assert fetch(store, wanted, cache, config) == {entry.sha256}
+        assert hashlib.sha256(cache.blob_path(entry.sha256).read_bytes()).hexdigest() == entry.sha256
+    assert len(ViewStore.opened) == 1 + -(-entry.size // 4096) and all(s.views for s in ViewStore.opened)
+    assert fetch_digest_etag(store, wanted[0], TransferConfig()) == (entry.sha256, _etag(store.objects[key]))
