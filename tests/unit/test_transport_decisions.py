@@ -63,7 +63,7 @@ def test_a_token_lifetime_that_is_no_number_of_seconds_is_refused(value: object)
 
 
 def test_json_nested_past_the_parser_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="nests deeper"):
+    with pytest.raises(ValueError, match="nested deeper than the parser follows"):
         bounded_json(b"[" * 100_000 + b"]" * 100_000, "the manifest")
     with pytest.raises(ValueError, match="not JSON"):
         bounded_json(b"\xff", "the manifest")
