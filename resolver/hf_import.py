@@ -50,7 +50,8 @@ from resolver.hf_layout import hf_revisions, lfs_pointer_blob_id
 from resolver.completeness import index_shards
 from resolver.hashing import ANY_SIZE, CHUNK
 from resolver.hub import RemoteFile
-from resolver.lock import atomic_text_write, complete_selection, local_tensors, render_files_block, write_tables
+from resolver.lock import atomic_text_write, complete_selection, is_safetensors, local_tensors, render_files_block, write_tables
+from resolver.tensor_pins import is_tensorizer_file
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -356,20 +357,31 @@ def pin_file(snapshot: Snapshot, path: str, deep: bool) -> FileEntry:
     return FileEntry(path=path, size=got, sha256=digest, blob_id=git_id, xet_hash=xet)
 
 
+def _is_checkpoint(path: str) -> bool:
+    return is_safetensors(path) or is_tensorizer_file(path)
+
+
 def pin_draft(d: Draft, deep: bool) -> None:
     """The draft's entries, each index's shards recorded (completeness checked first: what the cache lacks), then
-    each safetensors header and weight_map pinned and the tensor tables made, as `catalog lock` does."""
+    the tensors pinned and the tensor tables made as `catalog lock` does: safetensors headers and weight_maps, and with
+    `deep` (every byte read) each tensor's digest and each tensorizer table, as a lock from a folder pins them."""
     files = d.snapshot.files
     indexes = {p: bounded.read_file(files[p].blob, bounded.MAX_RECORD, root=files[p].root)
                for p in d.paths if formats.is_index_file(p)}
     check_shards(d, indexes)
-    entries = [pin_file(d.snapshot, p, deep) for p in d.paths]
+    # Under `deep` a checkpoint's bytes are read once, below, for its tensors' digests; that read checks its blob name.
+    entries = [pin_file(d.snapshot, p, deep and not _is_checkpoint(p)) for p in d.paths]
     try:
         entries = complete_selection(d.name, entries, indexes, sorted(files), (), d.exclude,
                                      f"the cached snapshot of {d.snapshot.label}")
     except UsageError as exc:
         raise Refused(f"{d.snapshot.label}: {exc.message}", hint=exc.hint) from None
-    tensors = local_tensors(d.name, entries, indexes, lambda path: files[path].blob)
+    tensors, read = local_tensors(d.name, entries, indexes, lambda path: files[path].blob, digests=deep)
+    for e in entries:
+        if e.path in read and read[e.path] != (e.size, e.sha256):
+            raise Refused(f"{d.snapshot.label}: {e.path}: expected sha256 {e.sha256} (its blob's name) but got "
+                          f"{read[e.path][1]}; the cached blob is corrupt; nothing was written",
+                          hint="delete the blob and download it again")
     d.entries = tensors.pin(entries)
     d.tables = tensors.render(d.name)
 

@@ -229,12 +229,20 @@ def _from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], 
 
 
 def local_tensors(model: str, entries: Sequence[FileEntry], indexes: Mapping[str, bytes],
-                  file_of: Callable[[str], Path]) -> Tensors:
-    """The headers of the pinned safetensors files, read from local files (`file_of(path)`: a folder's, an HF cache's
-    blob), and each safetensors index's weight_map (from `indexes`, the indexes' bytes). No tensor digests: those need
-    every byte read (a lock from a folder takes them in the read that hashes each file)."""
-    return Tensors({e.path: read_file_header(file_of(e.path), model=model, path=e.path, size=e.size)
-                    for e in entries if is_safetensors(e.path)}, _weight_maps(indexes))
+                  file_of: Callable[[str], Path], *, digests: bool) -> tuple[Tensors, dict[str, tuple[int, str]]]:
+    """The tensors of the pinned checkpoints, read from local files (`file_of(path)`: a folder's, an HF cache's blob),
+    and each safetensors index's weight_map (from `indexes`, the indexes' bytes). With `digests`, as a lock from a
+    folder reads them: each safetensors header or tensorizer table and each tensor's digest, in the one read that
+    also hashes the file, with (size, sha256) of every file so read for the caller to hold against its pin (those
+    bytes are what the digests describe). Without, only the safetensors headers (no weight byte read)."""
+    tensors = Tensors(weight_maps=_weight_maps(indexes))
+    if not digests:
+        tensors.headers = {e.path: read_file_header(file_of(e.path), model=model, path=e.path, size=e.size)
+                           for e in entries if is_safetensors(e.path)}
+        return tensors, {}
+    read = {e.path: _hash_pinning_tensors(file_of(e.path), model, e.path, tensors) for e in entries
+            if is_safetensors(e.path) or tensor_pins.is_tensorizer_file(e.path)}
+    return tensors, read
 
 
 def _hash_pinning_tensors(file: Path, model: str, path: str, tensors: Tensors) -> tuple[int, str]:

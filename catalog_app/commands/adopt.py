@@ -36,7 +36,8 @@ if TYPE_CHECKING:
                    "where the cache holds it (no Hub request), else from the Hub.")
 @click.option("--gpu", "gpu_class", metavar="CLASS", help="GPU class of the new models (default: the catalog's default).")
 @click.option("--load-format", help="Load format of the new models (default: detected as `catalog add` does).")
-@click.option("--deep", is_flag=True, help="--from-hf-cache: re-hash LFS blobs too (else their names, checked by size, are the pins).")
+@click.option("--deep", is_flag=True, help="--from-hf-cache: re-hash LFS blobs too (else their names, checked by size, are the pins), "
+                   "pinning each tensor's digest on the way as a lock from a folder does.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
 def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | None, repos_file: Path | None,

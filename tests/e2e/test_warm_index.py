@@ -183,10 +183,19 @@ def test_the_warm_path_knows_every_flag_of_resolve_as_the_cli_declares_it() -> N
 
 
 def test_a_streamed_answer_rests_on_its_proof_for_the_age_the_setting_gives(setup: tuple[dict[str, str], Path]) -> None:
-    """CATALOG_STREAM_PROOF_MAX_AGE, not a fixed 300 s (a deliberate bug of that kind passed every test before)."""
+    """CATALOG_STREAM_PROOF_MAX_AGE, not a fixed 300 s (a deliberate bug of that kind passed every test before), for
+    the plain hand-off; under the verified loader the engine hashes every tensor, so no proof age bounds the answer."""
     env, _ = setup
+    verified = env | {"CATALOG_ENGINE_LOADER": "catalog", "CATALOG_STREAM_PROOF_MAX_AGE": "0",
+                      "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-verified"}
+    assert probe(verified, "resolve", "tiny-qwen2")[1]["code"] == 0
+    [entry] = [json.loads(p.read_text()) for p in warm_entries(verified)]
+    assert entry["valid_until"] is None
+    again = probe(verified, "resolve", "tiny-qwen2")[1]
+    assert again["code"] == 0 and "pydantic" not in again["heavy"], again  # answered warm despite a zero proof age
     for age in ("0", "86400"):
-        given = env | {"CATALOG_STREAM_PROOF_MAX_AGE": age, "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-{age}"}
+        given = env | {"CATALOG_ENGINE_LOADER": "plain", "CATALOG_STREAM_PROOF_MAX_AGE": age,
+                       "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-{age}"}
         assert probe(given, "resolve", "tiny-qwen2")[1]["code"] == 0
         [entry] = [json.loads(p.read_text()) for p in warm_entries(given)]
         assert entry["valid_until"] - entry["proved_at"] == int(age)

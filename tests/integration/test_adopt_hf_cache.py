@@ -162,7 +162,7 @@ def test_import_then_validate_then_sync_round_trips_the_bundled_models_with_no_h
     env = hf_env(hub, tmp_path / "unused-hf-cache", tmp_path) | {"CATALOG_DIR": str(folder), "CATALOG_CACHE": str(tmp_path / "cache"),
                                                                   "CATALOG_STORE": f"s3://{bucket}/"}
     asked = hub.hub_requests()
-    imported = run_cli(env, "import", "--from-hf-cache", str(hf_cache), "--format", "json")
+    imported = run_cli(env, "import", "--from-hf-cache", str(hf_cache), "--deep", "--format", "json")  # every byte read
     assert imported.returncode == 0, imported.stdout + imported.stderr
     results = json.loads(imported.stdout)["results"]
     assert {r["outcome"] for r in results} == {"written"} and len(results) == len(pins_of(bundled))
@@ -174,8 +174,9 @@ def test_import_then_validate_then_sync_round_trips_the_bundled_models_with_no_h
         for entry in m.files:
             got = twin.file(entry.path)
             assert got is not None and (got.size, got.sha256) == (entry.size, entry.sha256), (m.name, entry.path)
-            # Tensor pins as `catalog lock` writes them for the same bytes: the header and weight_map digests.
-            assert (got.header, got.weight_map) == (entry.header, entry.weight_map), (m.name, entry.path)
+            # Tensor pins as `catalog lock` from a folder writes them for the same bytes: headers with each tensor's
+            # digest (--deep reads every byte), weight_maps, tensorizer tables.
+            assert (got.header, got.weight_map, got.table) == (entry.header, entry.weight_map, entry.table), (m.name, entry.path)
         if any(e.header is not None for e in m.files):
             assert (folder / f"{twin.name}.tensors.json").is_file(), twin.name
     assert mine.get("tiny-sts").load_format.value == "dataset" and mine.get("tiny-llama").load_format.value == "safetensors"

@@ -96,7 +96,7 @@ def test_lock_waits_out_429_on_the_listing(hub: HubDouble, catalog_dir: Path) ->
 def test_lock_from_a_folder(hub: HubDouble, catalog_dir: Path, sources: dict[str, Path]) -> None:
     path = catalog_dir / "tiny-llama-tensorizer.yaml"
     original = path.read_text()
-    path.write_text(original[: original.index("files:")])
+    path.write_text(original[: original.index("\nfiles:") + 1])
     done = cli(hub, catalog_dir, "lock", "tiny-llama-tensorizer", "--from-dir", str(sources["tiny-llama-tensorizer"]))
     assert done.returncode == 0, done.stderr
     assert path.read_text() == original

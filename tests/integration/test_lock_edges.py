@@ -71,7 +71,7 @@ def test_lock_from_a_folder_of_several_models_takes_the_models_own_subfolder(
         shutil.copytree(sources[name], several / name)
     path = catalog_dir / "tiny-llama-tensorizer.yaml"
     original = path.read_text()
-    path.write_text(original[: original.index("files:")])
+    path.write_text(original[: original.index("\nfiles:") + 1])
     done = cli(hub, catalog_dir, "lock", "tiny-llama-tensorizer", "--from-dir", str(several))
     assert done.returncode == 0, done.stderr
     assert path.read_text() == original  # exactly its own files, no `name/` prefix, no other model's files

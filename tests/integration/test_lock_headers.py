@@ -205,7 +205,7 @@ def test_headers_first_recorded_are_no_drift_but_a_recorded_header_that_differs_
     locked = manifest.read_text()
     m = catalog.load(folder).get("big")
     bare = [e.model_copy(update={"header": None, "weight_map": None}) for e in m.files]
-    manifest.write_text(locked[: locked.index("files:")] + render_files_block(bare))
+    manifest.write_text(locked[: locked.index("\nfiles:") + 1] + render_files_block(bare))
     assert cli(tmp_path, folder, "lock", "--check", "big", extra={"HF_ENDPOINT": hub.url}).returncode == 0
 
     name = shard_name(5, SHARDS)

@@ -80,7 +80,7 @@ def catalog(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 
 def line_of(path: Path, text: str) -> int:
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.lstrip(" -").startswith(text))  # "files:" is not "profiles:"
 
 
 def nothing_fetched(cache: Path) -> bool:
