@@ -16,7 +16,7 @@ HEADING = re.compile(r"^## \[(?P<version>\d+\.\d+\.\d+)\] - (?P<date>\d{4}-\d{2}
 
 
 def pyproject_version() -> str:
-    """The `version` of the [project] table (read by line: tomllib is not in Python 3.10, which the package supports)."""
+    """The [project] table's `version`, read by line (tomllib is not in Python 3.10, which the package supports)."""
     text = (ROOT / "pyproject.toml").read_text()
     table = text.split("\n[project]\n", 1)[1].split("\n[", 1)[0]
     found = re.findall(r'^version = "([^"]+)"$', table, re.M)
