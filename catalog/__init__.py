@@ -13,7 +13,11 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing's import is a measurable share of a warm resolve (catalog_app/warm.py)
 
-__version__ = "0.1.0"
+# The version, as a literal: the warm path keys its index on it (catalog_app/warm.py), and importlib.metadata would
+# cost it tens of milliseconds (its import and a lookup, 60 ms on a busy machine) and, in an editable install,
+# answer the version installed then, not the one here.
+# pyproject.toml's `version` says the same (tests/unit/test_version.py holds them and CHANGELOG.md equal).
+__version__ = "0.7.0"
 
 # Exports load on first use (PEP 562), so the warm resolve can import catalog modules without pydantic.
 _EXPORTS = {

@@ -1,8 +1,10 @@
 """Settings: every knob, read once at an entry point (flags over environment over defaults), then passed down.
 
-`ENV` declares every environment variable the catalog reads. `Settings.build(env, flags)` is pure;
-`Settings.from_process(flags)` is the one place in the project that reads `os.environ` (a test checks it),
-called by the entry points: the CLI, the pytest plugin and `catalog.load()` for library callers.
+`ENV` declares every environment variable the settings read by name (`ENGINE_ENV_PREFIXES`: the engine's own,
+by prefix, for the derived key). `Settings.build(env, flags)` is pure;
+`Settings.from_process(flags)` builds them from `os.environ`, called by the entry points: the CLI, the pytest plugin
+and `catalog.load()` for library callers. Modules below them take the Settings they are given; the few that touch the
+process environment otherwise are listed, each with its reason, in tests/unit/test_architecture.py, which checks it.
 The warm resolve (catalog_app/warm.py) keys its index on the call's own inputs: the flags as parsed, every
 variable `ENV` declares, and the catalog and cache folders resolved, so an undeclared variable cannot make a
 stale answer.

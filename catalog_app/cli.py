@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 import click
 
+from catalog import __version__
 from catalog_app import redaction
 
 # Every command, by the module under catalog_app.commands that defines it (its COMMANDS; a test holds the two equal).
@@ -46,7 +47,8 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="model-catalog", prog_name="catalog")
+# The package's own __version__, not the installed metadata (stale in an editable install until it is reinstalled).
+@click.version_option(version=__version__, prog_name="catalog")
 @click.option("--catalog", "catalog_dir", metavar="DIR", help="The manifests folder (env CATALOG_DIR; default: nearest manifests/ upward).")
 @click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug and tracebacks).")
 @click.pass_context

@@ -1,6 +1,7 @@
-"""The documentation's tables that mirror code, rendered from it: lint rules, settings, load formats, resolve outputs,
-and the command synopsis. Each lives in README.md or docs/*.md between `<!-- generated: NAME -->` and
-`<!-- /generated -->`; tests/unit/test_doc_tables.py fails when one differs from what the code says.
+"""The documentation's tables that mirror code, rendered from it: lint rules, settings (all, and those of oci://
+registries and of signatures), load formats, resolve outputs, and the command synopsis. Each lives in README.md or
+docs/*.md between `<!-- generated: NAME -->` and `<!-- /generated -->`; tests/unit/test_doc_tables.py fails when one
+differs from what the code says.
 
     python -m catalog_app.doc_tables          # rewrite every generated block in place
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ("README.md", "docs/manifests.md", "docs/resolve.md")
+DOCUMENTS = ("README.md", "docs/manifests.md", "docs/resolve.md", "docs/oci.md", "docs/signing.md")
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
 
 
@@ -31,9 +32,29 @@ def rules() -> str:
 
 
 def settings() -> str:
-    from catalog.settings import ENV
+    return _variables(lambda name: True)
 
-    rows = [f"| `{v.name}` | {_cell(v.help)}{' (secret: never shown)' if v.secret else ''} |" for v in ENV]
+
+def oci_settings() -> str:
+    """The variables an oci:// registry is reached with (docs/oci.md)."""
+    return _variables(lambda name: name.startswith("CATALOG_OCI_"), "DOCKER_CONFIG")
+
+
+def signing_settings() -> str:
+    """The variables of the signature gate and its trust (docs/signing.md)."""
+    return _variables(lambda name: name.startswith("CATALOG_TRUSTED_"), "CATALOG_REQUIRE_SIGNATURE",
+                      "CATALOG_LOG_ENTRIES")
+
+
+def _variables(prefixed: Callable[[str], bool], *named: str) -> str:
+    """The rows of catalog.settings.ENV that `prefixed` takes or `named` names, in ENV's order; a name ENV lacks is an
+    error, so a renamed variable cannot drop out of its page unseen."""
+    from catalog.settings import ENV, ENV_NAMES
+
+    if missing := sorted(set(named) - ENV_NAMES):
+        raise KeyError(f"not in catalog.settings.ENV: {', '.join(missing)}")
+    rows = [f"| `{v.name}` | {_cell(v.help)}{' (secret: never shown)' if v.secret else ''} |"
+            for v in ENV if prefixed(v.name) or v.name in named]
     return "| variable | meaning |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 
@@ -131,6 +152,7 @@ OPTION_GROUPS = _store_and_trust_options()
 
 TABLES: dict[str, Callable[[], str]] = {"rules": rules, "settings": settings, "formats": formats, "outputs": outputs,
                                         "commands": synopsis}
+TABLES |= {"oci-settings": oci_settings, "signing-settings": signing_settings}
 
 
 def render(text: str) -> str:

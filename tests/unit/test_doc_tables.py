@@ -1,4 +1,5 @@
-"""The documentation's tables that mirror code are the code's: rules, settings, load formats, outputs, commands.
+"""The documentation's tables that mirror code are the code's: rules, settings (all, oci://, signing), load formats,
+outputs, commands.
 
 Each lives between `<!-- generated: NAME -->` and `<!-- /generated -->` (rendered by `python -m catalog_app.doc_tables`);
 a rule, setting, format, output or flag that exists in code but not in the docs, or the reverse, fails here."""
@@ -6,6 +7,7 @@ a rule, setting, format, output or flag that exists in code but not in the docs,
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,27 @@ def test_every_rule_reported_anywhere_is_in_the_one_table_and_the_reverse() -> N
     used = rule_ids_in_code()
     assert sorted(set(used) - set(BY_ID)) == [], {r: used[r] for r in set(used) - set(BY_ID)}
     assert sorted(set(BY_ID) - set(used)) == []
+
+
+def test_the_pages_variable_tables_are_caught_stale_and_name_only_real_variables() -> None:
+    from catalog_app.doc_tables import _variables
+
+    for page, variable in (("docs/oci.md", "CATALOG_OCI_PLAIN_HTTP"), ("docs/signing.md", "CATALOG_LOG_ENTRIES")):
+        text = (ROOT / page).read_text()
+        dropped = text.replace(f"| `{variable}` |", "| `CATALOG_NOT_A_SETTING` |")
+        assert dropped != text and render(dropped) == text
+    with pytest.raises(KeyError, match="CATALOG_NOT_A_SETTING"):
+        _variables(lambda name: False, "CATALOG_NOT_A_SETTING")
+
+
+def test_every_catalog_variable_the_docs_name_is_a_setting_or_one_the_code_writes() -> None:
+    """A `CATALOG_*` name in README.md or docs/*.md is read by the settings (ENV) or written by the code (an `export`
+    line, a matrix job's environment): a renamed or removed variable cannot stay documented."""
+    from catalog.settings import ENV_NAMES
+
+    code = "".join(p.read_text() for package in ("catalog", "resolver", "catalog_app")
+                   for p in sorted((ROOT / package).rglob("*.py")))
+    documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {(d.relative_to(ROOT).as_posix(), n) for d in documents
+             for n in re.findall(r"\bCATALOG_[A-Z0-9_]*[A-Z0-9]\b", d.read_text())}
+    assert sorted((d, n) for d, n in named if n not in ENV_NAMES and f'"{n}"' not in code) == []
