@@ -57,7 +57,7 @@ def test_python_tags_are_refused_and_never_executed(tmp_path: Path) -> None:
 def test_alias_bomb_is_bounded(tmp_path: Path) -> None:
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-        for p, c in zip("abcdefgh", "bcdefghi")
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
     )
     found = problems_of(tmp_path, {"tiny.yaml": bomb})
     assert [p.rule for p in found] == ["yaml"]
