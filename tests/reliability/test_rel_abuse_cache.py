@@ -303,6 +303,7 @@ def test_a_stopped_lock_holder_is_said_and_waited_for_only_so_long(tmp_path: Pat
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
+        holder.stdout.close()  # type: ignore[union-attr]  # its pipe: the test read it, nobody else will
     assert took < 10 and cache.has_blob(wanted[0].entry)
     waiting = [r for r in caplog.records if "waiting for another process's download" in r.getMessage()]
     assert len(waiting) == 1 and waiting[0].levelno >= logging.INFO
