@@ -2,8 +2,8 @@
 """Set-up and entry point for the README's two commands; needs nothing but Python 3.
 
     python3 dev.py demo          -> the main job on the embedded default store
-    python3 dev.py test          -> the whole test suite
-    python3 dev.py test --quick  -> every tier but the engine's (no vLLM installed: minutes, for a change's first check)
+    python3 dev.py test          -> ruff (lint, format check), then the whole test suite
+    python3 dev.py test --quick  -> ruff, then every tier but the engine's (no vLLM installed: minutes, a first check)
 
 Each creates `.venv/` and installs the project into it when (and only when) pyproject.toml or the
 dev constraints changed since the last install, so running them again costs a second.
@@ -99,6 +99,17 @@ def ensure_env(profile: str) -> None:
     (VENV / f".installed-{profile}").write_text(_fingerprint(profile))
 
 
+def lint() -> bool:
+    """ruff from the venv (its version pinned in constraints-dev.txt), so every machine lints and formats alike."""
+    ruff = str(BIN / ("ruff.exe" if os.name == "nt" else "ruff"))
+    for args, what in ((["check", "."], "lint"), (["format", "--check", "."], "format")):
+        if subprocess.run([ruff, *args], cwd=ROOT).returncode != 0:
+            fix = "ruff check --fix ." if what == "lint" else "ruff format ."
+            print(f"dev: ruff {what} failed (above); fix it, or run `.venv/bin/{fix}`, then test again", file=sys.stderr)
+            return False
+    return True
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("demo", "test"):
         print(__doc__, file=sys.stderr)
@@ -112,6 +123,8 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         cmd = [str(PYTHON), str(ROOT / "scripts" / "demo.py"), *rest]
     else:
+        if not lint():
+            return 1
         # One worker per core (pytest-xdist; each starts its own S3 server); `-n 0` runs serially. A test file's
         # tests share one worker, so the engine tier's session fixtures (tests/engine/) run once.
         cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", "--dist", "loadfile", *rest]

@@ -62,7 +62,7 @@ def runners(count: int, manifests: Path, work: Path, env: dict[str, str], tier: 
     wall = time.perf_counter() - start
     sizes = {}
     store_bytes = 0
-    for (out, err), p in zip(outs, procs):
+    for (out, err), p in zip(outs, procs, strict=True):
         if p.returncode != 0:
             raise RuntimeError(err)
         answer = json.loads(out)

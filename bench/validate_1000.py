@@ -34,7 +34,7 @@ def write(root: Path, count: int, files_per_model: int) -> Path:
         name = f"model-{i:04d}"
         rev = hashlib.sha1(name.encode()).hexdigest()
         files = "".join(
-            f"  - path: {'model-%05d-of-%05d.safetensors' % (j, files_per_model) if j else 'config.json'}\n"
+            f"  - path: {f'model-{j:05d}-of-{files_per_model:05d}.safetensors' if j else 'config.json'}\n"
             f"    size: {1000 + j}\n    sha256: {hashlib.sha256(f'{name}{j}'.encode()).hexdigest()}\n"
             for j in range(files_per_model)
         )

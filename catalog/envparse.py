@@ -21,8 +21,8 @@ MAX_SECONDS = 10 ** 7  # about four months
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "")
 
-_WHOLE = re.compile(r"[0-9]{1,%d}" % MAX_DIGITS, re.ASCII)
-_SIZE = re.compile(r"([0-9]{1,%d})(?:\.([0-9]{1,9}))?\s*([kmgtpe]?)(?:i?b)?" % MAX_DIGITS, re.ASCII | re.IGNORECASE)
+_WHOLE = re.compile(rf"[0-9]{{1,{MAX_DIGITS}}}", re.ASCII)
+_SIZE = re.compile(rf"([0-9]{{1,{MAX_DIGITS}}})(?:\.([0-9]{{1,9}}))?\s*([kmgtpe]?)(?:i?b)?", re.ASCII | re.IGNORECASE)
 _UNITS = " kmgtpe"
 
 

@@ -5,8 +5,8 @@ tensor names, dtypes and shapes behind it live here, one tensor per line, so a r
 tensor that changed and every problem names its line. Where lock read the bytes (a folder, or `--tensor-digests`),
 each tensor also carries the sha256 of its own bytes: what the engine's loader (`--load-format catalog`) checks a
 tensor against before the model sees it. A file without a safetensors header (a tensorizer file) pins its table
-with `table:` and each tensor also carries the absolute offset of its bytes in the file. A large checkpoint has tens of thousands of tensors:
-in the manifest they would bury the pins a reviewer must read. Each file's section is pinned by a digest in
+with `table:` and each tensor also carries the absolute offset of its bytes in the file. A large checkpoint has
+tens of thousands of tensors: in the manifest they would bury the pins a reviewer must read. Each file's section is pinned by a digest in
 the manifest (`header.table_sha256`, `weight_map.sha256`), so an edit here that the manifest does not carry
 is caught by `validate` (the `tensor-table` rule), and the sidecar needs no trust of its own.
 

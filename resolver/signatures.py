@@ -396,7 +396,7 @@ def require(cat: Catalog, names: Iterable[str], *, cache_root: Path | None, sett
         return ()
     anchors = load_anchors(policy)
     relied: list[Path] = [*policy.anchors, *policy.log_keys]
-    for name in dict.fromkeys(n for name in names for n in _with_tokenizer(cat, name)):
+    for name in dict.fromkeys(n for asked in names for n in _with_tokenizer(cat, asked)):
         manifest, manifest_path = cat.get(name), cat.sources[name]
         sig = signature_path(manifest_path)
         relied.append(sig)

@@ -484,10 +484,10 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
     # Small files move in parallel (each a streamed single PUT); large ones one at a time, each already
     # parallel in parts, so memory stays near concurrency x part size. Outcomes are gathered in plan order.
     with ThreadPoolExecutor(max(1, config.concurrency), thread_name_prefix="catalog-sync") as pool:
-        outcomes = dict(zip(small, pool.map(lambda i: _carry_out(i, cat, store, source, config), small)))
+        outcomes = dict(zip(small, pool.map(lambda i: _carry_out(i, cat, store, source, config), small), strict=True))
     outcomes |= {i: _carry_out(i, cat, store, source, config) for i in large}
     outcomes_in_order = [outcomes[i] for i in work]
-    for item, (uploaded, info, error) in zip(work, outcomes_in_order):
+    for item, (uploaded, info, error) in zip(work, outcomes_in_order, strict=True):
         if error is not None:
             report.errors.append((item, error))
             continue

@@ -354,7 +354,7 @@ def fetch(
         # Integrity problems first: they are the ones a user must act on.
         errors.sort(key=lambda e: 0 if isinstance(e, IntegrityError) else 1 if isinstance(e, CatalogError) else 2)
         raise errors[0]
-    return {sha256 for sha256, future in zip(unique, futures) if future.result()}
+    return {sha256 for sha256, future in zip(unique, futures, strict=True) if future.result()}
 
 
 def _prepare(store: Store) -> None:

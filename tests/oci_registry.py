@@ -5,8 +5,8 @@ flavours, each its own process when a test asks for it: anonymous (the default),
 registry token flow (`auth: token`) with a token server of the test's own (`TokenServer`: it checks a user's
 password and signs a JWT that the registry verifies against a certificate in its config; nothing about the
 registry is simulated). `RegistryDouble` stands in front of one and redirects blob HEADs and GETs to a second
-host (`BlobHost`), as a registry on object storage does. `blob_file(digest)` is where the registry keeps a blob's bytes, so a test can tamper with
-them and see what a client does when a registry serves other bytes under a digest.
+host (`BlobHost`), as a registry on object storage does. `blob_file(digest)` is where the registry keeps a blob's bytes, so a test
+can tamper with them and see what a client does when a registry serves other bytes under a digest.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def list_models(ctx: click.Context, gpu: str | None, tag: str | None, load_forma
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
     click.echo(f"{len(models)} of {len(cat)} models", err=True)
     return 0
 

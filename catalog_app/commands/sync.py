@@ -198,7 +198,7 @@ def _print_report(report: ApplyReport, fmt: str, plan: SyncPlan, requests: dict[
         say(f"uploaded {len(report.uploaded)} ({human_bytes(report.bytes)}), verified {len(report.verified)}, "
             f"deleted {len(report.deleted)}, {plural(len(report.errors), 'error')}; {plural(sum(requests.values()), 'request')}",
             err=True)
-    for item, error in report.errors:
+    for _item, error in report.errors:
         say(f"error: {redact(str(error))}", err=True)
     for hint in _hints(report, from_dir, from_hf_cache):
         say(f"hint: {redact(hint)}", err=True)

@@ -54,7 +54,7 @@ def load(cat: Catalog, manifest: ModelManifest, resolution: Resolution, *, store
         started = time.perf_counter()
         streamed = stream_safetensors([base + e.path for e in batch], target, headers=[headers[e.path] for e in batch])
         seconds += time.perf_counter() - started
-        for entry, tensors in zip(batch, streamed):
+        for entry, tensors in zip(batch, streamed, strict=True):
             files[entry.path] = tensors
     for entry in entries:
         problems += check_streamed(manifest.name, entry, headers[entry.path], files[entry.path])

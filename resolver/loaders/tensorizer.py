@@ -95,8 +95,11 @@ def deserialize_tensorizer(model: str, uri: str, target: StreamTarget,
     try:
         with scoped_environ(target.env):
             stream = open_stream(uri, "rb", **s3)
-            with TensorDeserializer(stream, **options) as deserializer:
-                return {str(n): t for n, t in deserializer.items()}, []
+            try:
+                with TensorDeserializer(stream, **options) as deserializer:
+                    return {str(n): t for n, t in deserializer.items()}, []
+            finally:  # also when the deserializer refuses its arguments: it never took the stream then
+                stream.close()
     except HashMismatchError as exc:
         return {}, [f"{model}: tensorizer's hash check failed for {uri}: {_terse(exc)}"]
     except TypeError as exc:

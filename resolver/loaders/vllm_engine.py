@@ -151,6 +151,6 @@ def check_with_engine(cat: Catalog, names: Sequence[str], *, store: Store, cache
             reports[name] = LoadReport(name, manifest.load_format, problems=[exc.message + (f" (hint: {exc.hint})" if exc.hint else "")])
             continue
         jobs.append((resolution, EngineJob.of(resolution)))
-    for (resolution, _), result in zip(jobs, run_jobs([job for _, job in jobs], log=log)):
+    for (resolution, _), result in zip(jobs, run_jobs([job for _, job in jobs], log=log), strict=True):
         reports[resolution.name] = report(resolution, result)
     return [reports[name] for name in names]

@@ -66,7 +66,7 @@ def _patch_cpu_tensorizer() -> None:
     import vllm.model_executor.model_loader.tensorizer_loader as loader
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
-    original = loader.TensorizerLoader._load_model_serialized_cpu
+    original = loader.TensorizerLoader._load_model_serialized_cpu  # noqa: SLF001 - the method this patch wraps
     if getattr(original, "catalog_patched", False):
         return
 

@@ -229,7 +229,7 @@ class OciStore(Store):
         with ThreadPoolExecutor(max(1, min(self.concurrency, len(models) or 1)), thread_name_prefix="catalog-oci-list") as pool:
             artifacts = list(pool.map(lambda pm: self.artifact(pm[1], fresh=True), models))
         found: list[ObjectInfo] = []
-        for (model_prefix, _), parsed in zip(models, artifacts):
+        for (model_prefix, _), parsed in zip(models, artifacts, strict=True):
             if parsed is None:
                 continue
             for path, layer in parsed.layers.items():

@@ -43,7 +43,7 @@ Credentials = Callable[[], "S3Credential"]
 
 def available() -> bool:
     try:
-        import obstore  # noqa: F401
+        import obstore  # noqa: F401 - only whether it is installed
     except ImportError:
         return False
     return True

@@ -176,7 +176,8 @@ def test_importing_catalog_and_validating_imports_no_heavy_library() -> None:
     code = (
         "import sys, catalog, catalog_app.main\n"
         "code = catalog_app.main.run(['--catalog', sys.argv[1], 'validate'])\nassert code == 0, code\n"
-        "heavy = sorted(m for m in ('boto3', 'botocore', 'huggingface_hub', 'torch', 'tensorizer', 'runai_model_streamer') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('boto3', 'botocore', 'huggingface_hub', 'torch', 'tensorizer', 'runai_model_streamer')\n"
+        "               if m in sys.modules)\n"
         "print(','.join(heavy))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(BUNDLED)], capture_output=True, text=True)

@@ -1,8 +1,9 @@
-"""Files that run code on load, end to end: a manifest pinning them without `allow_code` is refused by validate and
-by resolve (before any download: the catalog does not load); an allowed pickle is scanned before the answer is handed out, and a pickle whose
-reduce calls os.system (made here) is refused before any loader sees it; a tier's scan verdict, written once by the
-publisher and bound to the sha256 and scanner version, spares the runners reading the tier their scans; a config's
-auto_map needs `allow_code`; `--format vllm-args` passes --trust-remote-code only for a model that says so."""
+"""Files that run code on load, end to end: a manifest pinning them without `allow_code` is refused by validate and by
+resolve (before any download: the catalog does not load); an allowed pickle is scanned before the answer is handed
+out, and a pickle whose reduce calls os.system (made here) is refused before any loader sees it; a tier's scan
+verdict, written once by the publisher and bound to the sha256 and scanner version, spares the runners reading the
+tier their scans; a config's auto_map needs `allow_code`; `--format vllm-args` passes --trust-remote-code only for a
+model that says so."""
 
 from __future__ import annotations
 

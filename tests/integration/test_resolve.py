@@ -137,7 +137,8 @@ def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalo
         "sys.addaudithook(lambda e, a: opened.append(str(a[0])) if e == 'open' and isinstance(a[0], (str, bytes)) else None)\n"
         "from catalog_app.main import run\n"
         "code = run(sys.argv[1:])\n"
-        "print(json.dumps({'code': code, 'opened': opened, 'boto3': 'boto3' in sys.modules, 'botocore': 'botocore' in sys.modules}), file=sys.stderr)\n"
+        "print(json.dumps({'code': code, 'opened': opened, 'boto3': 'boto3' in sys.modules,\n"
+        "                  'botocore': 'botocore' in sys.modules}), file=sys.stderr)\n"
     )
     warm = subprocess.run([sys.executable, "-c", code, "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2"],
                           capture_output=True, text=True, env=env)

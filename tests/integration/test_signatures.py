@@ -319,7 +319,7 @@ def test_a_verdict_planted_in_the_cache_is_not_taken(setup: Setup, capsys: pytes
     stranger = key_pair(setup.tmp / "stranger", "stranger")
     assert catalog(capsys, "sign", "tiny-llama", "--private-key", str(stranger.private))[0] == 0
     manifest = catalog_api.load(setup.catalog).get("tiny-llama")
-    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731 - a one-line helper of this test
     trusted = setup.key.public.read_bytes()
     name = sha("\n".join(["1", sha(statement_of(manifest.name, manifest.files).payload()),
                           sha(setup.sig("tiny-llama").read_bytes()),

@@ -78,7 +78,7 @@ def test_catalog_signatures_verify_with_model_signing_on_every_resolved_view(wor
         *[["verify", "certificate", world.views[n], "--signature", certified / f"{n}.sig", "--certificate_chain",
            world.org.root] for n in names],
         env=world.env)
-    assert all(code == 0 and "Verification succeeded" in output for code, output in results), list(zip(names * 2, results))
+    assert all(code == 0 and "Verification succeeded" in output for code, output in results), list(zip(names * 2, results, strict=True))
     # ... and the catalog itself accepts them for the same views (resolve re-checks before handing them out)
     for folder in (keyed, certified):
         done = world.catalog(folder, "resolve", *names, "--materialize-weights", "--format", "json")
@@ -140,7 +140,7 @@ def test_a_changed_byte_a_missing_file_and_an_extra_file_fail_on_both_sides(worl
         *[["sign", "key", folders[how], "--signature", theirs[how] / f"{name}.sig", "--private_key", world.key.private]
           for how in CASES],
         env=world.env)
-    for how, (code, output) in zip(CASES, results[:3]):
+    for how, (code, output) in zip(CASES, results[:3], strict=True):
         assert code == 1 and "Verification failed" in output and named[how] in output, (how, output)
     assert [code for code, _ in results[3:]] == [0, 0, 0]
     expected = {"changed-byte": "'model.safetensors' is pinned as sha256",

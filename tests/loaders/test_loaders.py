@@ -28,7 +28,7 @@ from resolver.upload import upload_from_dir
 from servers import SeaweedServer, free_port
 
 torch = pytest.importorskip("torch")
-from safetensors.torch import load_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402 - only once importorskip found torch
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = catalog.load(ROOT / "manifests")

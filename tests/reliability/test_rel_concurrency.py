@@ -88,12 +88,12 @@ def test_eight_resolves_and_gc_at_once_over_one_cache(
         outputs = [p.communicate(timeout=300) for p in procs]
         gc_loop.stop.set()
         gc_loop.join(timeout=120)
-        failed = [f"{' '.join(args)}: exit {p.returncode}\n{err[-2000:]}" for args, p, (_, err) in zip(RESOLVES, procs, outputs)
+        failed = [f"{' '.join(args)}: exit {p.returncode}\n{err[-2000:]}" for args, p, (_, err) in zip(RESOLVES, procs, outputs, strict=True)
                   if p.returncode != 0]
         assert failed == [], f"round {round_}: " + "\n".join(failed)
         assert [g.returncode for g in gc_loop.runs] == [0] * len(gc_loop.runs), [explain(g) for g in gc_loop.runs if g.returncode]
         assert gc_loop.runs, "gc never ran alongside the resolves"
-        for args, (out, _) in zip(RESOLVES, outputs):
+        for args, (out, _) in zip(RESOLVES, outputs, strict=True):
             for result in parse_json_results(out):
                 bad = check_view_files(result, bundled.get(result["name"]))
                 assert bad == [], f"round {round_}, resolve {' '.join(args)}: {bad}"

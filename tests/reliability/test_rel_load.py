@@ -48,9 +48,9 @@ def test_fifty_models_resolve_in_one_call_and_in_fifty_processes(s3_server, buck
 
     with ThreadPoolExecutor(POOL) as pool:
         done = list(pool.map(one, names))
-    failures = [f"{name}: {explain(d)}" for name, d in zip(names, done) if d.returncode != 0]
+    failures = [f"{name}: {explain(d)}" for name, d in zip(names, done, strict=True) if d.returncode != 0]
     assert failures == [], f"{len(failures)} of {models} resolves failed:\n" + "\n".join(failures[:5])
-    for name, d in zip(names, done):
+    for name, d in zip(names, done, strict=True):
         (result,) = parse_json_results(d.stdout)
         assert result["name"] == name
         assert check_view_files(result, cat.get(name)) == []

@@ -387,6 +387,8 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 
 
+# A payload that runs opens its marker file and leaves it open (that is the code it runs): not ours to close.
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 def test_payloads_are_live_under_an_unsafe_loader(tmp_path: Path) -> None:
     """The payloads used below really run code under PyYAML's unsafe loader, so their absence of effect
     in load_dir is meaningful."""

@@ -57,7 +57,7 @@ def test_python_tags_are_refused_and_never_executed(tmp_path: Path) -> None:
 def test_alias_bomb_is_bounded(tmp_path: Path) -> None:
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-        for p, c in zip("abcdefgh", "bcdefghi")
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
     )
     found = problems_of(tmp_path, {"tiny.yaml": bomb})
     assert [p.rule for p in found] == ["yaml"]
@@ -264,7 +264,8 @@ def test_weights_that_fit_without_headroom_are_still_refused(tmp_path: Path) -> 
 
 
 def test_default_gpu_class_applies_when_none_is_named(tmp_path: Path) -> None:
-    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: model.safetensors\n    size: {30 * 1024**3}\n    sha256: {SHA}\n"
+    files = (f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n"
+             f"  - path: model.safetensors\n    size: {30 * 1024**3}\n    sha256: {SHA}\n")
     text = manifest_text(files=files).replace("gpu: {class: cpu}\n", "")
     assert [p.rule for p in problems_of(tmp_path, {"tiny.yaml": text})] == ["gpu-memory"]  # default l4: 24 GiB
 

@@ -127,7 +127,7 @@ def test_the_reference_reader_agrees_on_what_is_valid(tmp_path: Path) -> None:
 
     good = safetensors_bytes({"w": Tensor("F32", (2, 2), b"\0" * 16)})
     assert opens(good) and parse(good, len(good)).tensors
-    for case, (data, size, _) in BROKEN.items():
+    for case, (data, _size, _) in BROKEN.items():
         if case in ("duplicate names", "length beyond the bound", "too short", "length past the end"):
             continue  # the reference takes the last duplicate; the others are about the file's size, not its bytes
         assert not opens(data), case

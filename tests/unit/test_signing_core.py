@@ -109,7 +109,7 @@ def test_bundles_read_and_write_as_model_signings(tmp_path: Path) -> None:
 
 def test_a_keyless_sigstore_bundle_is_read_with_its_log_entries() -> None:
     payload = statement_of("m", entries(PATHS)).payload()
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731 - a one-line helper of this test
     entry = {"logIndex": "7", "logId": {"keyId": b64(b"\x01" * 32)}, "kindVersion": {"kind": "dsse", "version": "0.0.1"},
              "integratedTime": "1700000000", "inclusionPromise": {"signedEntryTimestamp": b64(b"set")},
              "canonicalizedBody": b64(b'{"kind":"dsse"}')}
