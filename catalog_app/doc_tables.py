@@ -1,5 +1,5 @@
 """The documentation's tables that mirror code, rendered from it: lint rules, settings, load formats, resolve outputs,
-and the command synopsis. Each lives in README.md or docs/*.md between `<!-- generated: NAME -->` and
+the command synopsis and the cache layout. Each lives in README.md or docs/*.md between `<!-- generated: NAME -->` and
 `<!-- /generated -->`; tests/unit/test_doc_tables.py fails when one differs from what the code says.
 
     python -m catalog_app.doc_tables          # rewrite every generated block in place
@@ -35,6 +35,13 @@ def settings() -> str:
 
     rows = [f"| `{v.name}` | {_cell(v.help)}{' (secret: never shown)' if v.secret else ''} |" for v in ENV]
     return "| variable | meaning |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def cache_layout() -> str:
+    from catalog.front_door import CACHE_FOLDERS
+
+    rows = [f"| `{f.name}/{f.below}` | {_cell(f.holds)} |" for f in CACHE_FOLDERS]
+    return "| under the cache | holds |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 
 def formats() -> str:
@@ -130,7 +137,7 @@ def _wrap(parts: list[str], width: int = 116) -> list[str]:
 OPTION_GROUPS = _store_and_trust_options()
 
 TABLES: dict[str, Callable[[], str]] = {"rules": rules, "settings": settings, "formats": formats, "outputs": outputs,
-                                        "commands": synopsis}
+                                        "commands": synopsis, "cache-layout": cache_layout}
 
 
 def render(text: str) -> str:
