@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from catalog import front_door
+
 TYPE_CHECKING = False  # typing's import is a measurable share of a warm resolve; annotations are strings here
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -15,11 +17,12 @@ if TYPE_CHECKING:
 MANIFESTS_DIR = "manifests"
 CATALOG_FILE = "catalog.yaml"
 CACHE_FOLDER = "model-catalog"
+_HOME, _XDG_CACHE_HOME = front_door.declared("HOME"), front_door.declared("XDG_CACHE_HOME")  # keyed by the warm answers
 
 
 def user_home(env: Mapping[str, str]) -> str | None:
     """$HOME when it is an absolute path, else the user database's home; an empty or relative one is none."""
-    home = env.get("HOME") or ""
+    home = env.get(_HOME) or ""
     if os.path.isabs(home):
         return home
     try:
@@ -34,7 +37,7 @@ def user_home(env: Mapping[str, str]) -> str | None:
 def default_cache_dir(env: Mapping[str, str]) -> str | None:
     """$XDG_CACHE_HOME/model-catalog, else ~/.cache/model-catalog. A relative XDG_CACHE_HOME is ignored, as the XDG
     spec says; without a home there is no default (never `/.cache`)."""
-    xdg = env.get("XDG_CACHE_HOME") or ""
+    xdg = env.get(_XDG_CACHE_HOME) or ""
     if os.path.isabs(xdg):
         return os.path.join(xdg, CACHE_FOLDER)
     home = user_home(env)

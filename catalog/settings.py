@@ -1,12 +1,14 @@
 """Settings: every knob, read once at an entry point (flags over environment over defaults), then passed down.
 
-`ENV` declares every environment variable the settings read by name (`ENGINE_ENV_PREFIXES`: the engine's own,
-by prefix, for the derived key). `Settings.build(env, flags)` is pure;
-`Settings.from_process(flags)` builds them from `os.environ`, called by the entry points: the CLI, the pytest plugin
-and `catalog.load()` for library callers. Modules below them take the Settings they are given; the few that touch the
-process environment otherwise are listed, each with its reason, in tests/unit/test_architecture.py, which checks it.
+`ENV` (catalog/front_door.py's VARIABLES) declares every environment variable the settings read by name, and
+`Settings.build` can read no other: an undeclared one raises at its first read (`ENGINE_ENV_PREFIXES`: the engine's
+own, by prefix, for the derived key). `Settings.build(env, flags)` is pure; `Settings.from_process(flags)` builds
+them from `os.environ`, called by the entry points: the CLI, the pytest plugin and `catalog.load()` for library
+callers. Modules below them take the Settings they are given; the few that touch the process environment otherwise
+are listed, each with its reason, in docs/architecture.md ("Who reads the environment"), which
+tests/unit/test_architecture.py holds the code to.
 The warm resolve (catalog_app/warm.py) keys its index on the call's own inputs: the flags as parsed, every
-variable `ENV` declares, and the catalog and cache folders resolved, so an undeclared variable cannot make a
+variable `ENV` declares (from the same table), and the catalog and cache folders resolved, so no setting can make a
 stale answer.
 
 Standard library only: the warm path builds a Settings before anything heavy is imported.
@@ -15,12 +17,12 @@ Standard library only: the warm path builds a Settings before anything heavy is 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from catalog import envparse, locations, urls
+from catalog import envparse, front_door, locations, urls
 from catalog.errors import CatalogNotFoundError, UsageError
 from catalog.signing import parse_identity
 
@@ -28,82 +30,28 @@ MiB = 1024 * 1024
 MANIFESTS_DIR = locations.MANIFESTS_DIR
 
 
-@dataclass(frozen=True)
-class EnvVar:
-    name: str
-    help: str
-    secret: bool = False  # never shown (the warm key holds it only inside a hash)
-
-
-ENV: tuple[EnvVar, ...] = (
-    EnvVar("CATALOG_DIR", "the manifests folder (default: the nearest manifests/ upward)"),
-    EnvVar("CATALOG_STORE", "overrides catalog.yaml's store: s3://bucket/base/, oci://host/namespace/, file:///dir/ or a folder"),
-    EnvVar("CATALOG_CACHE", "the cache folder (default: $XDG_CACHE_HOME/model-catalog or ~/.cache/model-catalog)"),
-    EnvVar("XDG_CACHE_HOME", "where the default cache lives"),
-    EnvVar("CATALOG_MODE", "ci (the bucket only), dev (the bucket, then the Hub) or offline (the cache only); set to ci, it "
-                       "also turns the pytest plugin's Hub guard on"),
-    EnvVar("CATALOG_PART_SIZE", "part size of ranged GETs and multipart uploads (default: chosen from the file sizes)"),
-    EnvVar("CATALOG_CONCURRENCY", "parallel requests (default: chosen from the file sizes)"),
-    EnvVar("CATALOG_S3_ADDRESSING", "path or virtual (default: path when an endpoint is set, else auto)"),
-    EnvVar("CATALOG_S3_UNSIGNED", "1 for a public bucket: no credentials, unsigned requests"),
-    EnvVar("CATALOG_S3_READ_TIMEOUT", "seconds without a byte before a read is retried (default 60)"),
-    EnvVar("AWS_ENDPOINT_URL_S3", "the S3 endpoint (wins over AWS_ENDPOINT_URL)"),
-    EnvVar("AWS_ENDPOINT_URL", "the S3 endpoint of an S3-compatible store"),
-    EnvVar("S3_ENDPOINT_URL", "the S3 endpoint, s3cmd/tensorizer spelling (used when no AWS_ENDPOINT_URL is set)"),
-    EnvVar("S3_ACCESS_KEY_ID", "access key, s3cmd/tensorizer spelling (used when the AWS chain finds no credentials)"),
-    EnvVar("S3_SECRET_ACCESS_KEY", "secret key, s3cmd/tensorizer spelling", secret=True),
-    EnvVar("AWS_CONFIG_FILE", "the AWS config file (profiles, a profile's endpoint_url)"),
-    EnvVar("AWS_SHARED_CREDENTIALS_FILE", "the AWS credentials file"),
-    EnvVar("AWS_REGION", "the region"),
-    EnvVar("AWS_DEFAULT_REGION", "the region, older spelling"),
-    EnvVar("AWS_PROFILE", "the credentials/config profile"),
-    EnvVar("AWS_RETRY_MODE", "standard or adaptive"),
-    EnvVar("AWS_MAX_ATTEMPTS", "attempts per request (default 5)"),
-    EnvVar("HF_ENDPOINT", "the Hub's address (default https://huggingface.co)"),
-    EnvVar("HF_TOKEN", "the Hub token", secret=True),
-    EnvVar("CATALOG_HUB_MAX_WAIT", "longest wait on a remote's hint (the Hub's rate-limit reset, a store's or mirror's "
-                                   "Retry-After), in seconds (default 60); a later one fails at once, naming when to retry"),
-    EnvVar("CATALOG_SHARED_CACHE", "read-only shared cache tiers, ':'-separated folders with the cache's blobs/<aa>/<sha256> "
-                                   "layout, consulted by sha256 before any download (--shared-cache DIR, repeatable); "
-                                   "hf:DIR is a Hugging Face cache (HF_HUB_CACHE) read the same way"),
-    EnvVar("CATALOG_MIRRORS", "stores tried in order before the primary store, per file, ','-separated URLs "
-                              "(s3://, oci://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)"),
-    EnvVar("CATALOG_CACHE_MAX_SIZE", "resolve evicts least recently resolved views before it fetches, to keep the cache "
-                                     "under this size (e.g. 200GiB)"),
-    EnvVar("CATALOG_GPU_CLASS", "this machine's GPU class: what the pytest plugin skips by, whose engine profile resolve "
-                            "hands out (default: detected)"),
-    EnvVar("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
-    EnvVar("CATALOG_DEBUG", "1: tracebacks for internal errors"),
-    EnvVar("CATALOG_PREFER", "local (default) or stream: a streamed format whose weights are all verified in the cache or "
-                             "a shared tier is handed out as its local folder, or always as the stream URI"),
-    EnvVar("CATALOG_REQUIRE_SIGNATURE", "1: resolve refuses, before any download, a model without a signature that a "
-                                        "trusted key or root vouches for (--require-signature; catalog.yaml signatures:)"),
-    EnvVar("CATALOG_TRUSTED_KEYS", "PEM public keys whose signatures are trusted (every key of each file), ':'-separated "
-                                   "(--trusted-key, repeatable); any CATALOG_TRUSTED_* given replaces catalog.yaml's trust "
-                                   "and requires signatures"),
-    EnvVar("CATALOG_TRUSTED_ROOTS", "PEM CA certificates a signing certificate must chain to, ':'-separated "
-                                    "(--trusted-root, repeatable)"),
-    EnvVar("CATALOG_TRUSTED_IDENTITIES", "who may sign with a certificate, one IDENTITY|ISSUER per line (--trusted-identity, "
-                                         "repeatable): a name the certificate carries and its OIDC issuer"),
-    EnvVar("CATALOG_TRUSTED_LOG_KEYS", "PEM public keys of transparency logs whose signed entry timestamps are checked, "
-                                       "':'-separated (--trusted-log-key, repeatable)"),
-    EnvVar("CATALOG_LOG_ENTRIES", "check (default) or accept-unchecked: whether a bundle's transparency-log entries no "
-                                  "trusted log key checks are refused"),
-    EnvVar("CATALOG_OCI_USERNAME", "user for an oci:// registry (sent only to CATALOG_OCI_REGISTRY, else the --store URL's registry)"),
-    EnvVar("CATALOG_OCI_PASSWORD", "password or access token for CATALOG_OCI_USERNAME", secret=True),
-    EnvVar("CATALOG_OCI_REGISTRY", "host[:port] that CATALOG_OCI_USERNAME/PASSWORD belong to (default: the --store URL's)"),
-    EnvVar("CATALOG_OCI_PLAIN_HTTP", "','-separated registry host[:port]s reached over plain http:// (loopback always is)"),
-    EnvVar("DOCKER_CONFIG", "the folder of docker's config.json, read for oci:// registry credentials (default ~/.docker)"),
-    EnvVar("CATALOG_STREAM_PROOF_MAX_AGE", "seconds a warm answer may rest on the proof that streamed objects are the "
-                                           "verified ones (default 300); older, the full resolve proves them again"),
-    EnvVar("CATALOG_ENGINE_LOADER", "how vllm-args hand a streamed model to the engine: catalog (`--load-format catalog`: "
-                                    "the engine's loader hashes every tensor against its pin before the model sees it), "
-                                    "plain (the format's own streamer, which verifies nothing) or auto (default: catalog "
-                                    "where vLLM and the plugin are installed and every tensor is pinned)"),
-    EnvVar("CATALOG_LOAD_RECORD", "a file each verified load (`--load-format catalog`) appends one JSON line to: the "
-                                  "tensors delivered, from where, and any refused"),
-)
+ENV = front_door.VARIABLES  # every variable the settings read, declared once (catalog/front_door.py)
 ENV_NAMES = frozenset(v.name for v in ENV)
+
+
+class _Declared(Mapping[str, str]):
+    """The environment as `Settings.build` reads it: reading a variable that catalog/front_door.py does not declare is
+    an error at once, not a setting the warm answers' key misses (a stale answer)."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+
+    def __getitem__(self, name: str) -> str:
+        return self._env[front_door.declared(name)]
+
+    def get(self, name: str, default: Any = None) -> Any:  # the settings' usual read: delegated, not via KeyError
+        return self._env.get(front_door.declared(name), default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._env)
+
+    def __len__(self) -> int:
+        return len(self._env)
 
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 RETRY_MODES = ("standard", "adaptive", "legacy")
@@ -191,6 +139,8 @@ class Settings:
     @classmethod
     def build(cls, env: Mapping[str, str], **flags: Any) -> Settings:
         """Flags (None: not given) over the environment over defaults. Pure; raises UsageError for bad values."""
+        engine_env = {k: v for k, v in env.items() if k.startswith(ENGINE_ENV_PREFIXES)}  # not settings: read as they are
+        env = _Declared(env)
 
         def pick(flag: str, var: str) -> Any:
             value = flags.get(flag)
@@ -276,7 +226,7 @@ class Settings:
             log_entries=log_entries,
             ignored=ignored,
             oci=_oci_options(env),
-            engine_env={k: v for k, v in env.items() if k.startswith(ENGINE_ENV_PREFIXES)},
+            engine_env=engine_env,
         )
 
     @classmethod

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 
 import click
 
-from catalog import __version__
+from catalog import __version__, front_door
 from catalog_app import redaction
+from catalog_app.options import declared_by
 
 # Every command, by the module under catalog_app.commands that defines it (its COMMANDS; a test holds the two equal).
 COMMAND_MODULES = {
@@ -49,8 +50,7 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 # The package's own __version__, not the installed metadata (stale in an editable install until it is reinstalled).
 @click.version_option(version=__version__, prog_name="catalog")
-@click.option("--catalog", "catalog_dir", metavar="DIR", help="The manifests folder (env CATALOG_DIR; default: nearest manifests/ upward).")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug and tracebacks).")
+@declared_by(front_door.GROUP)
 @click.pass_context
 def cli(ctx: click.Context, catalog_dir: str | None, verbose: int) -> None:
     """Pinned, verified CI models: validate manifests, resolve, sync and check them."""

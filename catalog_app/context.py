@@ -11,8 +11,10 @@ from typing import Any, TypeVar
 
 import click
 
+from catalog import front_door
 from catalog.lookup import Catalog, load
 from catalog.settings import Settings
+from catalog_app.options import declared_by
 
 log = logging.getLogger("catalog")
 
@@ -48,15 +50,8 @@ def load_catalog(ctx: click.Context, only: Sequence[str] | None = None) -> Catal
 
 
 def store_options(command: F) -> F:
-    """--store, --cache, --part-size, --concurrency: shared by every command that moves bytes."""
-    for option in reversed([
-        click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE)."),
-        click.option("--cache", "cache_dir", metavar="DIR", help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog)."),
-        click.option("--part-size", metavar="SIZE", help="Part size of ranged GETs and multipart uploads (env CATALOG_PART_SIZE; default: from the file sizes)."),
-        click.option("--concurrency", type=int, help="Parallel requests (env CATALOG_CONCURRENCY; default: from the file sizes)."),
-    ]):
-        command = option(command)
-    return command
+    """--store, --cache, --part-size, --concurrency: shared by every command that moves bytes (front_door.STORE)."""
+    return declared_by(front_door.STORE)(command)
 
 
 def cache_option(command: F) -> F:

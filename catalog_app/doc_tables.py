@@ -1,7 +1,7 @@
 """The documentation's tables that mirror code, rendered from it: lint rules, settings (all, and those of oci://
-registries and of signatures), load formats, resolve outputs, and the command synopsis. Each lives in README.md or
-docs/*.md between `<!-- generated: NAME -->` and `<!-- /generated -->`; tests/unit/test_doc_tables.py fails when one
-differs from what the code says.
+registries and of signatures), load formats, resolve outputs, the command synopsis and the cache layout. Each lives in
+README.md or docs/*.md between `<!-- generated: NAME -->` and `<!-- /generated -->`; tests/unit/test_doc_tables.py
+fails when one differs from what the code says.
 
     python -m catalog_app.doc_tables          # rewrite every generated block in place
 """
@@ -56,6 +56,13 @@ def _variables(prefixed: Callable[[str], bool], *named: str) -> str:
     rows = [f"| `{v.name}` | {_cell(v.help)}{' (secret: never shown)' if v.secret else ''} |"
             for v in ENV if prefixed(v.name) or v.name in named]
     return "| variable | meaning |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def cache_layout() -> str:
+    from catalog.front_door import CACHE_FOLDERS
+
+    rows = [f"| `{f.name}/{f.below}` | {_cell(f.holds)} |" for f in CACHE_FOLDERS]
+    return "| under the cache | holds |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 
 def formats() -> str:
@@ -151,8 +158,8 @@ def _wrap(parts: list[str], width: int = 116) -> list[str]:
 OPTION_GROUPS = _store_and_trust_options()
 
 TABLES: dict[str, Callable[[], str]] = {"rules": rules, "settings": settings, "formats": formats, "outputs": outputs,
-                                        "commands": synopsis}
-TABLES |= {"oci-settings": oci_settings, "signing-settings": signing_settings}
+                                        "commands": synopsis, "cache-layout": cache_layout,
+                                        "oci-settings": oci_settings, "signing-settings": signing_settings}
 
 
 def render(text: str) -> str:

@@ -20,8 +20,9 @@ that said so, and one stat of it must say the same. Offline, no streamed answer 
 makes the weights local).
 
 Start-up is the cost here (`docs/benchmarks.md`): this module imports only os, json and time from the standard
-library, the interpreter's built-in sha256, and two modules of ours written the same way (catalog/locations.py,
-resolver/view_stamps.py); no dataclasses, pathlib, typing or logging, and hashlib only for an input over 1 MiB.
+library, the interpreter's built-in sha256, and three modules of ours written the same way (catalog/front_door.py,
+catalog/locations.py, resolver/view_stamps.py); no dataclasses, pathlib, typing or logging, and hashlib only for an
+input over 1 MiB.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import json
 import os
 import time
 
-from catalog import __version__, locations
+from catalog import __version__, front_door, locations
 from resolver import view_stamps
 
 TYPE_CHECKING = False  # typing's import is a measurable share of a warm resolve; annotations are strings here
@@ -59,42 +60,22 @@ else:
 
 BUILTIN_SHA256_MAX = 1024 * 1024  # bytes: above this, OpenSSL's speed pays for its load (5 ms of hashing a MiB here)
 INDEX_VERSION = 5  # 4: proved_at; 5: keyed by the call's own inputs, answers stored rendered
-INDEX_FOLDER = "warm-index"  # <cache>/warm-index/<key>.json (resolver/cache.py lists the cache's folders)
-LAYOUTS = ("dir", "hf-cache")
+INDEX_FOLDER = front_door.WARM_INDEX.name  # <cache>/warm-index/<key>.json
 
-# The `resolve` flags the warm path understands (mirroring the click command's, which a test compares with these:
-# kind by kind, so a new flag of `resolve` fails that test until it is answered here or listed in FULL_CLI_ONLY);
-# anything else goes to the full CLI. click is not imported here.
-FULL_CLI_ONLY = {"--all", "--verify-stream"}  # never answered warm
-_VALUE_FLAGS = {"--format": "fmt", "--layout": "layout", "--source": "source", "--store": "store", "--cache": "cache_dir",
-                "--part-size": "part_size", "--concurrency": "concurrency", "--prefer": "prefer"}
-_BOOL_FLAGS = {"--materialize-weights": "materialize_weights", "--offline": "offline",
-               "--require-signature": "require_signature"}
-_MULTI_FLAGS = {"--shared-cache": "shared_caches", "--mirror": "mirrors",  # repeatable: collected in order
-                "--trusted-key": "trusted_keys", "--trusted-root": "trusted_roots",
-                "--trusted-identity": "trusted_identities", "--trusted-log-key": "trusted_log_keys"}
-_REQUEST = {"fmt", "layout", "materialize_weights"}  # the rest are settings
-
-# Every variable `Settings.build` reads enters the key as it is (a test holds this list to catalog.settings.ENV),
-# except those naming the catalog or the cache folder, which enter it resolved instead. XDG_CACHE_HOME enters as it
-# is too: a relative one is ignored with a warning, which only the full CLI prints (it never records such a call).
-PLACING_VARIABLES = {"CATALOG_DIR", "CATALOG_CACHE"}
-KEY_VARIABLES = (
-    "HOME", "XDG_CACHE_HOME", "CATALOG_STORE", "CATALOG_MODE", "CATALOG_PART_SIZE", "CATALOG_CONCURRENCY", "CATALOG_S3_ADDRESSING",
-    "CATALOG_S3_UNSIGNED", "CATALOG_S3_READ_TIMEOUT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT_URL",
-    "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_REGION",
-    "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "HF_ENDPOINT", "HF_TOKEN",
-    "CATALOG_HUB_MAX_WAIT", "CATALOG_SHARED_CACHE", "CATALOG_MIRRORS", "CATALOG_CACHE_MAX_SIZE", "CATALOG_GPU_CLASS",
-    "CATALOG_GPU_COUNT", "CATALOG_DEBUG", "CATALOG_PREFER", "CATALOG_REQUIRE_SIGNATURE", "CATALOG_TRUSTED_KEYS",
-    "CATALOG_TRUSTED_ROOTS", "CATALOG_TRUSTED_IDENTITIES", "CATALOG_TRUSTED_LOG_KEYS", "CATALOG_LOG_ENTRIES",
-    "CATALOG_OCI_USERNAME", "CATALOG_OCI_PASSWORD", "CATALOG_OCI_REGISTRY", "CATALOG_OCI_PLAIN_HTTP", "DOCKER_CONFIG",
-    "CATALOG_STREAM_PROOF_MAX_AGE", "CATALOG_ENGINE_LOADER", "CATALOG_LOAD_RECORD",
-)
-# Settings that may name something relative to the working directory: when one does, the directory enters the key.
-_PATH_FLAGS = ("store", "shared_caches", "mirrors", "trusted_keys", "trusted_roots", "trusted_log_keys")
-_PATH_VARIABLES = ("CATALOG_STORE", "CATALOG_SHARED_CACHE", "CATALOG_MIRRORS", "CATALOG_TRUSTED_KEYS",
-                   "CATALOG_TRUSTED_ROOTS", "CATALOG_TRUSTED_LOG_KEYS", "DOCKER_CONFIG", "AWS_CONFIG_FILE",
-                   "AWS_SHARED_CREDENTIALS_FILE")
+# What this path reads of the call, all from the front door's one table (catalog/front_door.py), which the full CLI
+# declares its options from and Settings reads its variables by: which flags it answers (a call with any other goes to
+# the full CLI), which variables enter the key as they are and which name the catalog and cache folders (entering it
+# resolved instead), and which may name something relative to the working directory (which then enters it too).
+# XDG_CACHE_HOME enters as it is: a relative one is ignored with a warning, which only the full CLI prints (it never
+# records such a call).
+_REQUEST = ("fmt", "layout", "materialize_weights")  # the request proper; every other flag is a setting
+_DEFAULTS = {f.dest: f.default for f in front_door.RESOLVE if f.default is not None}
+_CATALOG_VARIABLE, _CACHE_VARIABLE = front_door.placing(front_door.CATALOG), front_door.placing(front_door.CACHE)
+CATALOG_FLAG = front_door.flag_for(front_door.GROUP, _CATALOG_VARIABLE).dest
+CACHE_FLAG = front_door.flag_for(front_door.RESOLVE, _CACHE_VARIABLE).dest
+KEY_VARIABLES = tuple(v.name for v in front_door.VARIABLES if v.warm == front_door.KEYED)
+_PATH_FLAGS = tuple(f.dest for f in front_door.RESOLVE if f.path)
+_PATH_VARIABLES = tuple(v.name for v in front_door.VARIABLES if v.path)
 
 
 class ResolveRequest:
@@ -103,58 +84,24 @@ class ResolveRequest:
 
     __slots__ = ("names", "layout", "materialize_weights", "fmt", "flags")
 
-    def __init__(self, names: Sequence[str], layout: str = "dir", materialize_weights: bool = False,
-                 fmt: str = "path", flags: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, names: Sequence[str], layout: str | None = None, materialize_weights: bool = False,
+                 fmt: str | None = None, flags: Mapping[str, Any] | None = None) -> None:
         self.names = tuple(names)
-        self.layout = layout
+        self.layout = str(_DEFAULTS["layout"]) if layout is None else layout
         self.materialize_weights = materialize_weights
-        self.fmt = fmt
+        self.fmt = str(_DEFAULTS["fmt"]) if fmt is None else fmt
         self.flags = dict(flags or {})
 
 
 def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
     """`[--catalog DIR] resolve NAME... [flags]` -> a request; None for anything the warm path does not answer."""
-    args = list(argv)
-    values: dict[str, Any] = {}
-    names: list[str] = []
-    if args and (args[0] == "--catalog" or args[0].startswith("--catalog=")):
-        if "=" in args[0]:
-            values["catalog_dir"] = args[0].split("=", 1)[1]
-            args = args[1:]
-        elif len(args) >= 2:
-            values["catalog_dir"] = args[1]
-            args = args[2:]
-    if not args or args[0] != "resolve":
+    parsed = front_door.parse(argv, "resolve", front_door.RESOLVE)
+    if parsed is None or not parsed[0]:
         return None
-    rest = args[1:]
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
-        flag, eq, inline = arg.partition("=")
-        if flag in _MULTI_FLAGS or flag in _VALUE_FLAGS:
-            if eq:
-                value, i = inline, i + 1
-            elif i + 1 < len(rest):
-                value, i = rest[i + 1], i + 2
-            else:
-                return None
-            if flag in _MULTI_FLAGS:
-                values.setdefault(_MULTI_FLAGS[flag], []).append(value)
-            else:
-                values[_VALUE_FLAGS[flag]] = value
-            continue
-        if arg in _BOOL_FLAGS:
-            values[_BOOL_FLAGS[arg]] = True
-            i += 1
-            continue
-        if arg.startswith("-"):
-            return None  # --all, -v, --help, or something new: the full CLI decides
-        names.append(arg)
-        i += 1
-    if not names or values.get("layout", "dir") not in LAYOUTS:
-        return None
-    return ResolveRequest(names, layout=str(values.get("layout", "dir")),
-                          materialize_weights=bool(values.get("materialize_weights")), fmt=str(values.get("fmt", "path")),
+    names, values = parsed
+    layout, fmt = values.get("layout"), values.get("fmt")
+    return ResolveRequest(names, layout=None if layout is None else str(layout), fmt=None if fmt is None else str(fmt),
+                          materialize_weights=bool(values.get("materialize_weights")),
                           flags={k: v for k, v in values.items() if k not in _REQUEST})
 
 
@@ -165,7 +112,7 @@ def _folder(given: str) -> str:
 def place(request: ResolveRequest, env: Mapping[str, str]) -> tuple[str, str] | None:
     """The catalog folder and the cache folder this call uses, resolved as `Settings` finds them; None where the full
     CLI would fail to find one (it says why)."""
-    catalog = request.flags.get("catalog_dir") or env.get("CATALOG_DIR") or None
+    catalog = request.flags.get(CATALOG_FLAG) or env.get(_CATALOG_VARIABLE) or None
     if catalog is None:
         try:
             catalog = locations.find_catalog_dir(os.getcwd())
@@ -173,8 +120,8 @@ def place(request: ResolveRequest, env: Mapping[str, str]) -> tuple[str, str] | 
             return None
         if catalog is None:
             return None
-    given_cache = request.flags.get("cache_dir")
-    cache = given_cache if given_cache is not None else (env.get("CATALOG_CACHE") or locations.default_cache_dir(env))
+    given_cache = request.flags.get(CACHE_FLAG)
+    cache = given_cache if given_cache is not None else (env.get(_CACHE_VARIABLE) or locations.default_cache_dir(env))
     if cache is None:
         return None
     return _folder(catalog), _folder(cache)
@@ -195,7 +142,7 @@ def _names_relative(value: Any) -> bool:
 
 def index_key(request: ResolveRequest, env: Mapping[str, str], catalog: str, cache: str) -> str:
     """Equal for calls that must get the same answer; any input the settings are built from changes it."""
-    flags = {k: v for k, v in request.flags.items() if k not in ("catalog_dir", "cache_dir")}
+    flags = {k: v for k, v in request.flags.items() if k not in (CATALOG_FLAG, CACHE_FLAG)}
     variables = {name: env[name] for name in KEY_VARIABLES if env.get(name)}  # empty counts as unset, as in Settings
     relative = any(_names_relative(flags[k]) for k in _PATH_FLAGS if k in flags) or \
         any(_names_relative(variables[v]) for v in _PATH_VARIABLES if v in variables)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 
-from catalog import __version__
+from catalog import __version__, front_door
 from catalog_app import warm
 from resolver import view_stamps
 
@@ -37,38 +37,20 @@ ENTRY_VERSION = 1
 # The longest the warm path waits on the store, connecting or between bytes: a store that stalls sends the call to the
 # full CLI, which retries and says what it waits for (resolver/waits.py), instead of a silent wait of the full timeouts.
 LIST_WAIT_SECONDS = 5.0
-_VALUE_FLAGS = {"--format", "--from-dir", "--store", "--cache", "--max-delete", "--part-size", "--concurrency"}
-_BOOL_FLAGS = {"--check", "--dry-run", "--prune", "--delete-orphans"}
+# The flags (by dest) naming the folders the entry depends on: the catalog's and the cache's, which enter the key
+# resolved (warm.place), and the existing folders the full CLI requires (--from-dir), which must still be there.
+_SOURCE_DIRS = tuple(f.dest for f in front_door.SYNC if f.warm and f.type == "dir")
+_FOLDERS = (warm.CATALOG_FLAG, warm.CACHE_FLAG, *_SOURCE_DIRS)
 
 
 def parse_argv(argv: Sequence[str]) -> dict[str, str] | None:
-    """`[--catalog DIR] sync [NAME...] [flags]` -> the folders it names (catalog_dir, cache_dir, from_dir); None for
-    a call answered only by the full CLI (--deep, --out, --apply, --replicate-to, -v, anything new)."""
-    args = list(argv)
-    places: dict[str, str] = {}
-    if args and args[0].startswith("--catalog"):
-        if args[0].startswith("--catalog="):
-            places["catalog_dir"], args = args[0].split("=", 1)[1], args[1:]
-        elif args[0] == "--catalog" and len(args) >= 2:
-            places["catalog_dir"], args = args[1], args[2:]
-        else:
-            return None
-    if not args or args[0] != "sync":
+    """`[--catalog DIR] sync [NAME...] [flags]` -> the folders it names (see _FOLDERS), by dest; None for
+    a call answered only by the full CLI (a flag the front door's SYNC table does not mark warm: --deep, --out,
+    --apply, --replicate-to, -v, anything new)."""
+    parsed = front_door.parse(argv, "sync", front_door.SYNC)
+    if parsed is None:
         return None
-    rest, i = args[1:], 0
-    while i < len(rest):
-        flag, eq, inline = rest[i].partition("=")
-        if flag in _VALUE_FLAGS:
-            if not eq and i + 1 >= len(rest):
-                return None
-            value, i = (inline, i + 1) if eq else (rest[i + 1], i + 2)
-            if flag in ("--cache", "--from-dir"):
-                places["cache_dir" if flag == "--cache" else "from_dir"] = value
-        elif rest[i] in _BOOL_FLAGS or not rest[i].startswith("-"):
-            i += 1
-        else:
-            return None
-    return places
+    return {dest: str(value) for dest, value in parsed[1].items() if dest in _FOLDERS}
 
 
 def _entry_path(argv: Sequence[str], places: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, str] | None:
@@ -106,7 +88,7 @@ def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> tuple[st
         return None
     try:
         found = _entry_path(argv, places, env)
-        if found is None or ("from_dir" in places and not os.path.isdir(places["from_dir"])):
+        if found is None or any(not os.path.isdir(places[d]) for d in _SOURCE_DIRS if d in places):
             return None
         with open(found[0], "rb") as f:
             entry = json.loads(f.read())

@@ -1,21 +1,8 @@
-"""The local cache, the one owner of every folder in it, and of the marker format.
+"""The local cache: the one owner of what every folder in it holds, and of the marker format.
 
-    <root>/blobs/<aa>/<sha256>          read-only once published; shared by every model and revision
-    <root>/tmp/<pid>-<token>.part       downloads in flight, owned by one process
-    <root>/locks/<sha256>.lock          large downloads in flight, only to avoid duplicate work; removed after
-    <root>/models/<name>/<view>/...     `--layout dir`: hard links to blobs (copies where links fail)
-    <root>/hub/models--org--name/...    `--layout hf-cache`: the Hugging Face cache layout (datasets--org--name
-                                        for datasets), with trees/<revision>.json and refs/main (resolver/hf_layout.py)
-    <root>/markers/<name>/<view>.json   written last and atomically: size, mtime_ns, inode, ctime_ns, sha256 per
-                                        file, the mtime of every folder of the view, and the catalog that made it
-    <root>/blob-stamps/<aa>/<sha256>    size, mtime_ns, inode, ctime_ns of a blob when the cache last verified or
-                                        linked it: a blob whose stamp no longer holds is re-hashed before use
-    <root>/warm-index/<key>.json        the warm resolve's answers (the application layer writes them)
-    <root>/sync-state/<name>/<tag>.json what sync last read of a model's state object, by its ETag
-    <root>/tier-checks/<sha256>.json    shared-tier files that hashed right, by file identity (resolver/tiers.py)
-    <root>/active/<token>.json          resolves in progress, each record under its writer's flock (resolver/capacity.py)
-    <root>/signature-checks/<aa>/<key>  verdicts earlier versions kept (never read now: plantable); gc removes them
-    <root>/derived/<kind>/<key>.json    derived entries' records (their files are blobs above; resolver/derived.py)
+The folders under the root are named, each with what it holds, once in catalog/front_door.py (`CACHE_FOLDERS`, which
+docs/resolve.md's cache layout is rendered from); `Cache` joins those names to its root, and no other module joins a
+folder name to a cache root (tests/unit/test_architecture.py).
 
 `catalog gc` cleans every one of them. A warm resolve reads one marker and stats each file: no byte of
 any weight is read. What a view and a marker are, and the pure decisions over them, are in resolver/views.py.
@@ -39,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from catalog import naming
+from catalog import front_door, naming
 from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
 from resolver import hashing, hf_layout, view_stamps
 from resolver.fsutil import (atomic_write, exchange, link_or_copy, lock_free, pid_alive, prepared_target, remove_tree,
@@ -80,19 +67,19 @@ def read_blob_record(root: Path, sha256: str) -> FileStamp | None:
 class Cache:
     def __init__(self, root: Path) -> None:
         self.root = root.expanduser().resolve()
-        self.blobs = self.root / "blobs"
-        self.tmp = self.root / "tmp"
-        self.locks = self.root / "locks"
-        self.models = self.root / "models"
-        self.hub = self.root / "hub"
-        self.markers = self.root / "markers"
-        self.warm_index = self.root / "warm-index"  # catalog_app/warm.py INDEX_FOLDER
-        self.sync_state = self.root / "sync-state"
-        self.blob_stamps = self.root / view_stamps.BLOB_STAMPS
-        self.tier_checks = self.root / "tier-checks"  # resolver/tiers.py: tier files that hashed right, by identity
-        self.active = self.root / "active"  # resolver/capacity.py: resolves in progress, each under its flock
-        self.signature_checks = self.root / "signature-checks"  # earlier versions' verdicts, for gc to remove
-        self.derived = self.root / "derived"  # resolver/derived.py: records of derived entries (compile caches)
+        self.blobs = self.root / front_door.BLOBS.name
+        self.tmp = self.root / front_door.TMP.name
+        self.locks = self.root / front_door.LOCKS.name
+        self.models = self.root / front_door.MODELS.name
+        self.hub = self.root / front_door.HUB.name
+        self.markers = self.root / front_door.MARKERS.name
+        self.warm_index = self.root / front_door.WARM_INDEX.name  # catalog_app/warm.py, warm_sync.py
+        self.sync_state = self.root / front_door.SYNC_STATE.name
+        self.blob_stamps = self.root / front_door.BLOB_STAMPS.name
+        self.tier_checks = self.root / front_door.TIER_CHECKS.name  # resolver/tiers.py
+        self.active = self.root / front_door.ACTIVE.name  # resolver/capacity.py
+        self.signature_checks = self.root / front_door.SIGNATURE_CHECKS.name  # earlier versions' verdicts, for gc to remove
+        self.derived = self.root / front_door.DERIVED.name  # resolver/derived.py
         # Folders this process made or found, proven inside the cache: a download of many small files writes into
         # the same few, and proving each again cost several syscalls per file (docs/benchmarks.md).
         self._made: set[Path] = set()

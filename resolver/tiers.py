@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from catalog import bounded, naming
+from catalog import bounded, front_door, naming
 from catalog.schema import FileEntry, Source
 from catalog.settings import HF_TIER
 from resolver.cache import Cache
@@ -60,7 +60,7 @@ class Tier:
     def blob_path(self, sha256: str) -> Path:
         if (message := naming.check_sha256(sha256)) is not None:
             raise ValueError(message)
-        return self.root / "blobs" / sha256[:2] / sha256
+        return self.root / front_door.BLOBS.name / sha256[:2] / sha256  # the cache's own layout
 
     def candidates(self, entry: FileEntry, source: Source | None) -> list[Path]:
         return [self.blob_path(entry.sha256)]

@@ -13,6 +13,8 @@ import json
 import os
 import time
 
+from catalog import front_door
+
 TYPE_CHECKING = False  # typing's import is a measurable share of a warm resolve; annotations are strings here
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 MARKER_VERSION = 4  # 3: ctime_ns per file, folder mtimes, the catalog that made the view; 4: folder mtime and ctime
 RESOLVED_AT_EVERY = 3600.0  # a marker's resolved_at is refreshed at most this often (one small write)
 STAGING_MARK = "~catalog"  # reserved: a pinned path segment never contains it (see staging_name)
-BLOB_STAMPS = "blob-stamps"  # <cache>/blob-stamps/<aa>/<sha256>: [size, mtime_ns, inode, ctime_ns]
+BLOB_STAMPS = front_door.BLOB_STAMPS.name  # <cache>/blob-stamps/<aa>/<sha256>: [size, mtime_ns, inode, ctime_ns]
 _HEX = frozenset("0123456789abcdef")
 
 

@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from catalog import front_door
 from catalog.errors import UsageError
+from catalog.settings import PREFER
 from catalog_app import outputs, warm
-from catalog_app.context import cache_option, load_catalog, settings, store_options
+from catalog_app.context import cache_option, load_catalog, settings
 from catalog_app.machine import detect_machine
+from catalog_app.options import declared_by
 from catalog_app.progress import for_terminal, human_bytes, plural
 from catalog_app.trust import trust_options
 from resolver.cache import Cache, cache_error
@@ -32,31 +35,8 @@ log = logging.getLogger("catalog.resolve")
 
 @click.command("resolve")
 @click.argument("names", nargs=-1)
-@click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
-@click.option("--format", "fmt", type=click.Choice(list(outputs.FORMATS)), default="path", show_default=True)
-@click.option("--layout", type=click.Choice([layout.value for layout in Layout]), default="dir", show_default=True)
-@click.option("--materialize-weights", is_flag=True, help="Streaming formats: download the weights too.")
-@click.option("--offline", is_flag=True, help="Use the cache only; fail fast naming what is missing.")
-@click.option("--prefer", type=click.Choice(["local", "stream"]),
-              help="Streaming formats whose weights are all verified in the cache or a shared tier: hand out the local "
-                   "folder (local, the default: no byte from the store) or the stream URI anyway (stream). Env CATALOG_PREFER.")
-@click.option("--source", type=click.Choice([x.value for x in Source]),
-              help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback "
-                   "(the bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline.")
-@click.option("--verify-stream", type=click.Choice(["listing", "deep"]), default="listing", show_default=True,
-              help="Streaming formats: how each streamed object is proven before its URI is handed out: listing (size "
-                   "and ETag against what `catalog sync` recorded; one listing) or deep (stream and hash each object).")
-@click.option("--shared-cache", "shared_caches", multiple=True, metavar="DIR",
-              help="A read-only shared cache tier consulted by sha256 before any download (repeatable; env "
-                   "CATALOG_SHARED_CACHE, ':'-separated). Nothing is written there.")
-@click.option("--mirror", "mirrors", multiple=True, metavar="URL",
-              help="A store tried before the primary, per file, in order (repeatable; env CATALOG_MIRRORS, ','-separated; "
-                   "default catalog.yaml's mirrors): s3://bucket/[?endpoint=...&addressing=path], file://, http(s)://prefix/.")
-@click.option("--require-signature", is_flag=True,
-              help="Refuse, before any download, a model without a signature that a trusted key or root vouches for "
-                   "and that names exactly its pins (env CATALOG_REQUIRE_SIGNATURE=1; catalog.yaml signatures: required).")
-@trust_options
-@store_options
+@declared_by(front_door.RESOLVE, choices={"--format": outputs.FORMATS, "--layout": [layout.value for layout in Layout],
+                                          "--prefer": PREFER, "--source": [x.value for x in Source]})
 @click.pass_context
 def resolve_command(
     ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, layout: str, materialize_weights: bool,

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import click
 
-from catalog import bounded
+from catalog import bounded, front_door
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import Settings
 from catalog.urls import redact
-from catalog_app.context import load_catalog, settings, store_options
+from catalog_app.context import load_catalog, settings
 from catalog_app.markdown import table
+from catalog_app.options import declared_by
 from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.hub import HubOptions
@@ -24,32 +25,10 @@ from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, m
 from resolver.sync_sources import HfCacheBytes, replicate
 from resolver.transfer import TransferConfig
 
-DEFAULT_MAX_DELETE = 10
-
 
 @click.command("sync")
 @click.argument("names", nargs=-1)
-@click.option("--dry-run", is_flag=True, help="Show the plan; change nothing.")
-@click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), help="Save the plan as JSON; change nothing.")
-@click.option("--apply", "apply_path", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="Execute exactly a saved plan; refused if the bucket changed since it was made.")
-@click.option("--prune", is_flag=True, help="Delete objects under a model's prefix that its manifest does not pin.")
-@click.option("--delete-orphans", is_flag=True, help="With --prune: also delete objects under no manifest's prefix.")
-@click.option("--max-delete", type=int, default=DEFAULT_MAX_DELETE, show_default=True, help="Abort, deleting nothing, above this many deletions.")
-@click.option("--check", is_flag=True, help="Exit 1 on any drift (for a scheduled job); change nothing.")
-@click.option("--deep", is_flag=True, help="Download and re-hash what is already in the bucket.")
-@click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="Upload from this folder (DIR/<name>/ when present) instead of the Hub.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
-              help="markdown: the plan as a table for CI summaries (buildkite-agent annotate, $GITHUB_STEP_SUMMARY).")
-@click.option("--from-hf-cache", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="Upload from this Hugging Face cache (HF_HUB_CACHE) first: no Hub request for what it holds.")
-@click.option("--allow-last-copy-deletion", "allow_last_copy", multiple=True, metavar="NAME",
-              help="Let --prune / --delete-orphans / --apply delete objects of NAME although its upstream is gone "
-                   "(catalog audit-upstream); repeat for each model.")
-@click.option("--replicate-to", metavar="URL", help="Copy the selected pins (all by default) from the store to this second "
-                                                    "store, verified; nothing is deleted.")
-@store_options
+@declared_by(front_door.SYNC)
 @click.pass_context
 def sync_command(
     ctx: click.Context, names: tuple[str, ...], dry_run: bool, out_path: Path | None, apply_path: Path | None, prune: bool,

@@ -162,26 +162,6 @@ def test_a_warm_answer_counts_as_a_use_for_eviction(setup: tuple[dict[str, str],
     assert json.loads(marker.read_bytes())["resolved_at"] > 1000.0  # ... and gc now sees it as recently used
 
 
-def test_the_warm_path_knows_every_flag_of_resolve_as_the_cli_declares_it() -> None:
-    """warm.py cannot import click (it answers before click loads), so its flag tables mirror the command's: each
-    option of `resolve` is parsed warm with the same kind (a value, a repeatable value, a switch), or is listed as
-    answered by the full CLI only."""
-    import click
-
-    from catalog_app import warm
-    from catalog_app.commands.resolve import resolve_command
-
-    kinds: dict[str, str] = {}
-    for param in resolve_command.params:
-        if isinstance(param, click.Option):
-            kind = "flag" if param.is_flag else "multi" if param.multiple else "value"
-            kinds |= {opt: kind for opt in param.opts if opt.startswith("--")}
-    warm_kinds = ({f: "value" for f in warm._VALUE_FLAGS} | {f: "flag" for f in warm._BOOL_FLAGS}
-                  | {f: "multi" for f in warm._MULTI_FLAGS})
-    assert {f: k for f, k in kinds.items() if f not in warm.FULL_CLI_ONLY} == warm_kinds
-    assert warm.FULL_CLI_ONLY <= set(kinds)
-
-
 def test_a_streamed_answer_rests_on_its_proof_for_the_age_the_setting_gives(setup: tuple[dict[str, str], Path]) -> None:
     """CATALOG_STREAM_PROOF_MAX_AGE, not a fixed 300 s (a deliberate bug of that kind passed every test before), for
     the plain hand-off; under the verified loader the engine hashes every tensor, so no proof age bounds the answer."""

@@ -94,11 +94,12 @@ def _reads(env: dict[str, str]) -> set[str]:
 
 
 def test_every_variable_the_settings_read_enters_the_warm_key() -> None:
+    from catalog import front_door
     from catalog.settings import ENV_NAMES
     from catalog_app import warm
 
-    keyed = set(warm.KEY_VARIABLES) | warm.PLACING_VARIABLES
-    assert keyed == ENV_NAMES | {"HOME"}
+    keyed = set(warm.KEY_VARIABLES) | {front_door.placing(front_door.CATALOG), front_door.placing(front_door.CACHE)}
+    assert keyed == ENV_NAMES and "HOME" in keyed
     read = _reads({}) | _reads({"HOME": "/home/someone"}) | _reads({"HOME": "", "XDG_CACHE_HOME": "rel"}) | \
         _reads({name: "x" for name in ENV_NAMES}) | _reads({"AWS_ENDPOINT_URL": "http://h", "S3_ENDPOINT_URL": "http://s",
                                                         "S3_ACCESS_KEY_ID": "a", "S3_SECRET_ACCESS_KEY": "b"})
@@ -113,19 +114,21 @@ def test_every_variable_the_settings_read_enters_the_warm_key() -> None:
 
 
 def test_every_flag_of_the_warm_path_changes_its_key() -> None:
+    from catalog import front_door
     from catalog_app import warm
 
     env = {"HOME": "/home/someone"}
     plain = warm.parse_argv(["resolve", "m"])
     assert plain is not None
     base = warm.index_key(plain, env, "/c", "/k")
-    for flag in [*warm._VALUE_FLAGS, *warm._MULTI_FLAGS]:
-        if flag in ("--format", "--cache"):  # one entry answers every format; the cache enters resolved (below)
+    answered = [f for f in front_door.RESOLVE if f.warm]
+    assert {f.kind for f in answered} == {front_door.VALUE, front_door.MULTI, front_door.SWITCH}
+    for flag in answered:
+        name = flag.names[-1]
+        if name in ("--format", "--cache"):  # one entry answers every format; the cache enters resolved (below)
             continue
-        request = warm.parse_argv(["resolve", "m", flag, "hf-cache" if flag == "--layout" else "/v"])
-        assert request is not None and warm.index_key(request, env, "/c", "/k") != base, flag
-    for flag in warm._BOOL_FLAGS:
-        request = warm.parse_argv(["resolve", "m", flag])
+        given = [name] if flag.kind == front_door.SWITCH else [name, "hf-cache" if name == "--layout" else "/v"]
+        request = warm.parse_argv(["resolve", "m", *given])
         assert request is not None and warm.index_key(request, env, "/c", "/k") != base, flag
 
 
