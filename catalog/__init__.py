@@ -23,7 +23,7 @@ __version__ = "0.7.0"
 _EXPORTS = {
     "Catalog": "catalog.lookup",
     "find_catalog_dir": "catalog.settings",
-    "load": "catalog.lookup",
+    "load": "catalog.entry",
     "CatalogError": "catalog.errors",
     "InvalidCatalogError": "catalog.errors",
     "Problem": "catalog.errors",
@@ -41,7 +41,8 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from catalog.errors import CatalogError, InvalidCatalogError, Problem, UnknownModelError
     from catalog.formats import LoadFormat
-    from catalog.lookup import Catalog, load
+    from catalog.entry import load
+    from catalog.lookup import Catalog
     from catalog.registry import NoCatalogModelError, example_model, model_for_repo
     from catalog.schema import CatalogSettings, FileEntry, ModelManifest
     from catalog.settings import Settings, find_catalog_dir

@@ -1,4 +1,5 @@
-"""The lookup API for tests and tools: a validated Catalog, models by logical name."""
+"""The lookup API for tests and tools: a validated Catalog, models by logical name. `load` takes the catalog's folder;
+`catalog.load()` without one (catalog/entry.py) finds it, $CATALOG_DIR first, at the library's entry point."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from catalog.errors import CatalogNotFoundError, InvalidCatalogError, UnknownMod
 from catalog.formats import LoadFormat
 from catalog.loading import LoadResult, load_dir, load_named
 from catalog.schema import CatalogSettings, ModelManifest
-from catalog.settings import Settings, find_catalog_dir
+from catalog.settings import find_catalog_dir
 
 
 @dataclass(frozen=True)
@@ -96,13 +97,13 @@ def from_result(result: LoadResult) -> Catalog:
     return Catalog(result.root, result.settings, models, sources)
 
 
-def load(path: str | os.PathLike[str] | None = None, *, only: Sequence[str] | None = None) -> Catalog:
-    """Load and validate a catalog: `path`, else $CATALOG_DIR, else the nearest manifests/ upward.
+def load(path: str | os.PathLike[str], *, only: Sequence[str] | None = None) -> Catalog:
+    """Load and validate the catalog in `path` (a manifests/ folder holding catalog.yaml).
 
     `only` reads just those models' manifests (fast in a catalog of thousands); the Catalog then
     holds just them, and an unknown name falls back to a full load so the error can suggest names.
     """
-    root = Path(path) if path is not None else Settings.from_process().find_catalog_dir()
+    root = Path(path)
     if not (root / "catalog.yaml").is_file():
         raise CatalogNotFoundError(f"{root} has no catalog.yaml", hint="point --catalog / CATALOG_DIR at a manifests/ folder")
     if only:

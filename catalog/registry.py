@@ -14,7 +14,8 @@ from __future__ import annotations
 import difflib
 
 from catalog.errors import CatalogError
-from catalog.lookup import Catalog, load
+from catalog.entry import load
+from catalog.lookup import Catalog
 from catalog.formats import LoadFormat
 from catalog.schema import ModelManifest
 

@@ -33,7 +33,8 @@ MARKER = "catalog_model"
 class Session(Protocol):
     """The catalog plugin's session (catalog_app/pytest_plugin.py): its catalog, store, cache and settings."""
 
-    settings: Settings | None
+    @property
+    def settings(self) -> Settings | None: ...
 
     def setup(self) -> tuple[Catalog, Store, Cache, ResolveOptions]: ...
 

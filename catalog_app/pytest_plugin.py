@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the catalog and resolver load on first use: every pytest se
     from catalog.schema import ModelManifest
     from catalog.settings import Settings
     from catalog.yamlsource import LineMap, Loc
+    from catalog_app.context import Invocation
     from catalog_app.hub_guard import HubAsk, HubGuard, Verdict
     from catalog_app.model_refs import Names, Ref
     from resolver.cache import Cache
@@ -104,10 +105,9 @@ def _usage(item: pytest.Item) -> Usage:
 
 class _Session:
     def __init__(self) -> None:
-        self.settings: Settings | None = None
         self.lock = threading.RLock()
-        self.cat: Catalog | None = None
-        self.ready: tuple[Catalog, Store, Cache, ResolveOptions] | None = None
+        self._invocation: Invocation | None = None
+        self.options: ResolveOptions | None = None
         self.machine: Machine | None = None
         self.lines: dict[str, LineMap] = {}
         self.failed: dict[tuple[str, str], Exception] = {}  # prefetch failures, raised again by each test
@@ -117,34 +117,36 @@ class _Session:
         self.preflight_failure: str | None = None  # an xdist worker's failed preflight, said by every test it runs
         self.outcomes: dict[str, str] = {}
 
-    def current_settings(self) -> Settings:
+    @property
+    def invocation(self) -> Invocation:
+        """The session's one invocation: Settings read from the environment once (this plugin's entry point), the
+        catalog, store, cache and mirrors each built on first use (made on first use: a session that never asks
+        imports none of it)."""
         with self.lock:
-            if self.settings is None:
+            if self._invocation is None:
                 from catalog.settings import Settings
+                from catalog_app.context import Invocation
 
-                self.settings = Settings.from_process()  # this plugin's entry point: read once
-            return self.settings
+                self._invocation = Invocation(Settings.from_process)
+            return self._invocation
+
+    @property
+    def settings(self) -> Settings:
+        return self.invocation.settings
+
+    def current_settings(self) -> Settings:
+        return self.invocation.settings
 
     def catalog(self) -> Catalog:
         """The catalog alone (no store opened): what the guard, the preflight and the report need."""
-        with self.lock:
-            if self.cat is None:
-                import catalog
-
-                self.cat = catalog.load(self.current_settings().find_catalog_dir())
-            return self.cat
+        return self.invocation.catalog
 
     def setup(self) -> tuple[Catalog, Store, Cache, ResolveOptions]:
         with self.lock:
-            if self.ready is None:
-                from resolver.cache import Cache
-                from resolver.resolve import ResolveOptions
-                from resolver.stores import open_catalog_store
-
-                cat, settings = self.catalog(), self.current_settings()
-                self.ready = (cat, open_catalog_store(cat, settings), Cache(settings.cache_dir),
-                              ResolveOptions.from_settings(settings, cat))
-            return self.ready
+            if self.options is None:
+                self.options = self.invocation.options()
+            inv = self.invocation
+            return inv.catalog, inv.store, inv.cache, self.options
 
     def where(self, name: str, loc: Loc) -> str:
         """`manifests/x.yaml:LINE` of a key of model `name`'s manifest."""
@@ -410,13 +412,12 @@ def _wanted(session: pytest.Session, state: _Session) -> dict[tuple[str, str], t
 def _missing(state: _Session, name: str, kwargs: Mapping[str, Any]) -> tuple[list[str], str]:
     """Stat-level: the files of `name` (in the layout `kwargs` asks) this runner lacks, and the manifest line of the
     first of them. Nothing is read from any store."""
-    from resolver.cache import Cache
     from resolver.preflight import readiness
     from resolver.views import Layout
 
     settings = state.current_settings()
     cat = state.catalog()
-    found = readiness(cat, Cache(settings.cache_dir), settings.shared_caches, name, Layout(kwargs.get("layout", "dir")),
+    found = readiness(cat, state.invocation.cache, settings.shared_caches, name, Layout(kwargs.get("layout", "dir")),
                       bool(kwargs.get("materialize_weights")))
     if found.ready:
         return [], ""
@@ -683,7 +684,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from catalog_app import bom
 
         used = sorted(state.used, key=lambda r: r.name)
-        models = bom.facts(state.ready[0], used, state.settings) if used and state.ready is not None else []
+        models = bom.facts(state.catalog(), used, state.current_settings()) if used and state.options is not None else []
         path = _write_whole(target, bom.render("cyclonedx", models, {}))
         _report(config, f"catalog: bill of materials of {len({r.name for r in used})} model(s) in {path}")
 

@@ -75,13 +75,17 @@ class ResolveOptions:
     settings: Settings | None = None  # the command's (signature policy); None: a library caller's defaults
 
     @classmethod
-    def from_settings(cls, settings: Settings, cat: Catalog | None = None, **overrides: object) -> ResolveOptions:
+    def from_settings(cls, settings: Settings, cat: Catalog | None = None, *, mirrors: Sequence[Store] | None = None,
+                      **overrides: object) -> ResolveOptions:
         """The options a command's settings imply; `overrides` are the command's own (layout, ...). The mirrors are
-        the settings' (--mirror, CATALOG_MIRRORS), else `cat`'s catalog.yaml's, opened here once."""
-        urls = settings.mirrors or (cat.settings.mirrors if cat is not None else ())
+        `mirrors` when given (the invocation opened them once), else the settings' (--mirror, CATALOG_MIRRORS), else
+        `cat`'s catalog.yaml's, opened here."""
+        if mirrors is None:
+            urls = settings.mirrors or (cat.settings.mirrors if cat is not None else ())
+            mirrors = tuple(open_store(url, settings) for url in urls)
         options = cls(offline=settings.offline, source=Source(settings.source),
                       transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings),
-                      tiers=settings.shared_caches, mirrors=tuple(open_store(url, settings) for url in urls),
+                      tiers=settings.shared_caches, mirrors=tuple(mirrors),
                       max_size=settings.cache_max_size, prefer=settings.prefer, engine_loader=settings.engine_loader,
                       settings=settings)
         return dataclasses.replace(options, **overrides)  # type: ignore[arg-type]
@@ -130,6 +134,36 @@ def plan_files(manifest: ModelManifest, materialize_weights: bool) -> FilePlan:
 
 
 
+@dataclass(frozen=True)
+class Cleared:
+    """A command's pre-flight passed for `names` (each with the catalog model serving as its tokenizer): the signature
+    gate and the capacity check ran once for all of them, before any byte moved. `relied`: the signatures and anchors
+    the answers rest on (the warm index re-hashes them)."""
+
+    names: frozenset[str]
+    relied: tuple[Path, ...] = ()
+
+
+def preflight(cat: Catalog, names: Sequence[str], options: ResolveOptions, *,
+              anchors: signatures.Anchors | None = None) -> Cleared:
+    """The one pre-flight of a command resolving `names`: refuse, before anything is fetched or evicted, a model
+    without a signature the policy requires (SignatureError), then models that cannot all fit under the size limit
+    together (CacheWriteError). `anchors`: the invocation's, read once (else read here when signatures are required)."""
+    relied = signatures.require(cat, names, settings=options.settings, anchors=anchors)
+    capacity.check_limit(options.max_size, request_bytes(cat, names, options), _named(names))
+    return Cleared(frozenset(n for name in names for n in _with_tokenizer(cat, name)), relied)
+
+
+def _named(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else (f"resolving {', '.join(names[:5])}"
+                                              + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
+
+
+def _with_tokenizer(cat: Catalog, name: str) -> list[str]:
+    tokenizer = cat.get(name).tokenizer
+    return [name] + ([tokenizer] if tokenizer and tokenizer in cat else [])
+
+
 def resolve(
     cat: Catalog,
     name: str,
@@ -138,15 +172,21 @@ def resolve(
     store: Store,
     options: ResolveOptions = ResolveOptions(),
     progress: Progress | None = None,
+    cleared: Cleared | None = None,
 ) -> Resolution:
+    """`name` resolved: its verified view (and stream URI where its weights stay in the store). `cleared`: the
+    command's pre-flight, which covers `name` (`preflight`); without it (a library caller's one model) the pre-flight
+    runs here for `name` alone."""
     manifest = cat.get(name)
     _check_paths(manifest)
     if options.layout is Layout.HF_CACHE:
         check_snapshot_owner(cat, manifest)
-    names = [manifest.name] + ([manifest.tokenizer] if manifest.tokenizer and manifest.tokenizer in cat else [])
+    if cleared is None:
+        cleared = preflight(cat, [name], options)  # before any byte is fetched
+    elif name not in cleared.names:
+        raise ValueError(f"{name} was not in the command's pre-flight ({', '.join(sorted(cleared.names))})")
+    names = _with_tokenizer(cat, name)
     blobs = [f.sha256 for n in names for f in cat.get(n).files]
-    signatures.require(cat, names, cache_root=cache.root, settings=options.settings)  # before any byte is fetched
-    capacity.check_limit(options.max_size, request_bytes(cat, [name], options), name)
     try:
         with capacity.active(cache, names, blobs):  # what a concurrent eviction must leave alone
             result = _resolve(cat, manifest, cache=cache, store=store, options=options, progress=progress)
@@ -189,14 +229,10 @@ def snapshot_owners(cat: Catalog, names: Sequence[str]) -> tuple[list[str], list
 
 
 @contextlib.contextmanager
-def command_in_use(cat: Catalog, names: Sequence[str], cache: Cache, options: ResolveOptions) -> Iterator[None]:
-    """For a command resolving several models: refuse at once (nothing fetched or evicted) when they cannot all
-    fit under the size limit together, then mark all of them in use for the whole command, so resolving one
-    never evicts another the same command resolved a moment before."""
-    capacity.check_limit(options.max_size, request_bytes(cat, names, options), f"resolving {', '.join(names[:5])}"
-                         + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
-    models = set(names) | {cat.get(n).tokenizer or "" for n in names} - {""}
-    models = {m for m in models if m in cat}
+def command_in_use(cat: Catalog, cleared: Cleared, cache: Cache) -> Iterator[None]:
+    """For a command resolving several models (its pre-flight `cleared` them all): mark all of them in use for the
+    whole command, so resolving one never evicts another the same command resolved a moment before."""
+    models = sorted(cleared.names)
     with capacity.active(cache, models, [f.sha256 for m in models for f in cat.get(m).files]):
         yield
 

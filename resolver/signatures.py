@@ -386,15 +386,17 @@ def check(manifest: ModelManifest, manifest_path: Path, anchors: Anchors) -> Fin
     return vouched(manifest, manifest_path, anchors)[1]
 
 
-def require(cat: Catalog, names: Iterable[str], *, cache_root: Path | None, settings: Settings | None) -> tuple[Path, ...]:
+def require(cat: Catalog, names: Iterable[str], *, settings: Settings | None, anchors: Anchors | None = None,
+            cache_root: Path | None = None) -> tuple[Path, ...]:
     """The resolve gate: when the policy requires signatures, every model in `names` must have one that a trusted
     anchor vouches for and that covers exactly its pins and its subject; else SignatureError (before any byte is
-    fetched). Returns the files the answer now rests on (signatures and anchors), for the warm index.
+    fetched). Returns the files the answer now rests on (signatures and anchors), for the warm index. `anchors`: the
+    policy's, when the caller read them already (a command reads them once); else read here.
     `cache_root` is not used (no verdict is kept on disk); it stays for callers' sake."""
     policy = policy_of(cat.settings, cat.root, settings)
     if not policy.required:
         return ()
-    anchors = load_anchors(policy)
+    anchors = anchors if anchors is not None else load_anchors(policy)
     relied: list[Path] = [*policy.anchors, *policy.log_keys]
     for name in dict.fromkeys(n for asked in names for n in _with_tokenizer(cat, asked)):
         manifest, manifest_path = cat.get(name), cat.sources[name]

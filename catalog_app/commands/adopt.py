@@ -13,7 +13,7 @@ import click
 
 from catalog.errors import UsageError
 from catalog.loading import load_dir
-from catalog_app.context import catalog_dir, load_catalog, settings
+from catalog_app.context import invocation
 from catalog_app.markdown import table
 from catalog_app.progress import plural
 from resolver.hf_import import Imported, Outcome
@@ -50,7 +50,8 @@ def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | 
         raise UsageError("give --from-hf-cache DIR, --repos FILE or --model-list FILE")
     if repos and hf_cache is None:
         raise UsageError("REPO[@REV] arguments choose snapshots of --from-hf-cache; list repos in the --repos file instead")
-    root = catalog_dir(ctx)
+    inv = invocation(ctx)
+    root = inv.settings.find_catalog_dir()
     catalog_settings = load_dir(root).settings
     if catalog_settings is None:
         raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
@@ -66,7 +67,7 @@ def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | 
         if load_format is not None:
             raise UsageError("--load-format applies to --from-hf-cache alone; a listed model's format is detected")
         models = parse_model_list(_read(model_list), str(model_list), list(catalog_settings.gpu_classes))
-        done = import_model_list(models, catalog_settings, root, HubOptions.from_settings(settings(ctx)), gpu_class, hf_cache)
+        done = import_model_list(models, catalog_settings, root, HubOptions.from_settings(inv.settings), gpu_class, hf_cache)
     elif hf_cache is not None:
         from resolver.hf_import import import_from_cache
 
@@ -78,7 +79,7 @@ def import_command(ctx: click.Context, repos: tuple[str, ...], hf_cache: Path | 
         listed = parse_repo_list(_read(repos_file), str(repos_file), list(catalog_settings.gpu_classes))
         if load_format is not None:
             raise UsageError("--load-format applies to --from-hf-cache; a listed repo's format is detected")
-        done = import_list(listed, catalog_settings, root, HubOptions.from_settings(settings(ctx)), gpu_class)
+        done = import_list(listed, catalog_settings, root, HubOptions.from_settings(inv.settings), gpu_class)
     written = [d.path for d in done if d.path is not None]
     problems = load_dir(root, written).problems if written else []
     _report(done, problems, fmt)
@@ -125,15 +126,14 @@ def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], all_model
     """Ask the Hub whether each pin (a repo at a commit, however many manifests share it) is still there, one
     request per pin; exit 1 when any is not `ok`."""
     from resolver import last_copy
-    from resolver.stores import open_catalog_store
     from resolver.upstream import audit, probe_file
 
     if names and all_models:
         raise UsageError("name models or pass --all, not both")
-    current = settings(ctx, store=store)
-    cat = load_catalog(ctx)
+    inv = invocation(ctx, store=store)
+    current, cat = inv.settings, inv.catalog
     if recorded:  # names of models removed from the catalog still have their entry
-        records = last_copy.read_record(open_catalog_store(cat, current))
+        records = last_copy.read_record(inv.store)
         shown = [records[n] for n in names if n in records] if names else sorted(records.values(), key=lambda r: r.name)
         _render([(r.name, r.hf_repo, r.revision, r.upstream, r.detail, r.gone_since or "") for r in shown], fmt,
                 lambda rows: {"pins": [last_copy.as_json(r) for r in shown]})
@@ -144,7 +144,7 @@ def audit_upstream_command(ctx: click.Context, names: tuple[str, ...], all_model
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     gone_since: dict[str, str] = {}
     if not no_record:
-        the_store = open_catalog_store(cat, current)
+        the_store = inv.store
         merged = last_copy.merge(last_copy.read_record(the_store), [last_copy.record_of(r, at) for r in results])
         last_copy.write_record(the_store, merged, at)
         gone_since = {n: r.gone_since for n, r in merged.items() if r.gone and r.gone_since}

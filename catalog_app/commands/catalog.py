@@ -19,7 +19,7 @@ from catalog.settings import Settings, find_catalog_dir
 from catalog.signing import SUFFIX as SIGNATURE_SUFFIX
 from catalog.tensor_tables import SUFFIX, Inventory, inventory
 from catalog_app import report
-from catalog_app.context import load_catalog, settings
+from catalog_app.context import invocation
 from catalog_app.markdown import table
 from catalog_app.progress import human_bytes
 
@@ -31,7 +31,7 @@ from catalog_app.progress import human_bytes
 @click.pass_context
 def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | None) -> int:
     """Check every manifest (or just PATHS) and report every problem at once."""
-    current = settings(ctx)
+    current = invocation(ctx).settings
     root, selected = _validate_target(current, paths)
     result = load_dir(root, selected, tables=True)
     problems = list(result.problems)
@@ -108,7 +108,7 @@ def manifest_of(path: Path) -> Path:
 @click.pass_context
 def list_models(ctx: click.Context, gpu: str | None, tag: str | None, load_format: str | None, fmt: str) -> int:
     """List the catalog's models."""
-    cat = load_catalog(ctx)
+    cat = invocation(ctx).catalog
     models = cat.filter(gpu=gpu, tag=tag, load_format=load_format)
     if fmt == "json":
         click.echo(json.dumps([_summary(cat, m) for m in models], indent=2))
@@ -140,7 +140,7 @@ def _summary(cat: Catalog, m: ModelManifest) -> dict[str, Any]:
 @click.pass_context
 def show(ctx: click.Context, name: str, fmt: str) -> int:
     """Show one model's manifest and its tensor inventory (from the pinned safetensors headers)."""
-    cat = load_catalog(ctx)
+    cat = invocation(ctx).catalog
     model = cat.get(name)
     data = model.model_dump(mode="json", by_alias=True)
     found = inventory(model.files)
@@ -171,7 +171,7 @@ def matrix(ctx: click.Context, gpu: str | None, fmt: str) -> int:
     """Which models each GPU class needs, to shard jobs and pre-warm caches per hardware."""
     from catalog.matrix import buildkite_steps, gpu_matrix
 
-    cat = load_catalog(ctx)
+    cat = invocation(ctx).catalog
     if gpu is not None and gpu not in cat.settings.gpu_classes:
         raise UsageError(f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(cat.settings.gpu_classes))}")
     by_class = gpu_matrix(cat, gpu)

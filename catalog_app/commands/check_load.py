@@ -10,13 +10,10 @@ import json
 import click
 
 from catalog.errors import CatalogError, UsageError
-from catalog_app.context import cache_option, load_catalog, settings
+from catalog_app.context import cache_option, invocation
 from catalog_app.markdown import table
 from catalog_app.progress import human_bytes, plural
-from resolver.cache import Cache
 from resolver.loaders import LoadReport, check_load
-from resolver.resolve import ResolveOptions
-from resolver.stores import open_catalog_store
 
 
 @click.command("check-load")
@@ -35,16 +32,14 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
     tensor: dtype and shape against the file header, bytes against the pin, tensorizer against safetensors."""
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
-    current = settings(ctx, store=store, cache_dir=cache_dir)
     # The whole catalog, not just NAMES: a tensorizer model is compared with the safetensors model that
     # pins the same repo and revision.
-    cat = load_catalog(ctx)
+    inv = invocation(ctx, store=store, cache_dir=cache_dir)
+    cat = inv.catalog
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
         cat.get(name)  # unknown names fail before anything loads
-    cache = Cache(current.cache_dir)
-    the_store = open_catalog_store(cat, current)
-    options = ResolveOptions.from_settings(current, cat)
+    cache, the_store, options = inv.cache, inv.store, inv.options()
     reports: list[LoadReport] = []
     if engine is not None:
         from resolver.loaders.vllm_engine import check_with_engine

@@ -17,12 +17,9 @@ from pathlib import Path
 import click
 
 from catalog import derived as derived_core
-from catalog_app.context import load_catalog, settings, store_options
+from catalog_app.context import invocation, store_options
 from catalog_app.progress import human_bytes
 from resolver import derived
-from resolver.cache import Cache
-from resolver.resolve import ResolveOptions
-from resolver.stores import open_catalog_store
 from resolver.transfer import TransferConfig
 
 KIND_OPTION = click.option("--kind", "kind_name", type=click.Choice(sorted(derived_core.KINDS)), default="vllm-compile",
@@ -58,13 +55,11 @@ def restore_command(ctx: click.Context, name: str, engine_args: tuple[str, ...],
                     cache_dir: str | None, part_size: str | None, concurrency: int | None) -> int:
     """Before a run: restore the verified entry for NAME served with ENGINE_ARGS (after `--`) into the engine's cache
     folder. Nothing stored under the key is a plain miss (exit 0): the engine compiles and `publish` stores it."""
-    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
-                       offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None)
-    cat = load_catalog(ctx, only=[name])
+    inv = invocation(ctx, only=[name], store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
+                     offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None)
     the_kind = derived_core.kind(kind_name)
-    report = derived.restore(cat, name, the_kind, engine_args, engine_cache, cache=Cache(current.cache_dir),
-                             store=open_catalog_store(cat, current), options=ResolveOptions.from_settings(current, cat),
-                             env=current.engine_env, probe=derived.Probe.here(the_kind))
+    report = derived.restore(inv.catalog, name, the_kind, engine_args, engine_cache, cache=inv.cache, store=inv.store,
+                             options=inv.options(), env=inv.settings.engine_env, probe=derived.Probe.here(the_kind))
     said = (f"{name} ({kind_name}): restored {report.restored} file(s), {human_bytes(report.bytes)}"
             f"{f' ({report.present} already there)' if report.present else ''} from {report.source} into {engine_cache}"
             if report.hit else f"{name} ({kind_name}): no entry restored ({report.reason}); the engine compiles")
@@ -90,12 +85,11 @@ def publish_command(ctx: click.Context, name: str, kind_name: str, engine_cache:
                     cache_dir: str | None, part_size: str | None, concurrency: int | None) -> int:
     """After a run: store what the engine left in its cache folder as the entry for the key `restore` prepared the
     folder for (its engine arguments are read from there). Content-addressed blobs first, the record last."""
-    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
-    cat = load_catalog(ctx, only=[name])
+    inv = invocation(ctx, only=[name], store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
     the_kind = derived_core.kind(kind_name)
-    report = derived.publish(cat, name, the_kind, engine_cache, cache=Cache(current.cache_dir),
-                             store=open_catalog_store(cat, current), env=current.engine_env,
-                             probe=derived.Probe.here(the_kind), config=TransferConfig.from_settings(current))
+    report = derived.publish(inv.catalog, name, the_kind, engine_cache, cache=inv.cache, store=inv.store,
+                             env=inv.settings.engine_env, probe=derived.Probe.here(the_kind),
+                             config=TransferConfig.from_settings(inv.settings))
     said = (f"{name} ({kind_name}): published {report.files} file(s), {human_bytes(report.bytes)} "
             f"({report.uploaded} uploaded, the rest stored already)" if report.published
             else f"{name} ({kind_name}): nothing published: {report.reason}")
@@ -112,8 +106,8 @@ def publish_command(ctx: click.Context, name: str, kind_name: str, engine_cache:
 @click.pass_context
 def key_command(ctx: click.Context, name: str, engine_args: tuple[str, ...], kind_name: str) -> int:
     """Print the key of NAME served with ENGINE_ARGS on this machine, and every input it is computed from (JSON)."""
-    current = settings(ctx)
-    cat = load_catalog(ctx, only=[name])
+    inv = invocation(ctx, only=[name])
+    current, cat = inv.settings, inv.catalog
     the_kind = derived_core.kind(kind_name)
     inputs = derived.key_inputs(cat.get(name), the_kind, engine_args, current.engine_env, derived.Probe.here(the_kind))
     click.echo(json.dumps({"key": inputs.key(), "inputs": inputs.to_json()}, indent=2))

@@ -8,11 +8,10 @@ from pathlib import Path
 import click
 
 from catalog.errors import InvalidCatalogError, UnknownModelError, UsageError
-from catalog_app.context import cache_option, catalog_dir, load_catalog, settings
+from catalog_app.context import Invocation, cache_option, invocation
 from catalog.loading import load_dir
 from catalog.rules import LOCK_FIXES
 from catalog.schema import ModelManifest
-from catalog.settings import Settings
 from catalog.tensor_tables import sidecar_path
 from resolver.hub import HubOptions
 from resolver.lock import LockResult, diff_files, lock_manifest
@@ -58,17 +57,17 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
         raise UsageError("--store names the store --from-store reads headers from; pass --from-store too")
     if tensor_digests and check:
         raise UsageError("--tensor-digests writes what it reads; --check changes nothing", hint="pass one of them")
-    current = settings(ctx, store=store, cache_dir=cache_dir)
-    hub = HubOptions.from_settings(current)
-    bucket = _store(ctx, current) if from_store else None
+    inv = invocation(ctx, store=store, cache_dir=cache_dir)
+    hub = HubOptions.from_settings(inv.settings)
+    bucket = _store(inv) if from_store else None
     drift = failed = False
-    for manifest, path in lockable(catalog_dir(ctx), list(names) or None):
+    for manifest, path in lockable(inv.settings.find_catalog_dir(), list(names) or None):
         try:
             folder = _model_dir(from_dir, manifest.name, single=len(names) == 1)
             result: LockResult = lock_manifest(manifest, path, from_dir=folder, hub=hub, write=not check,
                                                store=(bucket[0], manifest.s3_prefix[len(bucket[1]):]) if bucket else None)
             if tensor_digests and folder is None:
-                result = _with_tensor_digests(ctx, current, manifest.name, path, result)
+                result = _with_tensor_digests(inv, manifest.name, path, result)
         except UsageError as exc:
             if not all_models:
                 raise
@@ -87,18 +86,20 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
     return 1 if failed or (check and drift) else 0
 
 
-def _with_tensor_digests(ctx: click.Context, current: Settings, name: str, path: Path, first: LockResult) -> LockResult:
+def _with_tensor_digests(inv: Invocation, name: str, path: Path, first: LockResult) -> LockResult:
     """Lock `name` again from a folder of its verified bytes: resolved with its weights (every byte hashed against the
     pins just written, from wherever resolve takes them), then pinned as `--from-dir` pins, tensor digests included.
     The pins cannot change on the way (the same bytes); `first` stays the answer about them."""
     from catalog.lookup import load
-    from resolver.cache import Cache
     from resolver.resolve import ResolveOptions, resolve
     from resolver.stores import open_catalog_store
 
-    cat = load(catalog_dir(ctx), only=[name])
+    current = inv.settings
+    # The manifest as the lock above just wrote it (not the invocation's catalog, read before): its store is bound
+    # to that catalog, and the pre-flight (signatures, capacity) is the resolve's own, for this one model.
+    cat = load(current.find_catalog_dir(), only=[name])
     options = ResolveOptions.from_settings(current, cat, materialize_weights=True)
-    resolved = resolve(cat, name, cache=Cache(current.cache_dir), store=open_catalog_store(cat, current), options=options)
+    resolved = resolve(cat, name, cache=inv.cache, store=open_catalog_store(cat, current), options=options)
     again = lock_manifest(cat.get(name), path, from_dir=resolved.path, hub=HubOptions.from_settings(current), write=True)
     return LockResult(first.name, first.manifest_path, first.old, again.new, again.tables)
 
@@ -113,13 +114,15 @@ def _model_dir(from_dir: Path | None, name: str, *, single: bool) -> Path | None
                      hint="with several models, --from-dir DIR reads each one's files from DIR/<name>/")
 
 
-def _store(ctx: click.Context, current: Settings) -> tuple[Store, str]:
-    """The store and the root its prefixes are relative to (catalog.yaml's `store`)."""
+def _store(inv: Invocation) -> tuple[Store, str]:
+    """The store and the root its prefixes are relative to (catalog.yaml's `store`); the catalog's manifests are what
+    lock fills in, so only catalog.yaml is read."""
     from resolver.stores import open_store
 
-    catalog_settings = load_dir(catalog_dir(ctx)).settings
+    current = inv.settings
+    catalog_settings = load_dir(current.find_catalog_dir()).settings
     if catalog_settings is None:
-        raise UsageError(f"{catalog_dir(ctx)}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
+        raise UsageError(f"{current.find_catalog_dir()}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
     return open_store(current.store or catalog_settings.store, current), catalog_settings.store
 
 
@@ -137,8 +140,9 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
     """Scaffold and lock a manifest for a Hub repo (or a folder of its files): one command, one file for the PR."""
     from resolver.add import add_model
 
-    hub = HubOptions.from_settings(settings(ctx))
-    root = catalog_dir(ctx)
+    inv = invocation(ctx)
+    hub = HubOptions.from_settings(inv.settings)
+    root = inv.settings.find_catalog_dir()
     catalog_settings = load_dir(root).settings
     if catalog_settings is None:
         raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
@@ -159,15 +163,11 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
 @click.pass_context
 def tensorize_command(ctx: click.Context, name: str, out: Path, store: str | None, cache_dir: str | None) -> int:
     """Write a byte-deterministic model.tensors from a model's safetensors (needs the loaders extra)."""
-    from resolver.cache import Cache
-    from resolver.resolve import ResolveOptions
-    from resolver.stores import open_catalog_store
     from resolver.tensorize import tensorize
 
-    current = settings(ctx, store=store, cache_dir=cache_dir)
-    cat = load_catalog(ctx)  # whole: the safetensors and tensorizer manifests of one repo and revision pair up
-    target = tensorize(cat, name, out, cache=Cache(current.cache_dir), store=open_catalog_store(cat, current),
-                       options=ResolveOptions.from_settings(current, cat))
+    inv = invocation(ctx, store=store, cache_dir=cache_dir)  # the whole catalog: the safetensors and tensorizer
+    # manifests of one repo and revision pair up
+    target = tensorize(inv.catalog, name, out, cache=inv.cache, store=inv.store, options=inv.options())
     click.echo(str(target))
     return 0
 

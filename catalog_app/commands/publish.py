@@ -7,10 +7,9 @@ from pathlib import Path
 import click
 
 from catalog.errors import UsageError
-from catalog_app.context import load_catalog, settings, store_options
+from catalog_app.context import invocation, store_options
 from catalog_app.progress import for_terminal, human_bytes, plural
 from resolver.publish import clean_tier, publish, verify_tier
-from resolver.stores import open_catalog_store
 from resolver.transfer import TransferConfig
 
 
@@ -42,14 +41,15 @@ def publish_command(ctx: click.Context, names: tuple[str, ...], all_models: bool
             return 0
     if not names and not all_models:
         raise UsageError("name one or more models, or pass --all")
-    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
-    cat = load_catalog(ctx, only=None if all_models else names)
+    inv = invocation(ctx, only=None if all_models else names, store=store, cache_dir=cache_dir, part_size=part_size,
+                     concurrency=concurrency)
+    current, cat = inv.settings, inv.catalog
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
         cat.get(name)
     progress = for_terminal(sum(cat.get(n).total_bytes for n in selected))
     try:
-        report = publish(cat, selected, open_catalog_store(cat, current), tier, config=TransferConfig.from_settings(current),
+        report = publish(cat, selected, inv.store, tier, config=TransferConfig.from_settings(current),
                          deep=deep, progress=progress)
     finally:
         progress.finish()

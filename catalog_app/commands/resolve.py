@@ -13,18 +13,16 @@ from catalog import front_door
 from catalog.errors import UsageError
 from catalog.settings import PREFER
 from catalog_app import outputs, warm
-from catalog_app.context import cache_option, load_catalog, settings
+from catalog_app.context import cache_option, invocation
 from catalog_app.machine import detect_machine
 from catalog_app.options import declared_by
 from catalog_app.progress import for_terminal, human_bytes, plural
 from catalog_app.trust import trust_options
-from resolver.cache import Cache, cache_error
+from resolver.cache import cache_error
 from resolver.views import Layout
 from resolver.resolution import Resolution
 from resolver.profiles import with_profile
-from resolver.resolve import ResolveOptions, Source, command_in_use, resolve, snapshot_owners
-from resolver.stores import open_catalog_store
-from resolver.signatures import require as require_signatures
+from resolver.resolve import Source, command_in_use, resolve, snapshot_owners
 
 if TYPE_CHECKING:
     from catalog.lookup import Catalog
@@ -50,17 +48,15 @@ def resolve_command(
         raise UsageError("name one or more models, or pass --all")
     if fmt in outputs.ONE_MODEL_FORMATS and len(names) > 1:
         raise UsageError(f"--format {fmt} prints one model; use --format path or json for several")
-    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency,
-                       source=source, offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
-                       require_signature=require_signature or None, trusted_keys=trusted_keys or None,
-                       trusted_roots=trusted_roots or None, trusted_identities=trusted_identities or None,
-                       trusted_log_keys=trusted_log_keys or None, prefer=prefer)
     # The hf-cache layout decides which manifest answers for a repo id from every manifest pinning it.
-    cat = load_catalog(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names)
-    cache = Cache(current.cache_dir)
-    the_store = open_catalog_store(cat, current)
-    options = ResolveOptions.from_settings(current, cat, layout=Layout(layout), materialize_weights=materialize_weights,
-                                           verify_stream=verify_stream)
+    inv = invocation(ctx, only=None if all_models or layout == Layout.HF_CACHE.value else names, store=store,
+                     cache_dir=cache_dir, part_size=part_size, concurrency=concurrency, source=source,
+                     offline=offline or None, shared_caches=shared_caches or None, mirrors=mirrors or None,
+                     require_signature=require_signature or None, trusted_keys=trusted_keys or None,
+                     trusted_roots=trusted_roots or None, trusted_identities=trusted_identities or None,
+                     trusted_log_keys=trusted_log_keys or None, prefer=prefer)
+    current, cat, cache = inv.settings, inv.catalog, inv.cache
+    options = inv.options(layout=Layout(layout), materialize_weights=materialize_weights, verify_stream=verify_stream)
     selected = [m.name for m in cat.filter()] if all_models else list(names)
     for name in selected:
         cat.get(name)  # unknown names fail before any download
@@ -75,16 +71,17 @@ def resolve_command(
                         "name with --layout dir): %s", ", ".join(others))
     # The engine profile of this runner's class (CATALOG_GPU_CLASS, else detected), asked only when one could apply.
     gpu_class = detect_machine(cat.settings, current).gpu_class if any(cat.get(n).profiles for n in selected) else None
-    signed = require_signatures(cat, selected, cache_root=current.cache_dir, settings=current)  # ... and unsigned ones
+    # ... and unsigned ones, or ones that cannot fit together: the signature gate and the capacity check, once for all
+    cleared = inv.preflight(selected, options)
     progress = for_terminal(sum(m.total_bytes for m in (cat.get(n) for n in selected)))
     began = time.time()  # no proof of a streamed object made below is older (the warm index bounds its age)
     results: list[Resolution] = []
     try:
-        with command_in_use(cat, selected, cache, options):  # resolving the next never evicts the ones before
+        with command_in_use(cat, cleared, cache):  # resolving the next never evicts the ones before
             for name in selected:
                 started = time.perf_counter()
-                result = with_profile(resolve(cat, name, cache=cache, store=the_store, options=options, progress=progress),
-                                      cat.get(name), gpu_class)
+                result = with_profile(resolve(cat, name, cache=cache, store=inv.store, options=options, progress=progress,
+                                              cleared=cleared), cat.get(name), gpu_class)
                 log.info("resolved %s from %s in %.3fs", name, result.source, time.perf_counter() - started)
                 results.append(result)
     finally:
@@ -98,7 +95,7 @@ def resolve_command(
         raise UsageError(str(exc)) from None
     click.echo(text, nl=False)
     if not all_models:
-        inputs = [cat.root / "catalog.yaml", *cat.sources.values(), *signed]  # the warm answer re-hashes them all
+        inputs = [cat.root / "catalog.yaml", *cat.sources.values(), *cleared.relied]  # the warm answer re-hashes them all
         streamed_weights = [cache.blob_path(e.sha256) for r in results if r.streams for e in cat.get(r.name).weight_files]
         argv = ctx.find_root().ensure_object(dict).get("argv")
         if argv is not None:  # the call as typed: the warm path keys its answer by exactly that
@@ -126,15 +123,12 @@ def verify_command(ctx: click.Context, names: tuple[str, ...], deep: bool, check
                    trusted_log_keys: tuple[str, ...], cache_dir: str | None) -> int:
     """Check the cache's views against the manifests (stat check; --deep re-hashes; --signatures against the
     models' signatures)."""
-    from catalog.signing import policy_of
     from resolver.maintenance import verify
-    from resolver.signatures import load_anchors
 
-    current = settings(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None,
-                       trusted_identities=trusted_identities or None, trusted_log_keys=trusted_log_keys or None)
-    cat = load_catalog(ctx)
-    cache = Cache(current.cache_dir)
-    anchors = load_anchors(policy_of(cat.settings, cat.root, current)) if check_signatures else None
+    inv = invocation(ctx, cache_dir=cache_dir, trusted_keys=trusted_keys or None, trusted_roots=trusted_roots or None,
+                     trusted_identities=trusted_identities or None, trusted_log_keys=trusted_log_keys or None)
+    cat, cache = inv.catalog, inv.cache
+    anchors = inv.anchors if check_signatures else None
     try:
         report = verify(cat, cache, list(names) or None, deep=deep, anchors=anchors)
     except OSError as exc:
@@ -169,9 +163,8 @@ def gc_command(ctx: click.Context, dry_run: bool, max_size: str | None, keep_fre
 
     limit = parse_size(max_size, "--max-size") if max_size is not None else None
     free = parse_size(keep_free, "--keep-free") if keep_free is not None else None
-    current = settings(ctx, cache_dir=cache_dir)
-    cat = load_catalog(ctx)
-    cache = Cache(current.cache_dir)
+    inv = invocation(ctx, cache_dir=cache_dir)
+    cat, cache = inv.catalog, inv.cache
     refuse_tier(cache)
     unmet = ""
     evicted: list[str] = []

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from catalog.errors import UsageError
-from catalog_app.context import load_catalog, settings
+from catalog_app.context import invocation
 
 
 @click.command("sign")
@@ -33,8 +33,7 @@ def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, p
     format, verifiable with `model_signing verify` against a resolved view) and, where the store or a mirror is
     oci://, pushes it as a referrer of the model's artifact (`oras discover` lists it)."""
     from catalog.errors import CatalogError
-    from catalog.signing import policy_of
-    from resolver.signatures import load_anchors, sign, verify_bundle, write, write_subject
+    from resolver.signatures import sign, verify_bundle, write, write_subject
     from resolver.stores.modelpack import SIGNATURE_TYPE
     from resolver.stores.oci import referrer_stores
 
@@ -43,18 +42,17 @@ def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, p
     if subject_into is not None:
         if len(names) != 1:
             raise UsageError("--subject-into writes one model's subject: name exactly one model")
-        click.echo(write_subject(load_catalog(ctx, only=names).get(names[0]), subject_into))
+        click.echo(write_subject(invocation(ctx, only=names).catalog.get(names[0]), subject_into))
         return 0
     if private_key is None:
         raise UsageError("--private-key PEM is required to sign")
-    current = settings(ctx)
-    cat = load_catalog(ctx, only=None if all_models else names)
+    inv = invocation(ctx, only=None if all_models else names)
+    current, cat = inv.settings, inv.catalog
     selected = [m.name for m in cat.filter()] if all_models else list(dict.fromkeys(names))
     for name in selected:
         cat.get(name)  # unknown names fail before anything is written
     password = _password(private_key)
-    policy = policy_of(cat.settings, cat.root, current)
-    anchors = load_anchors(policy) if policy.anchors else None
+    anchors = inv.anchors if inv.policy.anchors else None
     registries = [] if no_push else referrer_stores(cat, current)  # the oci:// store and mirrors
     failed = 0
     for name in selected:

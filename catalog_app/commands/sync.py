@@ -14,13 +14,13 @@ from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import Settings
 from catalog.urls import redact
-from catalog_app.context import load_catalog, settings
+from catalog_app.context import invocation
 from catalog_app.markdown import table
 from catalog_app.options import declared_by
 from catalog_app.progress import human_bytes, plural
 from resolver.cache import Cache
 from resolver.hub import HubOptions
-from resolver.stores import Store, bind_models, open_catalog_store, open_store
+from resolver.stores import Store
 from resolver.sync import Action, ApplyReport, SourceOfBytes, SyncPlan, apply, make_plan
 from resolver.sync_sources import HfCacheBytes, replicate
 from resolver.transfer import TransferConfig
@@ -41,17 +41,17 @@ def sync_command(
         raise UsageError("--delete-orphans needs --prune")
     if apply_path is not None and (names or out_path or dry_run or check):
         raise UsageError("--apply executes a saved plan as it is; give it alone")
-    current = settings(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
-    cat = load_catalog(ctx)
+    inv = invocation(ctx, store=store, cache_dir=cache_dir, part_size=part_size, concurrency=concurrency)
+    current, cat = inv.settings, inv.catalog
     config = TransferConfig.from_settings(current)
-    the_store = open_catalog_store(cat, current)
+    the_store = inv.store
     if replicate_to is not None:
         if prune or apply_path or from_dir or from_hf_cache or deep or allow_last_copy:
             raise UsageError("--replicate-to copies pins from the store as they are; give it with NAMEs, --dry-run, --check, "
                              "--out or --format only")
         # Told where the catalog's models are, as the primary store is: a registry addresses artifacts by model.
-        target = bind_models(open_store(replicate_to, current), cat)
-        return _replicate(cat, names, the_store, target, Cache(current.cache_dir), config, fmt,
+        target = inv.open(replicate_to)
+        return _replicate(cat, names, the_store, target, inv.cache, config, fmt,
                           dry_run or check or out_path is not None, check, out_path)
     if apply_path is not None:
         try:
@@ -68,7 +68,7 @@ def sync_command(
         for name in names:
             cat.get(name)
         plan = make_plan(cat, names, the_store, prune=prune, delete_orphans=delete_orphans, deep=deep, config=config,
-                         cache=Cache(current.cache_dir))
+                         cache=inv.cache)
         fresh = False
     planning_requests = dict(the_store.requests)
     printed = _Printed()
@@ -87,8 +87,8 @@ def sync_command(
             _record_no_change(ctx, current, cat, the_store, planning_requests, printed, code)
         return code
     hub = HubOptions.from_settings(current)
-    source = (SourceOfBytes(cat, Cache(current.cache_dir), hub, from_dir, config) if from_hf_cache is None
-              else HfCacheBytes(cat, Cache(current.cache_dir), hub, from_dir, config, from_hf_cache))
+    source = (SourceOfBytes(cat, inv.cache, hub, from_dir, config) if from_hf_cache is None
+              else HfCacheBytes(cat, inv.cache, hub, from_dir, config, from_hf_cache))
     report = apply(plan, cat, the_store, source, max_delete=max_delete, check_fresh=fresh, config=config,
                    allow_last_copy=allow_last_copy)
     _print_report(report, fmt, plan, dict(the_store.requests), printed, from_dir=from_dir, from_hf_cache=from_hf_cache)

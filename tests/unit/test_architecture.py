@@ -1,11 +1,13 @@
-"""The layers stay visible: imports point down (catalog <- resolver <- catalog_app), no import cycles, and
-no module below the settings reads the environment. Checked by parsing every module's source."""
+"""The layers stay visible: imports point down (catalog <- resolver <- catalog_app), no import cycles, and only the
+modules docs/architecture.md's "Who reads the environment" table lists read the environment, each only the variables
+its row names. Checked by parsing every module's source and that table."""
 
 from __future__ import annotations
 
 import ast
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,22 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = {"catalog": 0, "resolver": 1, "catalog_app": 2}
 # Third-party packages each layer must not import: the core is pure, the I/O layer draws nothing.
 FORBIDDEN = {"catalog": {"click", "boto3", "botocore", "huggingface_hub", "torch", "rich"}, "resolver": {"click", "rich"}}
-# The only modules that touch os.environ: the settings (they read it, once) and the loaders' scoped overlay
-# (runai's C++ core and tensorizer read endpoint settings from the process environment; it writes them there).
-# Besides the settings: the loaders' overlay of the process environment for the C++ streamers, and the engine
-# worker, an entry point of its own process that sets the environment vLLM reads.
-# catalog_app/warm.py keys its answers by the variables the settings are built from, as they are (a test holds its
-# list to catalog.settings.ENV): it runs before the settings module may be imported.
-ENVIRON_ALLOWED = {"catalog/settings.py", "catalog_app/warm.py", "resolver/loaders/common.py", "resolver/loaders/vllm_worker.py",
-                   "resolver/stores/aws_env.py", "catalog_app/warm_sync.py", "catalog_app/main.py", "catalog_app/hub_guard.py",
-                   "catalog_app/derived_plugin.py"}
-# resolver/stores/aws_env.py reads the AWS chain's first link where boto3 would read it; catalog_app/warm_sync.py keys a
-# warm sync as warm.py keys a warm resolve; catalog_app/main.py owns the CLI's process (it turns pydantic's plugin
-# scan off there). catalog_app/hub_guard.py points HF_ENDPOINT at the pytest session's guard (the variable every Hub
-# library and child process reads) and finds the HF cache those libraries read, as huggingface_hub finds it.
-# catalog_app/derived_plugin.py gives a pytest session the environment a restored compile cache needs
-# (VLLM_CACHE_ROOT, ...), as the engine worker does for its process.
-
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 def modules() -> Iterator[tuple[str, Path]]:
     """Every library module. `__main__.py` is an entry script (`python -m catalog`), never imported: it may
@@ -146,16 +133,118 @@ def environment_uses(source: str) -> list[int]:
     return sorted(set(lines))
 
 
-@pytest.mark.parametrize("package", sorted(LAYERS))
-def test_nothing_below_the_settings_reads_the_environment(package: str) -> None:
-    readers = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel in ENVIRON_ALLOWED:
+@dataclass(frozen=True)
+class Reader:
+    """A row of architecture.md's environment table."""
+
+    module: str
+    reads: frozenset[str]  # "os.environ", "Settings.from_process"
+    variables: str  # the cell as written: every variable a module names literally must be in it
+
+
+def environment_table(text: str) -> dict[str, Reader]:
+    """The rows of the "Who reads the environment" section's table, by module path."""
+    section = text.split("## Who reads the environment", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, Reader] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[0].startswith("`"):
             continue
-        text = path.read_text()
-        readers += [f"{rel}:{n}: {text.splitlines()[n - 1].strip()}" for n in environment_uses(text)]
-    assert not readers, "read the environment through catalog.settings.Settings instead:\n" + "\n".join(readers)
+        module, reads, variables, _why = cells
+        rows[module.strip("`")] = Reader(module.strip("`"), frozenset(re.findall(r"`([^`]+)`", reads)), variables)
+    return rows
+
+
+def from_process_calls(source: str) -> list[int]:
+    """The lines of `source` that call `Settings.from_process` (any spelling of the call: `X.from_process(...)`)."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+                   and isinstance(node.func, ast.Attribute) and node.func.attr == "from_process"}
+                  | {node.lineno for node in ast.walk(ast.parse(source))  # passed as a value: Invocation(Settings.from_process)
+                     if isinstance(node, ast.Attribute) and node.attr == "from_process" and isinstance(node.value, ast.Name)
+                     and node.value.id == "Settings"})
+
+
+def named_variables(source: str) -> set[str]:
+    """The variables `source` names literally where it reads or writes the environment: `os.environ["X"]`,
+    `os.environ.get("X")` (pop, setdefault), `os.getenv("X")`, `"X" in os.environ`."""
+    tree = ast.parse(source)
+
+    def environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr in ENVIRON_NAMES and isinstance(node.value, ast.Name) \
+            and node.value.id in {"os", "posix"}
+
+    def literal(node: ast.AST | None) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        name = None
+        if isinstance(node, ast.Subscript) and environ(node.value):
+            name = literal(node.slice)
+        elif isinstance(node, ast.Call) and node.args and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr in {"get", "pop", "setdefault"} and environ(node.func.value))
+                or environ(node.func)):
+            name = literal(node.args[0])
+        elif isinstance(node, ast.Compare) and any(environ(c) for c in node.comparators):
+            name = literal(node.left)
+        if name is not None:
+            found.add(name)
+    return found
+
+
+def readers_in_code() -> dict[str, set[str]]:
+    """Every module of the three packages that reads the environment, with how (as the table's `reads` names it)."""
+    found: dict[str, set[str]] = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel, text = path.relative_to(ROOT).as_posix(), path.read_text()
+            how = ({"os.environ"} if environment_uses(text) else set()) | (
+                {"Settings.from_process"} if from_process_calls(text) and rel != "catalog/settings.py" else set())
+            if how:
+                found[rel] = how
+    return found
+
+
+def test_the_environment_table_is_what_the_code_does() -> None:
+    """architecture.md names every module that reads the process environment, how, and which variables by name;
+    a module it does not list reads nothing (read the environment through the invocation's Settings instead)."""
+    table = environment_table(ARCHITECTURE.read_text())
+    code = readers_in_code()
+    unlisted = [f"{m} ({', '.join(sorted(how))})" for m, how in code.items() if m not in table]
+    assert not unlisted, ("these read the environment below the entry points: take the value from the invocation's "
+                          "Settings instead, or add a row with why to docs/architecture.md:\n" + "\n".join(unlisted))
+    stale = [m for m in table if m not in code]
+    assert not stale, f"docs/architecture.md lists modules that do not read the environment: {stale}"
+    wrong = [f"{m}: the table says {sorted(table[m].reads)}, the code does {sorted(how)}" for m, how in code.items()
+             if set(table[m].reads) != how]
+    assert not wrong, "\n".join(wrong)
+    unnamed = [f"{m}: {v}" for m in code for v in sorted(named_variables((ROOT / m).read_text()))
+               if f"`{v}`" not in table[m].variables]
+    assert not unnamed, "variables read but not in docs/architecture.md's row:\n" + "\n".join(unnamed)
+
+
+def test_the_table_reader_sees_rows_and_the_checker_sees_variables() -> None:
+    text = ("## Who reads the environment\n\n| module | reads | variables | why |\n|---|---|---|---|\n"
+            "| `a/b.py` | `os.environ`, `Settings.from_process` | `X`, `Y` | because |\n\n## Next\n| `c.py` | x | y | z |\n")
+    assert environment_table(text) == {"a/b.py": Reader("a/b.py", frozenset({"os.environ", "Settings.from_process"}),
+                                                        "`X`, `Y`")}
+    source = ("import os\nos.environ['A']\nos.environ.get('B')\nos.getenv('C')\n'D' in os.environ\n"
+              "os.environ.setdefault('E', '1')\nx = {}.get('F')\n")
+    assert named_variables(source) == {"A", "B", "C", "D", "E"}
+    assert from_process_calls("s = Settings.from_process(catalog_dir=x)\nf = Settings.from_process\n") == [1, 2]
+
+
+def test_every_store_opened_by_our_code_gets_its_settings() -> None:
+    """`open_store(url)` alone falls back to the process's settings (a tools' and tests' entry point, in the table);
+    the three packages always pass the invocation's."""
+    calls = []
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "open_store"
+                        and len(node.args) + len(node.keywords) < 2):
+                    calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not calls, "open_store without settings (pass the invocation's):\n" + "\n".join(calls)
 
 
 @pytest.mark.parametrize("source", ["import os as o\nx = o.environ['A']\n", "from os import environ as e\n",
