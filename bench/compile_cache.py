@@ -41,13 +41,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seaweed import ROOT, catalog, client, machine, process_cpu, start_server  # noqa: E402
+from seaweed import ROOT, catalog, client, machine, process_cpu, start_server
 
 PROMPTS = {"tiny-llama": "w5 w6 w7", "tiny-qwen2": "hello world the model"}
 HARNESS = ["--dtype", "float32", "--max-model-len", "64", "--distributed-executor-backend", "uni"]
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
-WAYS = ("empty runner, nothing stored (cold compile)", "empty runner, compile cache restored", "warm runner (its own engine cache)",
-        "vLLM's defaults, warm engine cache (no catalog)", "eager (--enforce-eager), no compile")
+WAYS = (
+    "empty runner, nothing stored (cold compile)",
+    "empty runner, compile cache restored",
+    "warm runner (its own engine cache)",
+    "vLLM's defaults, warm engine cache (no catalog)",
+    "eager (--enforce-eager), no compile",
+)
 
 
 def child(spec: str) -> None:
@@ -63,7 +68,11 @@ def child(spec: str) -> None:
     ready = time.time()
     out = llm.generate([job["prompt"]], SamplingParams(max_tokens=1, temperature=0))[0]
     first = time.time()
-    print(json.dumps({"imported": imported, "ready": ready, "first_token": first, "token_ids": list(out.outputs[0].token_ids)}))
+    print(
+        json.dumps(
+            {"imported": imported, "ready": ready, "first_token": first, "token_ids": list(out.outputs[0].token_ids)}
+        )
+    )
     sys.stdout.flush()
     os._exit(0)  # the token is what was measured; skip the engine's teardown
 
@@ -102,21 +111,56 @@ class Runner:
         env = {**self.env, **ENGINE_ENV, "HOME": str(self.folder / "home"), "VLLM_CACHE_ROOT": str(engine_cache)}
         hit = 0.0
         if restore:
-            said = exports(run([*self.base, "derived", "restore", self.name, *store, "--engine-cache", str(engine_cache),
-                                "--format", "env", "--", *engine_args], self.env))
+            said = exports(
+                run(
+                    [
+                        *self.base,
+                        "derived",
+                        "restore",
+                        self.name,
+                        *store,
+                        "--engine-cache",
+                        str(engine_cache),
+                        "--format",
+                        "env",
+                        "--",
+                        *engine_args,
+                    ],
+                    self.env,
+                )
+            )
             env |= {k: v for k, v in said.items() if not k.startswith("CATALOG_")}
             hit = float(said["CATALOG_DERIVED_HIT"])
         engine_started = time.time()
         spec = json.dumps({"args": engine_args, "prompt": self.prompt})
         got = json.loads(run([sys.executable, __file__, "--child", spec], env).strip().splitlines()[-1])
-        return {"total": got["first_token"] - started, "catalog": engine_started - started,
-                "import": got["imported"] - engine_started, "build": got["ready"] - got["imported"],
-                "token": got["first_token"] - got["ready"], "cpu": children_cpu() - cpu_before, "hit": hit,
-                "token_id": float(got["token_ids"][0])}
+        return {
+            "total": got["first_token"] - started,
+            "catalog": engine_started - started,
+            "import": got["imported"] - engine_started,
+            "build": got["ready"] - got["imported"],
+            "token": got["first_token"] - got["ready"],
+            "cpu": children_cpu() - cpu_before,
+            "hit": hit,
+            "token_id": float(got["token_ids"][0]),
+        }
 
     def publish(self) -> None:
-        run([*self.base, "derived", "publish", self.name, "--store", self.store, "--cache", str(self.folder / "catalog-cache"),
-             "--engine-cache", str(self.folder / "vllm-cache")], self.env)
+        run(
+            [
+                *self.base,
+                "derived",
+                "publish",
+                self.name,
+                "--store",
+                self.store,
+                "--cache",
+                str(self.folder / "catalog-cache"),
+                "--engine-cache",
+                str(self.folder / "vllm-cache"),
+            ],
+            self.env,
+        )
 
     def wipe(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -142,8 +186,20 @@ def main() -> None:
         s3 = client(server.url)
         for bucket in ("bench-derived", "bench-empty"):
             s3.create_bucket(Bucket=bucket)
-            run([*base, "sync", args.model, "--store", f"s3://{bucket}/", "--from-dir", str(source), "--cache",
-                 str(work / "sync-cache")], env)
+            run(
+                [
+                    *base,
+                    "sync",
+                    args.model,
+                    "--store",
+                    f"s3://{bucket}/",
+                    "--from-dir",
+                    str(source),
+                    "--cache",
+                    str(work / "sync-cache"),
+                ],
+                env,
+            )
         measure(args, base, env, server.process.pid if server.process else None, work)
     finally:
         server.stop()
@@ -185,18 +241,26 @@ def measure(args: argparse.Namespace, base: list[str], env: dict[str, str], serv
             server[way].append(process_cpu(server_pid) - before if server_pid else 0.0)
         print(f"  round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
     print(json.dumps(samples), file=sys.stderr)  # the raw samples, whatever the checks below say
-    print(f"machine: {machine()}, no GPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-          f"time to first token, {args.model}, {args.runs} rounds, medians (min-max)\n")
+    print(
+        f"machine: {machine()}, no GPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"time to first token, {args.model}, {args.runs} rounds, medians (min-max)\n"
+    )
     warm_median = statistics.median(s["total"] for s in samples[WAYS[2]])
-    print("| way | to first token | vs warm runner | catalog (resolve + restore) | engine start + vLLM import "
-          "| engine build (compile) | first token | CPU s | server CPU s |\n|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| way | to first token | vs warm runner | catalog (resolve + restore) | engine start + vLLM import "
+        "| engine build (compile) | first token | CPU s | server CPU s |\n|---|---|---|---|---|---|---|---|---|"
+    )
     for way in WAYS:
         rows = samples[way]
         total = [s["total"] for s in rows]
-        part = " | ".join(f"{statistics.median(s[k] for s in rows):.2f} s" for k in ("catalog", "import", "build", "token"))
-        print(f"| {way} | {statistics.median(total):.2f} s ({min(total):.2f}-{max(total):.2f} s) | "
-              f"{statistics.median(total) / warm_median:.2f}x | {part} | {statistics.median(s['cpu'] for s in rows):.1f} | "
-              f"{statistics.median(server[way]):.2f} |")
+        part = " | ".join(
+            f"{statistics.median(s[k] for s in rows):.2f} s" for k in ("catalog", "import", "build", "token")
+        )
+        print(
+            f"| {way} | {statistics.median(total):.2f} s ({min(total):.2f}-{max(total):.2f} s) | "
+            f"{statistics.median(total) / warm_median:.2f}x | {part} | {statistics.median(s['cpu'] for s in rows):.1f} | "
+            f"{statistics.median(server[way]):.2f} |"
+        )
     tokens = {s["token_id"] for way in WAYS for s in samples[way]}
     assert len(tokens) == 1, f"the ways disagree on the first token: {tokens}"
     assert all(s["hit"] == 1.0 for s in samples[WAYS[1]]), "a restore missed"

@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seaweed import ROOT, catalog, machine, s5cmd, start_server  # noqa: E402
+from seaweed import ROOT, catalog, machine, s5cmd, start_server
 
 sys.path.insert(0, str(ROOT / "tests"))
-from hubdouble import HubDouble  # noqa: E402
+from hubdouble import HubDouble
 
 BUCKET = "bench-engine"
 HARNESS = ["--dtype", "float32", "--max-model-len", "64", "--enforce-eager", "--distributed-executor-backend", "uni"]
@@ -60,7 +60,11 @@ def child(spec: str) -> None:
     ready = time.time()
     out = llm.generate([job["prompt"]], SamplingParams(max_tokens=1, temperature=0))[0]
     first = time.time()
-    print(json.dumps({"imported": imported, "ready": ready, "first_token": first, "token_ids": list(out.outputs[0].token_ids)}))
+    print(
+        json.dumps(
+            {"imported": imported, "ready": ready, "first_token": first, "token_ids": list(out.outputs[0].token_ids)}
+        )
+    )
     sys.stdout.flush()
     os._exit(0)  # the token is what was measured; skip the engine's teardown
 
@@ -94,12 +98,18 @@ def main() -> None:
         for name, folder in sources.items():
             m = bundled.get(name)
             hub.add_repo(m.source.hf_repo, m.source.revision, folder)
-        subprocess.run([s5cmd(), "--endpoint-url", server.url, "mb", f"s3://{BUCKET}"], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [s5cmd(), "--endpoint-url", server.url, "mb", f"s3://{BUCKET}"], env=env, check=True, capture_output=True
+        )
         store = f"s3://{BUCKET}/"
         base = [*catalog(), "--catalog", str(ROOT / "manifests")]
         for name, folder in sources.items():
-            subprocess.run([*base, "sync", name, "--store", store, "--from-dir", str(folder), "--cache", str(work / "sync-cache")],
-                           env=env, check=True, capture_output=True)
+            subprocess.run(
+                [*base, "sync", name, "--store", store, "--from-dir", str(folder), "--cache", str(work / "sync-cache")],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
         run(args, bundled, base, store, server.url, env, hub, work)
     finally:
         hub.close()
@@ -107,14 +117,28 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(args: argparse.Namespace, bundled: object, base: list[str], store: str, endpoint: str, env: dict[str, str],
-        hub: HubDouble, work: Path) -> None:
+def run(
+    args: argparse.Namespace,
+    bundled: object,
+    base: list[str],
+    store: str,
+    endpoint: str,
+    env: dict[str, str],
+    hub: HubDouble,
+    work: Path,
+) -> None:
     from catalog.lookup import Catalog
 
     assert isinstance(bundled, Catalog)
     home = work / "home"
     rows: dict[tuple[str, str], list[tuple[float, ...]]] = {}
-    engine_env = {**env, **ENGINE_ENV, "HOME": str(home), "VLLM_CACHE_ROOT": str(home / "vllm"), "HF_HOME": str(home / "hf")}
+    engine_env = {
+        **env,
+        **ENGINE_ENV,
+        "HOME": str(home),
+        "VLLM_CACHE_ROOT": str(home / "vllm"),
+        "HF_HOME": str(home / "hf"),
+    }
     offline = {**engine_env, "HF_HUB_OFFLINE": "1"}
     for round_ in range(args.runs):
         for name in args.models:
@@ -127,9 +151,14 @@ def run(args: argparse.Namespace, bundled: object, base: list[str], store: str, 
                 shutil.rmtree(home, ignore_errors=True)
                 started = time.time()
                 resolve = [*base, "resolve", name, "--store", store, "--cache", str(cache)]
-                vllm_args = shlex.split(subprocess.run([*resolve, "--format", "vllm-args"], env=env, check=True, capture_output=True,
-                                                       text=True).stdout)
-                exports = subprocess.run([*resolve, "--format", "env"], env=env, check=True, capture_output=True, text=True).stdout
+                vllm_args = shlex.split(
+                    subprocess.run(
+                        [*resolve, "--format", "vllm-args"], env=env, check=True, capture_output=True, text=True
+                    ).stdout
+                )
+                exports = subprocess.run(
+                    [*resolve, "--format", "env"], env=env, check=True, capture_output=True, text=True
+                ).stdout
                 extra = {}
                 for line in exports.splitlines():
                     key, _, value = line.removeprefix("export ").partition("=")
@@ -142,16 +171,25 @@ def run(args: argparse.Namespace, bundled: object, base: list[str], store: str, 
             streamer = {**offline, "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"}
             started = time.time()
             got = engine(["--model", prefix, "--load-format", "runai_streamer"], prompt, streamer)
-            rows.setdefault((name, "engine by itself from the bucket (runai)"), []).append(_parts(started, started, got))
+            rows.setdefault((name, "engine by itself from the bucket (runai)"), []).append(
+                _parts(started, started, got)
+            )
             shutil.rmtree(home, ignore_errors=True)
             started = time.time()
-            got = engine(["--model", m.source.hf_repo, "--revision", m.source.revision], prompt,
-                         {**engine_env, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"})  # the double serves no Xet
-            rows.setdefault((name, "engine by itself from the Hub double (repo id)"), []).append(_parts(started, started, got))
+            got = engine(
+                ["--model", m.source.hf_repo, "--revision", m.source.revision],
+                prompt,
+                {**engine_env, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1"},
+            )  # the double serves no Xet
+            rows.setdefault((name, "engine by itself from the Hub double (repo id)"), []).append(
+                _parts(started, started, got)
+            )
         print(f"  round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
     print(f"machine: {machine()}, {time.strftime('%Y-%m-%d')}\ntime to first token, {args.runs} rounds\n")
-    print("| model | way | to first token, median (min-max) | resolve | engine start + vLLM import | engine build (weights) "
-          "| first token |\n|---|---|---|---|---|---|---|")
+    print(
+        "| model | way | to first token, median (min-max) | resolve | engine start + vLLM import | engine build (weights) "
+        "| first token |\n|---|---|---|---|---|---|---|"
+    )
     for (name, way), samples in rows.items():
         total = [s[0] for s in samples]
         parts = " | ".join(f"{statistics.median(s[i] for s in samples):.2f} s" for i in range(1, 5))
@@ -160,8 +198,13 @@ def run(args: argparse.Namespace, bundled: object, base: list[str], store: str, 
 
 def _parts(started: float, engine_started: float, got: dict[str, float]) -> tuple[float, ...]:
     """(total, resolve, engine start + import, engine build, first token), seconds."""
-    return (got["first_token"] - started, engine_started - started, got["imported"] - engine_started,
-            got["ready"] - got["imported"], got["first_token"] - got["ready"])
+    return (
+        got["first_token"] - started,
+        engine_started - started,
+        got["imported"] - engine_started,
+        got["ready"] - got["imported"],
+        got["first_token"] - got["ready"],
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_one_model_catalog  # noqa: E402
-from servers import SeaweedServer, new_bucket, s3_env  # noqa: E402
+from common import write_one_model_catalog
+from servers import SeaweedServer, new_bucket, s3_env
 
 REV = "f1ee7" + "0" * 35
 NAME = "fleet-model"
@@ -39,8 +39,14 @@ def make_model(folder: Path, size: int) -> list[tuple[str, int, str]]:
             block = chunk[:8] + i.to_bytes(8, "little") + chunk[16:]  # no two blocks alike
             f.write(block)
             digest.update(block)
-    entries = [("config.json", (folder / "config.json").stat().st_size, hashlib.sha256((folder / "config.json").read_bytes()).hexdigest()),
-               ("model.safetensors", (folder / "model.safetensors").stat().st_size, digest.hexdigest())]
+    entries = [
+        (
+            "config.json",
+            (folder / "config.json").stat().st_size,
+            hashlib.sha256((folder / "config.json").read_bytes()).hexdigest(),
+        ),
+        ("model.safetensors", (folder / "model.safetensors").stat().st_size, digest.hexdigest()),
+    ]
     return entries
 
 
@@ -55,9 +61,28 @@ def runners(count: int, manifests: Path, work: Path, env: dict[str, str], tier: 
     start = time.perf_counter()
     for i in range(count):
         cache = work / f"cache-{i}"
-        procs.append(subprocess.Popen([sys.executable, "-m", "catalog", "--catalog", str(manifests), "resolve", NAME,
-                                       "--cache", str(cache), "--format", "json", *extra], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "catalog",
+                    "--catalog",
+                    str(manifests),
+                    "resolve",
+                    NAME,
+                    "--cache",
+                    str(cache),
+                    "--format",
+                    "json",
+                    *extra,
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = [p.communicate() for p in procs]
     wall = time.perf_counter() - start
     sizes = {}
@@ -87,20 +112,49 @@ def main() -> None:
             os.environ.update(s3_env(server.url))
             bucket = new_bucket(server.url)
             entries = make_model(work / "src", args.size_mib * 1024 * 1024)
-            manifests = write_one_model_catalog(work, name=NAME, bucket=bucket, prefix=f"org/{NAME}/{REV}/", revision=REV,
-                                                load_format="safetensors", entries=entries)
-            catalog("--catalog", str(manifests), "sync", "--from-dir", str(work / "src"), "--cache", str(work / "sync-cache"), env=env)
+            manifests = write_one_model_catalog(
+                work,
+                name=NAME,
+                bucket=bucket,
+                prefix=f"org/{NAME}/{REV}/",
+                revision=REV,
+                load_format="safetensors",
+                entries=entries,
+            )
+            catalog(
+                "--catalog",
+                str(manifests),
+                "sync",
+                "--from-dir",
+                str(work / "src"),
+                "--cache",
+                str(work / "sync-cache"),
+                env=env,
+            )
             total = sum(e[1] for e in entries)
             rows = []
             wall, fetched = runners(args.runners, manifests, work / "none", env, None)
             rows.append(("no tier", wall, fetched))
-            for label, base in (("tier, same filesystem (hard links)", work), ("tier, other filesystem (/dev/shm: copies)", Path("/dev/shm"))):
+            for label, base in (
+                ("tier, same filesystem (hard links)", work),
+                ("tier, other filesystem (/dev/shm: copies)", Path("/dev/shm")),
+            ):
                 if not base.is_dir():
                     continue
                 tier = Path(tempfile.mkdtemp(prefix="tier-", dir=base))
                 try:
                     started = time.perf_counter()
-                    catalog("--catalog", str(manifests), "publish", NAME, "--to", str(tier), "--cache", str(work / "pub-cache"), env=env)
+                    catalog(
+                        "--catalog",
+                        str(manifests),
+                        "publish",
+                        NAME,
+                        "--to",
+                        str(tier),
+                        "--cache",
+                        str(work / "pub-cache"),
+                        env=env,
+                    )
                     published = time.perf_counter() - started
                     rows.append((f"publish into the {label.split(',')[1].strip()}", published, total))
                     subprocess.run(["chmod", "-R", "a-w", str(tier)], check=True)

@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-from servers import free_port  # noqa: E402
+from servers import free_port
 
 NGINX = """daemon off; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/error.log;
 events {{ worker_connections 1024; }}
@@ -62,7 +62,7 @@ def one_round(store: Any, keys: list[str], threads: int) -> tuple[float, float, 
             try:
                 stream = store.open(key)
                 break
-            except Exception:  # noqa: BLE001 - counted: the transfer retries these (after a backoff, not taken here)
+            except Exception:
                 if attempt:
                     raise
                 failed.append(key)
@@ -100,21 +100,34 @@ def main() -> None:
         keys.append(f"m/f{i:05d}.bin")
     port = free_port()
     (work / "nginx.conf").write_text(NGINX.format(tmp=work, port=port, root=work / "root"))
-    server = subprocess.Popen(["taskset", "-c", "1", "nginx", "-c", str(work / "nginx.conf"), "-p", str(work)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        ["taskset", "-c", "1", "nginx", "-c", str(work / "nginx.conf"), "-p", str(work)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.sched_setaffinity(0, {0})
     try:
         time.sleep(0.5)
         url = f"http://127.0.0.1:{port}/"
         current = load_store((ROOT / "resolver/stores/http.py").read_text(), "http_current")
-        baseline = load_store(subprocess.run(["git", "show", f"{args.baseline}:resolver/stores/http.py"], cwd=ROOT,
-                                             capture_output=True, text=True, check=True).stdout, "http_baseline")
+        baseline = load_store(
+            subprocess.run(
+                ["git", "show", f"{args.baseline}:resolver/stores/http.py"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout,
+            "http_baseline",
+        )
         print(f"{args.files} GETs of {args.kib} KiB from nginx on loopback, {args.rounds} rounds (medians)\n")
         print("| store | threads | client CPU per GET | wall | GETs failed and asked again |")
         print("|---|---|---|---|---|")
         for threads in (int(t) for t in args.threads.split(",")):
-            stores = {"this tree (urllib3 transport)": current.from_url(url),
-                      f"{args.baseline} (http.client)": baseline.from_url(url)}
+            stores = {
+                "this tree (urllib3 transport)": current.from_url(url),
+                f"{args.baseline} (http.client)": baseline.from_url(url),
+            }
             runs: dict[str, list[tuple[float, float, int]]] = {label: [] for label in stores}
             for store in stores.values():
                 one_round(store, keys[:50], threads)  # warm the pool

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
-from reliability.support import (  # noqa: E402
+from reliability.support import (
     MotoServer,
     check_view_files,
     new_bucket,
@@ -72,19 +72,34 @@ def main() -> int:
 
         # One process for everything.
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "catalog", "resolve", "--all", "--format", "json", "--cache", str(work / "all")],
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "catalog", "resolve", "--all", "--format", "json", "--cache", str(work / "all")],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - started
         failures = args.models if done.returncode != 0 else check(done.stdout)
-        rows.append((f"resolve --all (1 process, {args.models} models)", seconds, failures, len(parse_json_results(done.stdout)) if done.returncode == 0 else 0))
+        rows.append(
+            (
+                f"resolve --all (1 process, {args.models} models)",
+                seconds,
+                failures,
+                len(parse_json_results(done.stdout)) if done.returncode == 0 else 0,
+            )
+        )
         maxrss_all = children_maxrss_mib()
 
         # One process per model, `pool` at a time, one shared cache.
         cache = work / "each"
 
         def one(name: str) -> tuple[int, str]:
-            d = subprocess.run([sys.executable, "-m", "catalog", "resolve", name, "--format", "json", "--cache", str(cache)],
-                               env=env, capture_output=True, text=True)
+            d = subprocess.run(
+                [sys.executable, "-m", "catalog", "resolve", name, "--format", "json", "--cache", str(cache)],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             return d.returncode, d.stdout if d.returncode == 0 else d.stderr
 
         started = time.perf_counter()
@@ -100,19 +115,35 @@ def main() -> int:
         with ThreadPoolExecutor(args.pool) as pool:
             warm = list(pool.map(one, names))
         seconds = time.perf_counter() - started
-        rows.append((f"resolve NAME warm ({args.models} processes, pool of {args.pool})", seconds,
-                     sum(1 for code, out in warm if code != 0 or check(out)), len(warm)))
-        first_error = next((out.strip().splitlines()[-1] for code, out in results + warm if code != 0 and out.strip()), None)
+        rows.append(
+            (
+                f"resolve NAME warm ({args.models} processes, pool of {args.pool})",
+                seconds,
+                sum(1 for code, out in warm if code != 0 or check(out)),
+                len(warm),
+            )
+        )
+        first_error = next(
+            (out.strip().splitlines()[-1] for code, out in results + warm if code != 0 and out.strip()), None
+        )
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}")
-    print(f"{args.models} models x {args.files} files, {total_bytes / 1024 / 1024:.1f} MiB in all; upload {upload_s:.2f} s")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}"
+    )
+    print(
+        f"{args.models} models x {args.files} files, {total_bytes / 1024 / 1024:.1f} MiB in all; upload {upload_s:.2f} s"
+    )
     for label, seconds, failures, count in rows:
-        print(f"  {label:<52} {seconds:7.2f} s  {count / seconds:7.1f} models/s  {total_bytes / seconds / 1024 / 1024:6.2f} MiB/s"
-              f"  failures {failures}")
-    print(f"peak child RSS: resolve --all {maxrss_all:.0f} MiB; largest single resolve process (or moto) {maxrss_each:.0f} MiB")
+        print(
+            f"  {label:<52} {seconds:7.2f} s  {count / seconds:7.1f} models/s  {total_bytes / seconds / 1024 / 1024:6.2f} MiB/s"
+            f"  failures {failures}"
+        )
+    print(
+        f"peak child RSS: resolve --all {maxrss_all:.0f} MiB; largest single resolve process (or moto) {maxrss_each:.0f} MiB"
+    )
     if first_error:
         print(f"first failure: {first_error}")
     return 1 if any(f for _, _, f, _ in rows) else 0

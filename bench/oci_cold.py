@@ -23,12 +23,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_one_model_catalog  # noqa: E402
-from resolve_cold import NAME, PREFIX, make_big  # noqa: E402
-from seaweed import MiB, ROOT, Tool, catalog, client, drop_bucket, rounds, start_server, table  # noqa: E402
+from common import write_one_model_catalog
+from resolve_cold import NAME, PREFIX, make_big
+from seaweed import ROOT, MiB, Tool, catalog, client, drop_bucket, rounds, start_server, table
 
 sys.path.insert(0, str(ROOT / "tests"))
-from oci_registry import RegistryServer, registry_binary  # noqa: E402
+from oci_registry import RegistryServer, registry_binary
 
 BUCKET = "bench-oci"
 REVISION = "b" * 40
@@ -56,26 +56,60 @@ def main() -> None:
 def run(args: argparse.Namespace, endpoint: str, registry: RegistryServer, env: dict[str, str], work: Path) -> None:
     source = work / "source"
     entries = make_big(source / NAME, args.files, args.file_mib)
-    manifests = write_one_model_catalog(work, name=NAME, bucket=BUCKET, prefix=PREFIX, revision=REVISION,
-                                        load_format="safetensors", entries=entries)
+    manifests = write_one_model_catalog(
+        work, name=NAME, bucket=BUCKET, prefix=PREFIX, revision=REVISION, load_format="safetensors", entries=entries
+    )
     home = work / "home"
     home.mkdir()
-    env = {**{k: v for k, v in env.items() if not k.startswith(("CATALOG_", "DOCKER_"))}, "HOME": str(home),
-           "DOCKER_CONFIG": str(work / "docker")}
+    env = {
+        **{k: v for k, v in env.items() if not k.startswith(("CATALOG_", "DOCKER_"))},
+        "HOME": str(home),
+        "DOCKER_CONFIG": str(work / "docker"),
+    }
     oci = f"oci://{registry.host}/{NAMESPACE}/"
     client(endpoint).create_bucket(Bucket=BUCKET)
     for store in (f"s3://{BUCKET}/", oci):
-        subprocess.run([*catalog(), "--catalog", str(manifests), "sync", "--store", store, "--from-dir", str(source),
-                        "--cache", str(work / "sync-cache")], env=env, check=True, capture_output=True)
+        subprocess.run(
+            [
+                *catalog(),
+                "--catalog",
+                str(manifests),
+                "sync",
+                "--store",
+                store,
+                "--from-dir",
+                str(source),
+                "--cache",
+                str(work / "sync-cache"),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     shutil.rmtree(source)  # each server holds the model now; keep one copy on disk at a time
     shutil.rmtree(work / "sync-cache")
     cache, target = work / "cache", work / "target"
     resolve = [*catalog(), "--catalog", str(manifests), "resolve", NAME]
-    pull = [sys.executable, "-c", "import sys, oras.client; oras.client.OrasClient(hostname=sys.argv[1], insecure=True)"
-            ".pull(target=sys.argv[2], outdir=sys.argv[3])", registry.host, f"{registry.host}/{NAMESPACE}/{NAME}:{REVISION}", str(target)]
+    pull = [
+        sys.executable,
+        "-c",
+        "import sys, oras.client; oras.client.OrasClient(hostname=sys.argv[1], insecure=True)"
+        ".pull(target=sys.argv[2], outdir=sys.argv[3])",
+        registry.host,
+        f"{registry.host}/{NAMESPACE}/{NAME}:{REVISION}",
+        str(target),
+    ]
     tools = [
-        Tool("catalog resolve from SeaweedFS (s3://)", resolve, {**env, "CATALOG_CACHE": str(cache), "CATALOG_STORE": f"s3://{BUCKET}/"}),
-        Tool("catalog resolve from the registry (oci://)", resolve, {**env, "CATALOG_CACHE": str(cache), "CATALOG_STORE": oci}),
+        Tool(
+            "catalog resolve from SeaweedFS (s3://)",
+            resolve,
+            {**env, "CATALOG_CACHE": str(cache), "CATALOG_STORE": f"s3://{BUCKET}/"},
+        ),
+        Tool(
+            "catalog resolve from the registry (oci://)",
+            resolve,
+            {**env, "CATALOG_CACHE": str(cache), "CATALOG_STORE": oci},
+        ),
         Tool("oras pull (Python client, no verification)", pull, env),
     ]
 
@@ -87,15 +121,19 @@ def run(args: argparse.Namespace, endpoint: str, registry: RegistryServer, env: 
     rounds(tools, args.runs, reset)
     reset()
     total = sum(size for _, size, _ in entries)
-    print(f"machine: {machine()}\ncold resolve of {len(entries)} files, {total / MiB:.0f} MiB, "
-          f"{args.runs} rounds, SeaweedFS and docker-registry on loopback\n")
+    print(
+        f"machine: {machine()}\ncold resolve of {len(entries)} files, {total / MiB:.0f} MiB, "
+        f"{args.runs} rounds, SeaweedFS and docker-registry on loopback\n"
+    )
     print(table(tools, tools[0].label, "cold"))
 
 
 def machine() -> str:
     registry = subprocess.run([registry_binary(), "--version"], capture_output=True, text=True).stdout.split()
-    return (f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
-            f"docker-registry {registry[-1] if registry else '?'}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
+        f"docker-registry {registry[-1] if registry else '?'}"
+    )
 
 
 if __name__ == "__main__":

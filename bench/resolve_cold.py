@@ -33,8 +33,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_one_model_catalog  # noqa: E402
-from seaweed import ROOT, MiB, Tool, aws, catalog, conditions, drop_bucket, machine, rounds, s5cmd, start_server, table  # noqa: E402
+from common import write_one_model_catalog
+from seaweed import ROOT, MiB, Tool, aws, catalog, conditions, drop_bucket, machine, rounds, s5cmd, start_server, table
 
 BUCKET = "bench-models"
 NAME = "bench-model"
@@ -78,16 +78,28 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--file-mib", type=int, default=256)
     parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="where the cache and the peers' target folder go (default: the system's temp folder); "
-                             "/dev/shm takes the disk's file creation out of the comparison")
-    parser.add_argument("--s5cmd-only", action="store_true",
-                        help="only catalog resolve and s5cmd (at a large --count the other peers take minutes a round)")
-    parser.add_argument("--pin", action="store_true",
-                        help="the server on one core (every thread), each measured tool on the other (taskset)")
-    parser.add_argument("--delete-between", action="store_true",
-                        help="small: delete each run's files before the next run (as rounds 5-6 did) instead of after the "
-                             "last round")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the cache and the peers' target folder go (default: the system's temp folder); "
+        "/dev/shm takes the disk's file creation out of the comparison",
+    )
+    parser.add_argument(
+        "--s5cmd-only",
+        action="store_true",
+        help="only catalog resolve and s5cmd (at a large --count the other peers take minutes a round)",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server on one core (every thread), each measured tool on the other (taskset)",
+    )
+    parser.add_argument(
+        "--delete-between",
+        action="store_true",
+        help="small: delete each run's files before the next run (as rounds 5-6 did) instead of after the last round",
+    )
     args = parser.parse_args()
     server, env = start_server(pin=args.pin)
     work = Path(tempfile.mkdtemp(prefix="catalog-bench-", dir=args.dir))
@@ -103,8 +115,15 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
 
     source = work / "source"
     entries = make_small(source, args.count) if args.what == "small" else make_big(source, args.files, args.file_mib)
-    manifests = write_one_model_catalog(work, name=NAME, bucket=BUCKET, prefix=PREFIX, revision="b" * 40,
-                                        load_format="dataset" if args.what == "small" else "safetensors", entries=entries)
+    manifests = write_one_model_catalog(
+        work,
+        name=NAME,
+        bucket=BUCKET,
+        prefix=PREFIX,
+        revision="b" * 40,
+        load_format="dataset" if args.what == "small" else "safetensors",
+        entries=entries,
+    )
     if args.what == "small":  # 1,000 small files: a dataset's shards
         manifest = manifests / f"{NAME}.yaml"
         manifest.write_text(manifest.read_text().replace("  revision:", "  repo_type: dataset\n  revision:", 1))
@@ -112,8 +131,12 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     sums.write_text("".join(f"{h}  {p}\n" for p, _, h in entries))
     s5 = s5cmd()
     subprocess.run([s5, "--endpoint-url", endpoint, "mb", f"s3://{BUCKET}"], env=env, check=True, capture_output=True)
-    subprocess.run([s5, "--endpoint-url", endpoint, "cp", str(source) + "/", f"s3://{BUCKET}/{PREFIX}"], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [s5, "--endpoint-url", endpoint, "cp", str(source) + "/", f"s3://{BUCKET}/{PREFIX}"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     shutil.rmtree(source)  # the bucket holds the model now; keep one copy on disk at a time
     total = sum(s for _, s, _ in entries)
     target, cache = work / "target", work / "cache"
@@ -125,8 +148,10 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     part_mib, workers = (64, 16) if small else (256, 8)
     aws_cli = aws()
     aws_config = work / "aws-config"
-    aws_config.write_text(f"[default]\ns3 =\n  max_concurrent_requests = {workers}\n"
-                          f"  multipart_chunksize = {part_mib}MB\n  multipart_threshold = {part_mib}MB\n")
+    aws_config.write_text(
+        f"[default]\ns3 =\n  max_concurrent_requests = {workers}\n"
+        f"  multipart_chunksize = {part_mib}MB\n  multipart_threshold = {part_mib}MB\n"
+    )
     boto3_tm = [sys.executable, str(Path(__file__).with_name("boto3_download.py")), BUCKET, PREFIX, str(target)]
 
     trash = work / "trash"
@@ -157,7 +182,11 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         spellings = [
             Tool("catalog resolve NAME", resolve, cenv),
             Tool("catalog resolve NAME --format path", [*resolve, "--format", "path"], cenv),
-            Tool("catalog resolve --cache DIR NAME", [*catalog(), "--catalog", str(manifests), "resolve", "--cache", str(cache), NAME], env),
+            Tool(
+                "catalog resolve --cache DIR NAME",
+                [*catalog(), "--catalog", str(manifests), "resolve", "--cache", str(cache), NAME],
+                env,
+            ),
             Tool("catalog resolve NAME --format json", [*resolve, "--format", "json"], cenv),
             Tool("python -c pass", [sys.executable, "-c", "pass"], env),
         ]
@@ -172,8 +201,10 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         for tool in spellings[:-1] + wheels[:-2]:  # the first call of each spelling records it in the warm index
             subprocess.run(tool.argv(0), env=tool.env, check=True, capture_output=True)
         loads = rounds(spellings + wheels, args.runs * 3, pin=args.pin)
-        print(f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n"
-              f"{conditions(loads, args.pin)}\n")
+        print(
+            f"machine: {machine()}\nwarm resolve of a cached {len(entries)}-file model, {args.runs * 3} rounds\n"
+            f"{conditions(loads, args.pin)}\n"
+        )
         print(table(wheels, "wheel: python -c pass", "warm, wheel install"))
         print()
         print(table(spellings, "python -c pass", "warm, editable install"))
@@ -183,20 +214,52 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
         Tool("catalog resolve (verifies sha256)", wheel, wenv),
         Tool("catalog resolve, editable install", resolve, cenv),
         Tool("s5cmd cp", [s5, "cp", f"{src}*", str(target) + "/"], env),
-        Tool("s5cmd cp && sha256sum -c", ["bash", "-c", f"{s5} cp '{src}*' '{target}/' && cd '{target}' && sha256sum -c --quiet '{sums}'"], env),
+        Tool(
+            "s5cmd cp && sha256sum -c",
+            ["bash", "-c", f"{s5} cp '{src}*' '{target}/' && cd '{target}' && sha256sum -c --quiet '{sums}'"],
+            env,
+        ),
     ]
     if aws_cli:
-        defaults.append(Tool("aws s3 cp --recursive", [aws_cli, "s3", "cp", "--recursive", "--only-show-errors", src, str(target)], env))
+        defaults.append(
+            Tool(
+                "aws s3 cp --recursive",
+                [aws_cli, "s3", "cp", "--recursive", "--only-show-errors", src, str(target)],
+                env,
+            )
+        )
     defaults.append(Tool("boto3 TransferManager", boto3_tm, env))
     matched = [
-        Tool(f"catalog resolve --part-size {part_mib}MiB --concurrency {workers}",
-             [*wheel, "--part-size", f"{part_mib}MiB", "--concurrency", str(workers)], wenv),
-        Tool(f"s5cmd --numworkers {workers} cp --concurrency 1 --part-size {part_mib}",
-             [s5, "--numworkers", str(workers), "cp", "--concurrency", "1", "--part-size", str(part_mib), f"{src}*", str(target) + "/"], env),
+        Tool(
+            f"catalog resolve --part-size {part_mib}MiB --concurrency {workers}",
+            [*wheel, "--part-size", f"{part_mib}MiB", "--concurrency", str(workers)],
+            wenv,
+        ),
+        Tool(
+            f"s5cmd --numworkers {workers} cp --concurrency 1 --part-size {part_mib}",
+            [
+                s5,
+                "--numworkers",
+                str(workers),
+                "cp",
+                "--concurrency",
+                "1",
+                "--part-size",
+                str(part_mib),
+                f"{src}*",
+                str(target) + "/",
+            ],
+            env,
+        ),
     ]
     if aws_cli:
-        matched.append(Tool("aws s3 cp --recursive (same settings)", [aws_cli, "s3", "cp", "--recursive", "--only-show-errors", src, str(target)],
-                            {**env, "AWS_CONFIG_FILE": str(aws_config)}))
+        matched.append(
+            Tool(
+                "aws s3 cp --recursive (same settings)",
+                [aws_cli, "s3", "cp", "--recursive", "--only-show-errors", src, str(target)],
+                {**env, "AWS_CONFIG_FILE": str(aws_config)},
+            )
+        )
     matched.append(Tool("boto3 TransferManager (same settings)", [*boto3_tm, str(part_mib), str(workers)], env))
     if args.s5cmd_only:
         defaults, matched = defaults[:4], matched[:2]
@@ -204,9 +267,13 @@ def run(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: Path
     loads = rounds(defaults + matched, args.runs, reset, server_pid=server_pid, pin=args.pin)
     reset()
     drop_bucket(endpoint, BUCKET)
-    what = (f"{len(entries)} files, {total / MiB:.0f} MiB" if not small else f"{len(entries)} x {entries[0][1] // 1024} KiB")
-    print(f"machine: {machine()}\ncold resolve of {what} from SeaweedFS into {work}, {args.runs} rounds\n"
-          f"{conditions(loads, args.pin)}\n")
+    what = (
+        f"{len(entries)} files, {total / MiB:.0f} MiB" if not small else f"{len(entries)} x {entries[0][1] // 1024} KiB"
+    )
+    print(
+        f"machine: {machine()}\ncold resolve of {what} from SeaweedFS into {work}, {args.runs} rounds\n"
+        f"{conditions(loads, args.pin)}\n"
+    )
     print(table(defaults, "s5cmd cp", "defaults"))
     print()
     print(table(matched, matched[1].label, f"{part_mib} MiB parts x {workers}"))
@@ -224,15 +291,47 @@ def wheel_venv(work: Path) -> Path:
         shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
     for part in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / part, src / part)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "wheel"), str(src)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(work / "wheel"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
     venv = work / "wheel-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
-                    *map(str, (work / "wheel").glob("*.whl"))], check=True, capture_output=True)
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            *map(str, (work / "wheel").glob("*.whl")),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     deps = sysconfig.get_paths()["purelib"] if not site.getsitepackages() else site.getsitepackages()[0]
     (Path(purelib) / "bench-deps.pth").write_text(deps + "\n")
     return venv

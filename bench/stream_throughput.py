@@ -33,10 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from servers import MotoServer, s3_env  # noqa: E402
+from servers import MotoServer, s3_env
 
 sys.path.insert(0, str(ROOT / "bench"))
-from common import timed, write_one_model_catalog  # noqa: E402
+from common import timed, write_one_model_catalog
 
 MiB = 1024 * 1024
 BUCKET = "bench-stream"
@@ -55,14 +55,19 @@ def make_model(folder: Path, files: int, file_mib: int) -> list[tuple[str, int, 
         names = [f"model.layers.{i * per_file + j}.weight" for j in range(per_file)]
         header: dict[str, object] = {"__metadata__": {"format": "pt"}}
         for j, n in enumerate(names):
-            header[n] = {"dtype": "F32", "shape": [2048, 1024], "data_offsets": [j * TENSOR_MIB * MiB, (j + 1) * TENSOR_MIB * MiB]}
+            header[n] = {
+                "dtype": "F32",
+                "shape": [2048, 1024],
+                "data_offsets": [j * TENSOR_MIB * MiB, (j + 1) * TENSOR_MIB * MiB],
+            }
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)
         path = folder / f"model-{i + 1:05d}-of-{files:05d}.safetensors"
         digest = hashlib.sha256()
         with open(path, "wb") as f:
             for chunk in [struct.pack("<Q", len(raw)) + raw] + [
-                hashlib.sha256(n.encode()).digest()[:4] * 2 + block[8:] for n in names  # distinct tensors, finite-ish
+                hashlib.sha256(n.encode()).digest()[:4] * 2 + block[8:]
+                for n in names  # distinct tensors, finite-ish
             ]:
                 f.write(chunk)
                 digest.update(chunk)
@@ -94,7 +99,15 @@ def main() -> None:
 
         source = work / "source"
         entries = make_model(source, args.files, args.file_mib)
-        manifests = write_one_model_catalog(work, name="bench-stream", bucket=BUCKET, prefix=PREFIX, revision=REVISION, load_format="runai_streamer", entries=entries)
+        manifests = write_one_model_catalog(
+            work,
+            name="bench-stream",
+            bucket=BUCKET,
+            prefix=PREFIX,
+            revision=REVISION,
+            load_format="runai_streamer",
+            entries=entries,
+        )
         client = make_s3_client(S3Options(endpoint_url=server.url, addressing_style="path"))
         client.create_bucket(Bucket=BUCKET)
         for name, _, _ in entries:
@@ -118,10 +131,22 @@ def main() -> None:
         s3_uris = [f"s3://{BUCKET}/{PREFIX}{n}" for n in weights]
         s3_target = stream_target(store)
         # moto copies the whole object for every ranged GET; runai's default is one GET per 8 MiB block.
-        one_range = dataclasses.replace(s3_target, env={**s3_target.env, "RUNAI_STREAMER_CHUNK_BYTESIZE": str(args.file_mib * MiB)})
+        one_range = dataclasses.replace(
+            s3_target, env={**s3_target.env, "RUNAI_STREAMER_CHUNK_BYTESIZE": str(args.file_mib * MiB)}
+        )
 
-        resolve_cmd = [sys.executable, "-m", "catalog", "--catalog", str(manifests), "resolve", "bench-stream",
-                       "--materialize-weights", "--cache", str(cache)]
+        resolve_cmd = [
+            sys.executable,
+            "-m",
+            "catalog",
+            "--catalog",
+            str(manifests),
+            "resolve",
+            "bench-stream",
+            "--materialize-weights",
+            "--cache",
+            str(cache),
+        ]
         resolved: list[float] = []
         loaded: list[float] = []
 
@@ -139,21 +164,30 @@ def main() -> None:
             assert report.ok, report.problems
 
         results = {
-            "runai-model-streamer, s3:// from moto (8 MiB ranges, its default)": timed(lambda: stream(s3_uris, s3_target), args.runs, reset),
-            f"runai-model-streamer, s3:// from moto ({args.file_mib} MiB ranges)": timed(lambda: stream(s3_uris, one_range), args.runs, reset),
+            "runai-model-streamer, s3:// from moto (8 MiB ranges, its default)": timed(
+                lambda: stream(s3_uris, s3_target), args.runs, reset
+            ),
+            f"runai-model-streamer, s3:// from moto ({args.file_mib} MiB ranges)": timed(
+                lambda: stream(s3_uris, one_range), args.runs, reset
+            ),
             "runai-model-streamer, the same files on local disk (no server)": timed(
-                lambda: stream([str(source / n) for n in weights], LOCAL), args.runs, reset),
+                lambda: stream([str(source / n) for n in weights], LOCAL), args.runs, reset
+            ),
             "catalog resolve --materialize-weights + safetensors load": timed(resolve_then_load, args.runs, reset),
             "check-load (streamer + dtype/shape/sha256 checks)": timed(checked, args.runs, reset),
         }
         rows = [(label, statistics.median(times)) for label, times in results.items()]
         rows.insert(4, ("  of which `catalog resolve` CLI (hashes every byte)", statistics.median(resolved)))
         rows.insert(5, ("  of which safetensors load_file + copy into memory", statistics.median(loaded)))
-        print(f"stream_throughput: {args.files} x {args.file_mib} MiB safetensors ({total / MiB:.0f} MiB of weights) on "
-              f"moto's S3 server on the same machine; median of {args.runs}")
-        print(f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}, "
-              f"runai-model-streamer {version('runai-model-streamer')}, torch {version('torch')}, "
-              f"safetensors {version('safetensors')}, moto {version('moto')}; {datetime.date.today().isoformat()}")
+        print(
+            f"stream_throughput: {args.files} x {args.file_mib} MiB safetensors ({total / MiB:.0f} MiB of weights) on "
+            f"moto's S3 server on the same machine; median of {args.runs}"
+        )
+        print(
+            f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}, "
+            f"runai-model-streamer {version('runai-model-streamer')}, torch {version('torch')}, "
+            f"safetensors {version('safetensors')}, moto {version('moto')}; {datetime.date.today().isoformat()}"
+        )
         print()
         print("| path | time | throughput |")
         print("|---|---|---|")

@@ -25,12 +25,25 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_one_model_catalog  # noqa: E402
-from seaweed import ROOT, Tool, aws, catalog, conditions, drop_bucket, machine, measure, rounds, s5cmd, start_server, table  # noqa: E402
+from common import write_one_model_catalog
+from seaweed import (
+    ROOT,
+    Tool,
+    aws,
+    catalog,
+    conditions,
+    drop_bucket,
+    machine,
+    measure,
+    rounds,
+    s5cmd,
+    start_server,
+    table,
+)
 
 sys.path.insert(0, str(ROOT / "tests"))
-from reliability.support import write_generated_catalog  # noqa: E402
-from servers import FaultProxy, s3_env  # noqa: E402
+from reliability.support import write_generated_catalog
+from servers import FaultProxy, s3_env
 
 BUCKET = "bench-sync"
 
@@ -42,8 +55,11 @@ def main() -> None:
     parser.add_argument("--models", type=int, default=200)
     parser.add_argument("--files", type=int, default=None)
     parser.add_argument("--file-mib", type=int, default=256)
-    parser.add_argument("--pin", action="store_true",
-                        help="the server on one core (every thread), each measured tool on the other (taskset)")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server on one core (every thread), each measured tool on the other (taskset)",
+    )
     args = parser.parse_args()
     server, env = start_server(pin=args.pin)
     server_pid = server.process.pid if server.process else None  # its CPU is a column: it shares the cores
@@ -58,7 +74,9 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str], work: Path, server_pid: int | None) -> None:
+def noop(
+    args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str], work: Path, server_pid: int | None
+) -> None:
     files = args.files or 3
     manifests, data, _ = write_generated_catalog(work, BUCKET, args.models, files)
     s5 = s5cmd()
@@ -78,7 +96,9 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
     ]
     aws_cli = aws()
     if aws_cli:
-        tools.append(Tool("aws s3 sync", [aws_cli, "s3", "sync", "--only-show-errors", str(data), f"s3://{BUCKET}/"], env))
+        tools.append(
+            Tool("aws s3 sync", [aws_cli, "s3", "sync", "--only-show-errors", str(data), f"s3://{BUCKET}/"], env)
+        )
     for tool in tools[3:]:
         measure(tool.argv(0), tool.env)  # the peers' own first pass (they may re-copy what another tool wrote)
 
@@ -89,9 +109,11 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
 
     # The floor of any full CLI call: the interpreter, click, PyYAML and pydantic up to its first model (what validating
     # a manifest needs before a byte is read), plugins off as the CLI has them. Not a sync: no request, no listing.
-    floor = Tool("python -c 'import click, yaml, pydantic' + one model (the full CLI's floor)",
-                 [sys.executable, "-c", "import click, yaml\nfrom pydantic import BaseModel\nclass M(BaseModel):\n    x: int"],
-                 {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"})
+    floor = Tool(
+        "python -c 'import click, yaml, pydantic' + one model (the full CLI's floor)",
+        [sys.executable, "-c", "import click, yaml\nfrom pydantic import BaseModel\nclass M(BaseModel):\n    x: int"],
+        {**env, "PYDANTIC_DISABLE_PLUGINS": "__all__"},
+    )
     loads = rounds([*tools, floor], args.runs, reset=reset, server_pid=server_pid, pin=args.pin)
     proxy = FaultProxy(port)
     counts = {}
@@ -107,8 +129,10 @@ def noop(args: argparse.Namespace, endpoint: str, port: int, env: dict[str, str]
             counts[tool.label] = sum(proxy.requests.values())
     finally:
         proxy.close()
-    print(f"machine: {machine()}\nno-op sync of {args.models} models x {files} files on SeaweedFS, {args.runs} rounds\n"
-          f"{conditions(loads, args.pin)}\n")
+    print(
+        f"machine: {machine()}\nno-op sync of {args.models} models x {files} files on SeaweedFS, {args.runs} rounds\n"
+        f"{conditions(loads, args.pin)}\n"
+    )
     print(table([*tools, floor], "s5cmd sync", "no-op sync"))
     print("\nrequests (one run each, through a counting proxy):")
     for label, count in counts.items():
@@ -121,8 +145,15 @@ def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: P
     files = args.files or 4
     source = work / "data" / NAME  # `sync --from-dir DIR` reads DIR/<model name>/
     entries = make_big(source, files, args.file_mib)
-    manifests = write_one_model_catalog(work, name=NAME, bucket="bench-upload", prefix=PREFIX, revision="b" * 40,
-                                        load_format="safetensors", entries=entries)
+    manifests = write_one_model_catalog(
+        work,
+        name=NAME,
+        bucket="bench-upload",
+        prefix=PREFIX,
+        revision="b" * 40,
+        load_format="safetensors",
+        entries=entries,
+    )
     s5 = s5cmd()
     cache = work / "cache"
 
@@ -130,9 +161,20 @@ def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: P
         return f"bench-up-{tool}-{round_}"
 
     tools = [
-        Tool("catalog sync --from-dir (hashes, then uploads)",
-             lambda r: [*catalog(), "--catalog", str(manifests), "sync", "--from-dir", str(source.parent),
-                        "--store", f"s3://{bucket(r, 'c')}/"], {**env, "CATALOG_CACHE": str(cache)}),
+        Tool(
+            "catalog sync --from-dir (hashes, then uploads)",
+            lambda r: [
+                *catalog(),
+                "--catalog",
+                str(manifests),
+                "sync",
+                "--from-dir",
+                str(source.parent),
+                "--store",
+                f"s3://{bucket(r, 'c')}/",
+            ],
+            {**env, "CATALOG_CACHE": str(cache)},
+        ),
         Tool("s5cmd cp", lambda r: [s5, "cp", str(source) + "/", f"s3://{bucket(r, 's')}/{PREFIX}"], env),
     ]
 
@@ -153,8 +195,10 @@ def upload(args: argparse.Namespace, endpoint: str, env: dict[str, str], work: P
     make_buckets()
     loads = rounds(tools, args.runs, reset, after, server_pid=server_pid, pin=args.pin)
     total = sum(s for _, s, _ in entries)
-    print(f"machine: {machine()}\nupload of {len(entries)} files, {total / 2**20:.0f} MiB to SeaweedFS, {args.runs} rounds\n"
-          f"{conditions(loads, args.pin)}\n")
+    print(
+        f"machine: {machine()}\nupload of {len(entries)} files, {total / 2**20:.0f} MiB to SeaweedFS, {args.runs} rounds\n"
+        f"{conditions(loads, args.pin)}\n"
+    )
     print(table(tools, "s5cmd cp", "upload (defaults)"))
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import SETTINGS  # noqa: E402
+from helpers import SETTINGS
 
-from catalog.loading import load_dir  # noqa: E402
+from catalog.loading import load_dir
 
 
 def write(root: Path, count: int, files_per_model: int) -> Path:
@@ -77,10 +77,14 @@ def main() -> None:
             assert load_dir(folder).ok
 
         def cli() -> None:
-            subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(folder), "validate"], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "catalog", "--catalog", str(folder), "validate"], check=True, capture_output=True
+            )
 
         t_safe, t_c, t_val, t_cli = best(safe_load), best(c_load), best(validate), best(cli)
-    print(f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, PyYAML {yaml.__version__}")
+    print(
+        f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, PyYAML {yaml.__version__}"
+    )
     print(f"{args.count} manifests x {args.files_per_model} files")
     print(f"yaml.safe_load alone          {t_safe * 1000:8.0f} ms")
     print(f"yaml CSafeLoader alone        {t_c * 1000:8.0f} ms")

@@ -33,13 +33,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seaweed import ROOT, TIME, catalog, client, machine, start_server  # noqa: E402
+from seaweed import TIME, catalog, client, machine, start_server
 
 BUCKET = "bench-verified"
 NAME = "bench-1g"
 HARNESS = ["--dtype", "float32", "--max-model-len", "64", "--enforce-eager", "--distributed-executor-backend", "uni"]
-ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-              "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"}
+ENGINE_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+}
 HIDDEN, INTERMEDIATE, HEADS, VOCAB = 1024, 4096, 8, 64
 
 
@@ -86,9 +90,17 @@ def make_model(folder: Path, layers: int) -> None:
         if path.name.startswith("tokenizer") or path.name == "special_tokens_map.json":
             shutil.copy(path, folder / path.name)
     config = json.loads((tiny / "config.json").read_text())
-    config |= {"hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "num_hidden_layers": layers,
-               "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "head_dim": HIDDEN // HEADS,
-               "vocab_size": VOCAB, "torch_dtype": "float32", "tie_word_embeddings": False}
+    config |= {
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": layers,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": HEADS,
+        "head_dim": HIDDEN // HEADS,
+        "vocab_size": VOCAB,
+        "torch_dtype": "float32",
+        "tie_word_embeddings": False,
+    }
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     generator = torch.Generator().manual_seed(0)
 
@@ -115,19 +127,27 @@ def make_model(folder: Path, layers: int) -> None:
             tensors["model.norm.weight"] = torch.ones(HIDDEN)
             tensors["lm_head.weight"] = weight(VOCAB, HIDDEN)
         save_file(tensors, str(folder / name), metadata={"format": "pt"})
-        weight_map |= {t: name for t in tensors}
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+        weight_map |= dict.fromkeys(tensors, name)
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2)
+    )
 
 
 def write_catalog(root: Path, folder: Path) -> Path:
     manifests = root / "manifests"
     manifests.mkdir(parents=True)
-    (manifests / "catalog.yaml").write_text(f"store: s3://{BUCKET}/\ndefault_gpu: cpu\ngpu_classes:\n  cpu: {{memory_gib: 64}}\n")
+    (manifests / "catalog.yaml").write_text(
+        f"store: s3://{BUCKET}/\ndefault_gpu: cpu\ngpu_classes:\n  cpu: {{memory_gib: 64}}\n"
+    )
     (manifests / f"{NAME}.yaml").write_text(
         f"name: {NAME}\nsource:\n  hf_repo: bench/{NAME}\n  revision: {'a' * 40}\n"
-        f"s3_prefix: s3://{BUCKET}/bench/{NAME}/\nload_format: runai_streamer\ngpu: {{class: cpu}}\n")
-    done = subprocess.run([*catalog(), "--catalog", str(manifests), "lock", NAME, "--from-dir", str(folder)],
-                          capture_output=True, text=True)
+        f"s3_prefix: s3://{BUCKET}/bench/{NAME}/\nload_format: runai_streamer\ngpu: {{class: cpu}}\n"
+    )
+    done = subprocess.run(
+        [*catalog(), "--catalog", str(manifests), "lock", NAME, "--from-dir", str(folder)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"catalog lock failed: {done.stderr}")
     return manifests
@@ -138,8 +158,12 @@ def engine(args: list[str], env: dict[str, str]) -> tuple[float, float, float, d
     spec = json.dumps({"args": [*args, *HARNESS]})
     with tempfile.NamedTemporaryFile("r") as report:
         started = time.perf_counter()
-        done = subprocess.run([TIME, "-f", "%U %S %M", "-o", report.name, sys.executable, __file__, "--child", spec],
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [TIME, "-f", "%U %S %M", "-o", report.name, sys.executable, __file__, "--child", spec],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - started
         if done.returncode != 0:
             raise RuntimeError(f"the engine failed on {args}: {done.stderr[-3000:]}")
@@ -174,8 +198,12 @@ def main() -> None:
         client(server.url).create_bucket(Bucket=BUCKET)
         base = [*catalog(), "--catalog", str(manifests)]
         store = f"s3://{BUCKET}/"
-        subprocess.run([*base, "sync", NAME, "--from-dir", str(folder), "--cache", str(work / "sync-cache")], env=env,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*base, "sync", NAME, "--from-dir", str(folder), "--cache", str(work / "sync-cache")],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
         run(args, base, store, env, work, weights)
     finally:
@@ -191,8 +219,12 @@ def run(args: argparse.Namespace, base: list[str], store: str, env: dict[str, st
     hashing: list[float] = []  # CPU seconds the verified loader's hashing threads spent, per run
     for round_ in range(args.runs):
         shutil.rmtree(home, ignore_errors=True)
-        wall, cpu, rss, got = engine(["--model", f"{store}bench/{NAME}/", "--load-format", "runai_streamer"], engine_env)
-        rows.setdefault("runai_streamer (verifies nothing)", []).append((got["load"], got["load_cpu"], 0.0, 0.0, wall, cpu, rss))
+        wall, cpu, rss, got = engine(
+            ["--model", f"{store}bench/{NAME}/", "--load-format", "runai_streamer"], engine_env
+        )
+        rows.setdefault("runai_streamer (verifies nothing)", []).append(
+            (got["load"], got["load_cpu"], 0.0, 0.0, wall, cpu, rss)
+        )
 
         shutil.rmtree(home, ignore_errors=True)
         resolve = [*base, "resolve", NAME, "--store", store, "--cache", str(stream_cache), "--prefer", "stream"]
@@ -203,34 +235,63 @@ def run(args: argparse.Namespace, base: list[str], store: str, env: dict[str, st
         assert vllm_args[vllm_args.index("--load-format") + 1] == "catalog", printed
         record = work / "load-record.jsonl"
         record.unlink(missing_ok=True)
-        wall, cpu, rss, got = engine(vllm_args, {**engine_env, **{k: shlex.split(v)[0] for k, v in extra.items()},
-                                                 "CATALOG_LOAD_RECORD": str(record)})
+        wall, cpu, rss, got = engine(
+            vllm_args,
+            {**engine_env, **{k: shlex.split(v)[0] for k, v in extra.items()}, "CATALOG_LOAD_RECORD": str(record)},
+        )
         hashing.append(json.loads(record.read_text())["hash_seconds"])
-        rows.setdefault("catalog (every tensor hashed)", []).append((got["load"], got["load_cpu"], r_wall, r_cpu, wall, cpu, rss))
+        rows.setdefault("catalog (every tensor hashed)", []).append(
+            (got["load"], got["load_cpu"], r_wall, r_cpu, wall, cpu, rss)
+        )
 
         shutil.rmtree(home, ignore_errors=True)
         disk_cache = work / "disk-cache"
         shutil.rmtree(disk_cache, ignore_errors=True)
-        printed, r_wall, r_cpu = cli([*base, "resolve", NAME, "--store", store, "--cache", str(disk_cache),
-                                      "--materialize-weights", "--format", "vllm-args"], env)
+        printed, r_wall, r_cpu = cli(
+            [
+                *base,
+                "resolve",
+                NAME,
+                "--store",
+                store,
+                "--cache",
+                str(disk_cache),
+                "--materialize-weights",
+                "--format",
+                "vllm-args",
+            ],
+            env,
+        )
         wall, cpu, rss, got = engine(shlex.split(printed), engine_env)
-        rows.setdefault("resolve to disk, then load", []).append((got["load"], got["load_cpu"], r_wall, r_cpu, wall, cpu, rss))
+        rows.setdefault("resolve to disk, then load", []).append(
+            (got["load"], got["load_cpu"], r_wall, r_cpu, wall, cpu, rss)
+        )
         print(f"  round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
     print(f"machine: {machine()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.1f}")
-    print(f"{weights / 2**30:.2f} GiB of float32 weights in 4 safetensors shards, {args.runs} rounds, medians (min-max)\n")
+    print(
+        f"{weights / 2**30:.2f} GiB of float32 weights in 4 safetensors shards, {args.runs} rounds, medians (min-max)\n"
+    )
     ref = statistics.median(s[0] for s in rows["runai_streamer (verifies nothing)"])
-    print("| way | weights loaded (engine's load_model) | vs runai | load CPU s | resolve before the engine | "
-          "resolve + load | engine process: CPU s, peak RSS |\n|---|---|---|---|---|---|---|")
+    print(
+        "| way | weights loaded (engine's load_model) | vs runai | load CPU s | resolve before the engine | "
+        "resolve + load | engine process: CPU s, peak RSS |\n|---|---|---|---|---|---|---|"
+    )
     for way, samples in rows.items():
         load = [s[0] for s in samples]
         total = [s[0] + s[2] for s in samples]
         med = statistics.median
-        resolved = f"{med(s[2] for s in samples):.2f} s, {med(s[3] for s in samples):.2f} CPU s" if samples[0][2] else "-"
-        print(f"| {way} | {med(load):.2f} s ({min(load):.2f}-{max(load):.2f}) | {med(load) / ref:.2f}x | "
-              f"{med(s[1] for s in samples):.2f} | {resolved} | {med(total):.2f} s | "
-              f"{med(s[5] for s in samples):.1f} s, {med(s[6] for s in samples):.0f} MiB |")
-    print(f"\nthe verified loader's hashing threads: {statistics.median(hashing):.2f} CPU s a load "
-          f"({min(hashing):.2f}-{max(hashing):.2f}), {weights / 2**30 / statistics.median(hashing):.2f} GiB/s of one core")
+        resolved = (
+            f"{med(s[2] for s in samples):.2f} s, {med(s[3] for s in samples):.2f} CPU s" if samples[0][2] else "-"
+        )
+        print(
+            f"| {way} | {med(load):.2f} s ({min(load):.2f}-{max(load):.2f}) | {med(load) / ref:.2f}x | "
+            f"{med(s[1] for s in samples):.2f} | {resolved} | {med(total):.2f} s | "
+            f"{med(s[5] for s in samples):.1f} s, {med(s[6] for s in samples):.0f} MiB |"
+        )
+    print(
+        f"\nthe verified loader's hashing threads: {statistics.median(hashing):.2f} CPU s a load "
+        f"({min(hashing):.2f}-{max(hashing):.2f}), {weights / 2**30 / statistics.median(hashing):.2f} GiB/s of one core"
+    )
 
 
 if __name__ == "__main__":

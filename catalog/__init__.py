@@ -39,9 +39,9 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from catalog.entry import load
     from catalog.errors import CatalogError, InvalidCatalogError, Problem, UnknownModelError
     from catalog.formats import LoadFormat
-    from catalog.entry import load
     from catalog.lookup import Catalog
     from catalog.registry import NoCatalogModelError, example_model, model_for_repo
     from catalog.schema import CatalogSettings, FileEntry, ModelManifest
@@ -64,7 +64,20 @@ def __dir__() -> list[str]:
 
 
 __all__ = [  # spelled out for type checkers; equal to sorted(_EXPORTS) plus __version__
-    "Catalog", "CatalogError", "CatalogSettings", "FileEntry", "InvalidCatalogError", "LoadFormat", "ModelManifest",
-    "NoCatalogModelError", "Problem", "Settings", "UnknownModelError", "__version__", "example_model", "find_catalog_dir", "load",
+    "Catalog",
+    "CatalogError",
+    "CatalogSettings",
+    "FileEntry",
+    "InvalidCatalogError",
+    "LoadFormat",
+    "ModelManifest",
+    "NoCatalogModelError",
+    "Problem",
+    "Settings",
+    "UnknownModelError",
+    "__version__",
+    "example_model",
+    "find_catalog_dir",
+    "load",
     "model_for_repo",
 ]

@@ -28,8 +28,13 @@ from catalog.errors import CatalogError
 KiB, MiB = 1 << 10, 1 << 20
 MAX_KEY = MiB  # a PEM key or certificate chain
 MAX_RECORD = 256 * MiB  # a JSON record or listing: a marker, a plan, a sync state of 100,000 files is some tens of MB
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 class UnsafeFileError(CatalogError, OSError):
@@ -63,8 +68,9 @@ def outside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str |
     return None if real == top or real.startswith(top.rstrip(os.sep) + os.sep) else real
 
 
-def open_regular(path: str | os.PathLike[str], limit: int, *,
-                 root: str | os.PathLike[str] | None = None) -> tuple[io.FileIO, int]:
+def open_regular(
+    path: str | os.PathLike[str], limit: int, *, root: str | os.PathLike[str] | None = None
+) -> tuple[io.FileIO, int]:
     """(the file opened for reading, its size): only a regular file of at most `limit` bytes, inside `root` when given;
     UnsafeFileError otherwise (OSError as ever for a file that is missing or unreadable)."""
     if root is not None and (real := outside(path, root)) is not None:
@@ -76,8 +82,9 @@ def open_regular(path: str | os.PathLike[str], limit: int, *,
         if what is not None:
             raise UnsafeFileError(path, f"is {what}, not a regular file; refused unread")
         if st.st_size > limit:
-            raise UnsafeFileError(path, f"is {st.st_size:,} bytes, more than the {human(limit)} such a file may hold; "
-                                        "refused unread")
+            raise UnsafeFileError(
+                path, f"is {st.st_size:,} bytes, more than the {human(limit)} such a file may hold; refused unread"
+            )
         return io.FileIO(fd, "r"), st.st_size
     except BaseException:
         os.close(fd)
@@ -101,8 +108,12 @@ def read_text(path: Path, limit: int, *, root: Path | None = None) -> str:
     return read_file(path, limit, root=root).decode("utf-8")
 
 
-def loads(data: str | bytes, *, limit: int = MAX_RECORD,
-          object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> Any:
+def loads(
+    data: str | bytes,
+    *,
+    limit: int = MAX_RECORD,
+    object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+) -> Any:
     """json.loads within `limit` characters (bytes) and the parser's nesting; BadJsonError beyond either, ValueError
     (json.JSONDecodeError, UnicodeDecodeError) for text that is not JSON."""
     if len(data) > limit:
@@ -110,5 +121,6 @@ def loads(data: str | bytes, *, limit: int = MAX_RECORD,
     try:
         return json.loads(data, object_pairs_hook=object_pairs_hook)
     except RecursionError:
-        raise BadJsonError("JSON nested deeper than the parser follows (about a thousand levels); no real file "
-                           "is") from None
+        raise BadJsonError(
+            "JSON nested deeper than the parser follows (about a thousand levels); no real file is"
+        ) from None

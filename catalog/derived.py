@@ -86,25 +86,71 @@ VLLM_COMPILE = Kind(
     skipped_folders=frozenset({"locks", "precompiled_headers"}),
     # Where the model and tokenizer come from and how weights load (the pins stand for the model; the load config
     # is in no compile hash of vLLM's), how it is served and logged: never the compiled graph.
-    ignored_args=frozenset({
-        "--model", "--served-model-name", "--tokenizer", "--tokenizer-mode", "--tokenizer-revision", "--revision",
-        "--load-format", "--model-loader-extra-config", "--download-dir", "--safetensors-load-strategy",
-        "--host", "--port", "--uds", "--api-key", "--root-path", "--allowed-origins", "--allowed-methods",
-        "--allowed-headers", "--uvicorn-log-level", "--disable-uvicorn-access-log", "--disable-log-stats",
-        "--disable-log-requests", "--enable-log-requests", "--seed",
-    }),
-    arg_aliases={"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-                 "-q": "--quantization", "-cc": "--compilation-config", "-ac": "--attention-config",
-                 "-ep": "--enable-expert-parallel", "-n": "--nnodes", "-O": "--optimization-level"},
+    ignored_args=frozenset(
+        {
+            "--model",
+            "--served-model-name",
+            "--tokenizer",
+            "--tokenizer-mode",
+            "--tokenizer-revision",
+            "--revision",
+            "--load-format",
+            "--model-loader-extra-config",
+            "--download-dir",
+            "--safetensors-load-strategy",
+            "--host",
+            "--port",
+            "--uds",
+            "--api-key",
+            "--root-path",
+            "--allowed-origins",
+            "--allowed-methods",
+            "--allowed-headers",
+            "--uvicorn-log-level",
+            "--disable-uvicorn-access-log",
+            "--disable-log-stats",
+            "--disable-log-requests",
+            "--enable-log-requests",
+            "--seed",
+        }
+    ),
+    arg_aliases={
+        "-tp": "--tensor-parallel-size",
+        "-pp": "--pipeline-parallel-size",
+        "-dp": "--data-parallel-size",
+        "-q": "--quantization",
+        "-cc": "--compilation-config",
+        "-ac": "--attention-config",
+        "-ep": "--enable-expert-parallel",
+        "-n": "--nnodes",
+        "-O": "--optimization-level",
+    },
     refused_args={"--config": "pass the arguments themselves: the key cannot see what a config file says"},
     env_prefixes=("VLLM_", "TORCHINDUCTOR_", "TORCH_COMPILE", "TORCHDYNAMO_", "TORCH_CUDA_ARCH_LIST"),
-    env_ignored=frozenset({
-        "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CONFIG_ROOT", "VLLM_ASSETS_CACHE", "VLLM_XLA_CACHE_PATH",
-        "VLLM_RPC_BASE_PATH", "VLLM_PORT", "VLLM_HOST_IP", "VLLM_DP_MASTER_IP", "VLLM_DP_MASTER_PORT",
-        "VLLM_MODEL_REDIRECT_PATH", "VLLM_USAGE_STATS_SERVER", "VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK",
-        "VLLM_DEBUG_DUMP_PATH", "VLLM_TUNED_CONFIG_FOLDER", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "VLLM_MEDIA_CACHE",
-        "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE",
-    }),
+    env_ignored=frozenset(
+        {
+            "VLLM_CACHE_ROOT",
+            "TORCHINDUCTOR_CACHE_DIR",
+            "VLLM_CONFIG_ROOT",
+            "VLLM_ASSETS_CACHE",
+            "VLLM_XLA_CACHE_PATH",
+            "VLLM_RPC_BASE_PATH",
+            "VLLM_PORT",
+            "VLLM_HOST_IP",
+            "VLLM_DP_MASTER_IP",
+            "VLLM_DP_MASTER_PORT",
+            "VLLM_MODEL_REDIRECT_PATH",
+            "VLLM_USAGE_STATS_SERVER",
+            "VLLM_NO_USAGE_STATS",
+            "VLLM_DO_NOT_TRACK",
+            "VLLM_DEBUG_DUMP_PATH",
+            "VLLM_TUNED_CONFIG_FOLDER",
+            "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR",
+            "VLLM_MEDIA_CACHE",
+            "VLLM_ENABLE_V1_MULTIPROCESSING",
+            "VLLM_CPU_KVCACHE_SPACE",
+        }
+    ),
     exports=_vllm_exports,
     engine_modules=("vllm", "torch", "triton"),
 )
@@ -177,18 +223,50 @@ def _canonical_value(value: str | None) -> str | None:
 def engine_environment(the_kind: Kind, env: Mapping[str, str]) -> dict[str, str]:
     """The environment variables the engine reads that may change the artifact: the kind's prefixes, without
     locations, logging, network settings and anything that looks like a credential (never stored, never keyed)."""
-    return {k: v for k, v in sorted(env.items())
-            if k.startswith(the_kind.env_prefixes) and k not in the_kind.env_ignored
-            and not _SECRET.search(k) and not _LOGGING.search(k)}
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if k.startswith(the_kind.env_prefixes)
+        and k not in the_kind.env_ignored
+        and not _SECRET.search(k)
+        and not _LOGGING.search(k)
+    }
 
 
 # The CPU features a compiled CPU kernel may use (x86 /proc/cpuinfo "flags", Arm "Features"): a kernel built for
 # AVX-512 or AMX must never be handed to a machine without them.
-CPU_FEATURES = frozenset({
-    "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd",
-    "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx512vbmi", "avx512_vbmi2", "amx_tile", "amx_bf16", "amx_int8",
-    "amx_fp16", "asimd", "asimdhp", "asimddp", "sve", "sve2", "bf16", "i8mm", "sme",
-})
+CPU_FEATURES = frozenset(
+    {
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx_vnni",
+        "avx512f",
+        "avx512bw",
+        "avx512dq",
+        "avx512vl",
+        "avx512cd",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "avx512vbmi",
+        "avx512_vbmi2",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+        "amx_fp16",
+        "asimd",
+        "asimdhp",
+        "asimddp",
+        "sve",
+        "sve2",
+        "bf16",
+        "i8mm",
+        "sme",
+    }
+)
 
 
 def cpu_features(cpuinfo: str) -> tuple[str, ...]:
@@ -214,8 +292,14 @@ class Platform:
     gpus: tuple[str, ...] = ()  # each kind of device: "<name> (compute capability X.Y)"; () on a CPU-only machine
 
     def to_json(self) -> dict[str, Any]:
-        return {"system": self.system, "machine": self.machine, "python": self.python, "libc": self.libc,
-                "cpu": list(self.cpu), "gpus": list(self.gpus)}
+        return {
+            "system": self.system,
+            "machine": self.machine,
+            "python": self.python,
+            "libc": self.libc,
+            "cpu": list(self.cpu),
+            "gpus": list(self.gpus),
+        }
 
 
 @dataclass(frozen=True)
@@ -231,9 +315,16 @@ class KeyInputs:
     env: Mapping[str, str] = field(default_factory=dict)  # engine_environment, the kind's exports included
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "kind": self.kind, "recipe": self.recipe, "pins": self.pins,
-                "engine": dict(sorted(self.engine.items())), "platform": self.platform.to_json(),
-                "args": [list(a) for a in self.args], "env": dict(sorted(self.env.items()))}
+        return {
+            "format": FORMAT,
+            "kind": self.kind,
+            "recipe": self.recipe,
+            "pins": self.pins,
+            "engine": dict(sorted(self.engine.items())),
+            "platform": self.platform.to_json(),
+            "args": [list(a) for a in self.args],
+            "env": dict(sorted(self.env.items())),
+        }
 
     def key(self) -> str:
         return key_of(self.to_json())
@@ -290,10 +381,19 @@ class Record:
         return sum(f.size for f in self.files)
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": FORMAT, "kind": self.kind, "key": self.key, "model": self.model,
-                           "created": self.created, "inputs": self.inputs,
-                           "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files]},
-                          sort_keys=True, indent=1).encode()
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "kind": self.kind,
+                "key": self.key,
+                "model": self.model,
+                "created": self.created,
+                "inputs": self.inputs,
+                "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in self.files],
+            },
+            sort_keys=True,
+            indent=1,
+        ).encode()
 
 
 def json_depth(data: bytes) -> int:
@@ -322,10 +422,13 @@ def parse_record(data: bytes, the_kind: Kind, key: str, where: str) -> Record:
     """A record read from `where` (a store key, a file), checked before anything trusts it: its size and depth, its
     shape, that its inputs hash to `key` and name `the_kind`, and every file's path (relative, under the kind's roots,
     unique, no file inside another), size and sha256. DerivedError names what is wrong."""
+
     def bad(why: str) -> DerivedError:
-        return DerivedError(f"refusing the derived record at {where}: {why}",
-                            hint="the entry is ignored (the engine compiles as if nothing were stored); "
-                                 "a publisher writes a good one again")
+        return DerivedError(
+            f"refusing the derived record at {where}: {why}",
+            hint="the entry is ignored (the engine compiles as if nothing were stored); "
+            "a publisher writes a good one again",
+        )
 
     if len(data) > MAX_RECORD_BYTES:
         raise bad(f"{len(data)} bytes, more than the {MAX_RECORD_BYTES} a record may have")
@@ -353,8 +456,10 @@ def parse_record(data: bytes, the_kind: Kind, key: str, where: str) -> Record:
             raise bad(f"file {index} is not an object")
         path, size, digest = item.get("path"), item.get("size"), item.get("sha256")
         if not isinstance(path, str) or not collectable(the_kind, path):
-            raise bad(f"file {index} ({path!r}) is not a path a {the_kind.name} entry may hold "
-                      f"(relative, under {', '.join(the_kind.roots)}, no lock or temp file)")
+            raise bad(
+                f"file {index} ({path!r}) is not a path a {the_kind.name} entry may hold "
+                f"(relative, under {', '.join(the_kind.roots)}, no lock or temp file)"
+            )
         if type(size) is not int or not 0 <= size <= MAX_FILE_BYTES:
             raise bad(f"{path}: size {size!r} is not a whole number of bytes up to {MAX_FILE_BYTES}")
         if not isinstance(digest, str) or naming.check_sha256(digest) is not None:
@@ -370,8 +475,14 @@ def parse_record(data: bytes, the_kind: Kind, key: str, where: str) -> Record:
         raise bad(f"its files add up to more than {MAX_TOTAL_BYTES} bytes")
     created = raw.get("created")
     model = raw.get("model")
-    return Record(the_kind.name, key, inputs, tuple(parsed), float(created) if isinstance(created, (int, float)) else 0.0,
-                  model if isinstance(model, str) else "")
+    return Record(
+        the_kind.name,
+        key,
+        inputs,
+        tuple(parsed),
+        float(created) if isinstance(created, (int, float)) else 0.0,
+        model if isinstance(model, str) else "",
+    )
 
 
 # -- the store layout ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from catalog.errors import UsageError
 MAX_DIGITS = 20  # more is no size, count or number of seconds anything here can use
 MAX_SIZE = 1 << 60  # 1 EiB
 MAX_COUNT = 1_000_000
-MAX_SECONDS = 10 ** 7  # about four months
+MAX_SECONDS = 10**7  # about four months
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "")
 
@@ -44,7 +44,9 @@ def size(value: Any, name: str, maximum: int = MAX_SIZE) -> int:
     fraction = match.group(2) or "0"
     count = int(match.group(1)) * scale + int(fraction) * scale // int(10 ** len(fraction))
     if count > maximum:
-        raise UsageError(f"{name} {_shown(value)} is larger than {maximum} bytes", hint="use a real size: 16MiB, 200GiB")
+        raise UsageError(
+            f"{name} {_shown(value)} is larger than {maximum} bytes", hint="use a real size: 16MiB, 200GiB"
+        )
     return count
 
 

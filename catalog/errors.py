@@ -100,7 +100,7 @@ class MissingObjectError(CatalogError, FileNotFoundError):
         super().__init__(
             f"{model}/{path} is missing from the store at {where}",
             hint=f"upload it: `catalog sync {model}` (from the Hub at the pin) or `catalog sync {model} --from-dir DIR` "
-                 "(from a folder holding its files); or check --store / CATALOG_STORE",
+            "(from a folder holding its files); or check --store / CATALOG_STORE",
         )
         self.model = model
         self.path = path

@@ -62,13 +62,28 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".joblib")
 CODE_SUFFIXES = (".py",)
 # Repos often carry the same weights several times; CI needs one copy. `catalog add` writes these
 # into a new safetensors manifest, visible and editable, rather than hiding them in code.
-OTHER_WEIGHT_FORMATS = ("*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.ot", "*.onnx", "*.gguf", "onnx/", "openvino/", "coreml/")
+OTHER_WEIGHT_FORMATS = (
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.h5",
+    "*.msgpack",
+    "*.ot",
+    "*.onnx",
+    "*.gguf",
+    "onnx/",
+    "openvino/",
+    "coreml/",
+)
 
 _CONFIG = Needs("config.json", ("config.json",))
 _SAFETENSORS = Needs("at least one *.safetensors", ("*.safetensors",))
 # What the engine reads besides the weights: without these, a streamed model cannot start offline.
-_TOKENIZER = Needs("tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model or vocab.*)",
-                   ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.*"), nested=True)
+_TOKENIZER = Needs(
+    "tokenizer files (tokenizer.json, tokenizer_config.json, tokenizer.model or vocab.*)",
+    ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.*"),
+    nested=True,
+)
 
 
 class EngineTarget(str, Enum):
@@ -109,34 +124,62 @@ class FormatSpec:
 
 
 FORMATS: dict[LoadFormat, FormatSpec] = {
-    LoadFormat.AUTO: FormatSpec(default_excludes=OTHER_WEIGHT_FORMATS, loader="safetensors",
-                                weight_patterns=("*.safetensors", "*.bin", "*.pt", "*.pth"), load_strategy=True),
-    LoadFormat.SAFETENSORS: FormatSpec(needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS,
-                                       loader="safetensors", load_strategy=True),
-    LoadFormat.FASTSAFETENSORS: FormatSpec(needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS,
-                                           loader="safetensors"),
-    LoadFormat.PT: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth"),
-                              loader_requires="torch>=2.10 (weights_only loads: CVE-2026-24747 ran code through them before)"),
+    LoadFormat.AUTO: FormatSpec(
+        default_excludes=OTHER_WEIGHT_FORMATS,
+        loader="safetensors",
+        weight_patterns=("*.safetensors", "*.bin", "*.pt", "*.pth"),
+        load_strategy=True,
+    ),
+    LoadFormat.SAFETENSORS: FormatSpec(
+        needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS, loader="safetensors", load_strategy=True
+    ),
+    LoadFormat.FASTSAFETENSORS: FormatSpec(
+        needs=(_CONFIG, _SAFETENSORS), default_excludes=OTHER_WEIGHT_FORMATS, loader="safetensors"
+    ),
+    LoadFormat.PT: FormatSpec(
+        weight_patterns=("*.bin", "*.pt", "*.pth"),
+        loader_requires="torch>=2.10 (weights_only loads: CVE-2026-24747 ran code through them before)",
+    ),
     LoadFormat.NPCACHE: FormatSpec(weight_patterns=("*.bin", "*.pt", "*.pth", "*.npy")),
     LoadFormat.BITSANDBYTES: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors", "*.bin")),
     LoadFormat.MISTRAL: FormatSpec(loader="safetensors", load_strategy=True),
     LoadFormat.SHARDED_STATE: FormatSpec(loader="safetensors", weight_patterns=("*.safetensors",)),
-    LoadFormat.GGUF: FormatSpec(needs=(Needs("a *.gguf file", ("*.gguf",), nested=True),), weight_patterns=("*.gguf",),
-                                engine_target=EngineTarget.FILE),
+    LoadFormat.GGUF: FormatSpec(
+        needs=(Needs("a *.gguf file", ("*.gguf",), nested=True),),
+        weight_patterns=("*.gguf",),
+        engine_target=EngineTarget.FILE,
+    ),
     LoadFormat.RUNAI_STREAMER: FormatSpec(
-        streams_weights=True, needs=(_CONFIG, _SAFETENSORS), streamed_needs=(_TOKENIZER,),
-        default_excludes=OTHER_WEIGHT_FORMATS, loader="runai"),
+        streams_weights=True,
+        needs=(_CONFIG, _SAFETENSORS),
+        streamed_needs=(_TOKENIZER,),
+        default_excludes=OTHER_WEIGHT_FORMATS,
+        loader="runai",
+    ),
     LoadFormat.RUNAI_STREAMER_SHARDED: FormatSpec(
-        streams_weights=True, needs=(Needs("model-rank-*-part-*.safetensors shards", ("model-rank-*-part-*.safetensors",)),),
-        streamed_needs=(_TOKENIZER,), loader="runai", tensor_parallel_files="model-rank-{rank}-part-*.safetensors"),
+        streams_weights=True,
+        needs=(Needs("model-rank-*-part-*.safetensors shards", ("model-rank-*-part-*.safetensors",)),),
+        streamed_needs=(_TOKENIZER,),
+        loader="runai",
+        tensor_parallel_files="model-rank-{rank}-part-*.safetensors",
+    ),
     LoadFormat.TENSORIZER: FormatSpec(
-        streams_weights=True, needs=(Needs("a *.tensors file", ("*.tensors",)),), streamed_needs=(_TOKENIZER,),
-        weight_patterns=("*.tensors",), loader="tensorizer", engine_target=EngineTarget.LOADER_URI,
+        streams_weights=True,
+        needs=(Needs("a *.tensors file", ("*.tensors",)),),
+        streamed_needs=(_TOKENIZER,),
+        weight_patterns=("*.tensors",),
+        loader="tensorizer",
+        engine_target=EngineTarget.LOADER_URI,
         weights_key="tensorizer_uri",
         # vLLM passes lazy_load, device and dtype to TensorDeserializer itself; the catalog points tensorizer_uri
         # at the verified file.
-        engine_sets=("tensorizer_uri", "deserialization_kwargs.lazy_load", "deserialization_kwargs.device",
-                     "deserialization_kwargs.dtype")),
+        engine_sets=(
+            "tensorizer_uri",
+            "deserialization_kwargs.lazy_load",
+            "deserialization_kwargs.device",
+            "deserialization_kwargs.dtype",
+        ),
+    ),
     LoadFormat.DATASET: FormatSpec(weight_patterns=(), engine=False),
 }
 

@@ -44,15 +44,27 @@ class Var:
 
 VARIABLES: tuple[Var, ...] = (
     Var("CATALOG_DIR", "the manifests folder (default: the nearest manifests/ upward)", warm=CATALOG),
-    Var("CATALOG_STORE", "overrides catalog.yaml's store: s3://bucket/base/, oci://host/namespace/, file:///dir/ or a "
-                         "folder", path=True),
-    Var("CATALOG_CACHE", "the cache folder (default: $XDG_CACHE_HOME/model-catalog or ~/.cache/model-catalog)",
-        warm=CACHE),
+    Var(
+        "CATALOG_STORE",
+        "overrides catalog.yaml's store: s3://bucket/base/, oci://host/namespace/, file:///dir/ or a folder",
+        path=True,
+    ),
+    Var(
+        "CATALOG_CACHE",
+        "the cache folder (default: $XDG_CACHE_HOME/model-catalog or ~/.cache/model-catalog)",
+        warm=CACHE,
+    ),
     Var("XDG_CACHE_HOME", "where the default cache lives"),
-    Var("HOME", "the user's home: the default cache is ~/.cache/model-catalog when XDG_CACHE_HOME is unset or relative "
-                "(an empty or relative HOME: the user database's home)"),
-    Var("CATALOG_MODE", "ci (the bucket only), dev (the bucket, then the Hub) or offline (the cache only); set to ci, "
-                        "it also turns the pytest plugin's Hub guard on"),
+    Var(
+        "HOME",
+        "the user's home: the default cache is ~/.cache/model-catalog when XDG_CACHE_HOME is unset or relative "
+        "(an empty or relative HOME: the user database's home)",
+    ),
+    Var(
+        "CATALOG_MODE",
+        "ci (the bucket only), dev (the bucket, then the Hub) or offline (the cache only); set to ci, "
+        "it also turns the pytest plugin's Hub guard on",
+    ),
     Var("CATALOG_PART_SIZE", "part size of ranged GETs and multipart uploads (default: chosen from the file sizes)"),
     Var("CATALOG_CONCURRENCY", "parallel requests (default: chosen from the file sizes)"),
     Var("CATALOG_S3_ADDRESSING", "path or virtual (default: path when an endpoint is set, else auto)"),
@@ -72,55 +84,110 @@ VARIABLES: tuple[Var, ...] = (
     Var("AWS_MAX_ATTEMPTS", "attempts per request (default 5)"),
     Var("HF_ENDPOINT", "the Hub's address (default https://huggingface.co)"),
     Var("HF_TOKEN", "the Hub token", secret=True),
-    Var("CATALOG_HUB_MAX_WAIT", "longest wait on a remote's hint (the Hub's rate-limit reset, a store's or mirror's "
-                                "Retry-After), in seconds (default 60); a later one fails at once, naming when to "
-                                "retry"),
-    Var("CATALOG_SHARED_CACHE", "read-only shared cache tiers, ':'-separated folders with the cache's "
-                                "blobs/<aa>/<sha256> layout, consulted by sha256 before any download (--shared-cache "
-                                "DIR, repeatable); hf:DIR is a Hugging Face cache (HF_HUB_CACHE) read the same way",
-        path=True),
-    Var("CATALOG_MIRRORS", "stores tried in order before the primary store, per file, ','-separated URLs (s3://, "
-                           "oci://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)",
-        path=True),
-    Var("CATALOG_CACHE_MAX_SIZE", "resolve evicts least recently resolved views before it fetches, to keep the cache "
-                                  "under this size (e.g. 200GiB)"),
-    Var("CATALOG_GPU_CLASS", "this machine's GPU class: what the pytest plugin skips by, whose engine profile resolve "
-                             "hands out (default: detected)"),
+    Var(
+        "CATALOG_HUB_MAX_WAIT",
+        "longest wait on a remote's hint (the Hub's rate-limit reset, a store's or mirror's "
+        "Retry-After), in seconds (default 60); a later one fails at once, naming when to "
+        "retry",
+    ),
+    Var(
+        "CATALOG_SHARED_CACHE",
+        "read-only shared cache tiers, ':'-separated folders with the cache's "
+        "blobs/<aa>/<sha256> layout, consulted by sha256 before any download (--shared-cache "
+        "DIR, repeatable); hf:DIR is a Hugging Face cache (HF_HUB_CACHE) read the same way",
+        path=True,
+    ),
+    Var(
+        "CATALOG_MIRRORS",
+        "stores tried in order before the primary store, per file, ','-separated URLs (s3://, "
+        "oci://, file://, http(s)://; --mirror URL, repeatable; default: catalog.yaml's mirrors)",
+        path=True,
+    ),
+    Var(
+        "CATALOG_CACHE_MAX_SIZE",
+        "resolve evicts least recently resolved views before it fetches, to keep the cache "
+        "under this size (e.g. 200GiB)",
+    ),
+    Var(
+        "CATALOG_GPU_CLASS",
+        "this machine's GPU class: what the pytest plugin skips by, whose engine profile resolve "
+        "hands out (default: detected)",
+    ),
     Var("CATALOG_GPU_COUNT", "this machine's GPU count with CATALOG_GPU_CLASS"),
     Var("CATALOG_DEBUG", "1: tracebacks for internal errors"),
-    Var("CATALOG_PREFER", "local (default) or stream: a streamed format whose weights are all verified in the cache or "
-                          "a shared tier is handed out as its local folder, or always as the stream URI"),
-    Var("CATALOG_REQUIRE_SIGNATURE", "1: resolve refuses, before any download, a model without a signature that a "
-                                     "trusted key or root vouches for (--require-signature; catalog.yaml signatures:)"),
-    Var("CATALOG_TRUSTED_KEYS", "PEM public keys whose signatures are trusted (every key of each file), ':'-separated "
-                                "(--trusted-key, repeatable); any CATALOG_TRUSTED_* given replaces catalog.yaml's "
-                                "trust and requires signatures", path=True),
-    Var("CATALOG_TRUSTED_ROOTS", "PEM CA certificates a signing certificate must chain to, ':'-separated "
-                                 "(--trusted-root, repeatable)", path=True),
-    Var("CATALOG_TRUSTED_IDENTITIES", "who may sign with a certificate, one IDENTITY|ISSUER per line "
-                                      "(--trusted-identity, repeatable): a name the certificate carries and its OIDC "
-                                      "issuer"),
-    Var("CATALOG_TRUSTED_LOG_KEYS", "PEM public keys of transparency logs whose signed entry timestamps are checked, "
-                                    "':'-separated (--trusted-log-key, repeatable)", path=True),
-    Var("CATALOG_LOG_ENTRIES", "check (default) or accept-unchecked: whether a bundle's transparency-log entries no "
-                               "trusted log key checks are refused"),
-    Var("CATALOG_OCI_USERNAME", "user for an oci:// registry (sent only to CATALOG_OCI_REGISTRY, else the --store "
-                                "URL's registry)"),
+    Var(
+        "CATALOG_PREFER",
+        "local (default) or stream: a streamed format whose weights are all verified in the cache or "
+        "a shared tier is handed out as its local folder, or always as the stream URI",
+    ),
+    Var(
+        "CATALOG_REQUIRE_SIGNATURE",
+        "1: resolve refuses, before any download, a model without a signature that a "
+        "trusted key or root vouches for (--require-signature; catalog.yaml signatures:)",
+    ),
+    Var(
+        "CATALOG_TRUSTED_KEYS",
+        "PEM public keys whose signatures are trusted (every key of each file), ':'-separated "
+        "(--trusted-key, repeatable); any CATALOG_TRUSTED_* given replaces catalog.yaml's "
+        "trust and requires signatures",
+        path=True,
+    ),
+    Var(
+        "CATALOG_TRUSTED_ROOTS",
+        "PEM CA certificates a signing certificate must chain to, ':'-separated (--trusted-root, repeatable)",
+        path=True,
+    ),
+    Var(
+        "CATALOG_TRUSTED_IDENTITIES",
+        "who may sign with a certificate, one IDENTITY|ISSUER per line "
+        "(--trusted-identity, repeatable): a name the certificate carries and its OIDC "
+        "issuer",
+    ),
+    Var(
+        "CATALOG_TRUSTED_LOG_KEYS",
+        "PEM public keys of transparency logs whose signed entry timestamps are checked, "
+        "':'-separated (--trusted-log-key, repeatable)",
+        path=True,
+    ),
+    Var(
+        "CATALOG_LOG_ENTRIES",
+        "check (default) or accept-unchecked: whether a bundle's transparency-log entries no "
+        "trusted log key checks are refused",
+    ),
+    Var(
+        "CATALOG_OCI_USERNAME",
+        "user for an oci:// registry (sent only to CATALOG_OCI_REGISTRY, else the --store URL's registry)",
+    ),
     Var("CATALOG_OCI_PASSWORD", "password or access token for CATALOG_OCI_USERNAME", secret=True),
-    Var("CATALOG_OCI_REGISTRY", "host[:port] that CATALOG_OCI_USERNAME/PASSWORD belong to (default: the --store "
-                                "URL's)"),
-    Var("CATALOG_OCI_PLAIN_HTTP", "','-separated registry host[:port]s reached over plain http:// (loopback always "
-                                  "is)"),
-    Var("DOCKER_CONFIG", "the folder of docker's config.json, read for oci:// registry credentials (default ~/.docker)",
-        path=True),
-    Var("CATALOG_STREAM_PROOF_MAX_AGE", "seconds a warm answer may rest on the proof that streamed objects are the "
-                                        "verified ones (default 300); older, the full resolve proves them again"),
-    Var("CATALOG_ENGINE_LOADER", "how vllm-args hand a streamed model to the engine: catalog (`--load-format catalog`: "
-                                 "the engine's loader hashes every tensor against its pin before the model sees it), "
-                                 "plain (the format's own streamer, which verifies nothing) or auto (default: catalog "
-                                 "where vLLM and the plugin are installed and every tensor is pinned)"),
-    Var("CATALOG_LOAD_RECORD", "a file each verified load (`--load-format catalog`) appends one JSON line to: the "
-                               "tensors delivered, from where, and any refused", path=True),
+    Var(
+        "CATALOG_OCI_REGISTRY", "host[:port] that CATALOG_OCI_USERNAME/PASSWORD belong to (default: the --store URL's)"
+    ),
+    Var(
+        "CATALOG_OCI_PLAIN_HTTP", "','-separated registry host[:port]s reached over plain http:// (loopback always is)"
+    ),
+    Var(
+        "DOCKER_CONFIG",
+        "the folder of docker's config.json, read for oci:// registry credentials (default ~/.docker)",
+        path=True,
+    ),
+    Var(
+        "CATALOG_STREAM_PROOF_MAX_AGE",
+        "seconds a warm answer may rest on the proof that streamed objects are the "
+        "verified ones (default 300); older, the full resolve proves them again",
+    ),
+    Var(
+        "CATALOG_ENGINE_LOADER",
+        "how vllm-args hand a streamed model to the engine: catalog (`--load-format catalog`: "
+        "the engine's loader hashes every tensor against its pin before the model sees it), "
+        "plain (the format's own streamer, which verifies nothing) or auto (default: catalog "
+        "where vLLM and the plugin are installed and every tensor is pinned)",
+    ),
+    Var(
+        "CATALOG_LOAD_RECORD",
+        "a file each verified load (`--load-format catalog`) appends one JSON line to: the "
+        "tensors delivered, from where, and any refused",
+        path=True,
+    ),
 )
 _BY_NAME = {v.name: v for v in VARIABLES}
 
@@ -150,12 +217,37 @@ class Flag:
     `choices`: the values click accepts, when fixed here; `choices_from`: where the code keeps them (the command
     passes them in: catalog_app/options.py). `default`: what an absent flag means."""
 
-    __slots__ = ("names", "dest", "kind", "help", "var", "warm", "path", "metavar", "type", "choices", "choices_from",
-                 "default")
+    __slots__ = (
+        "names",
+        "dest",
+        "kind",
+        "help",
+        "var",
+        "warm",
+        "path",
+        "metavar",
+        "type",
+        "choices",
+        "choices_from",
+        "default",
+    )
 
-    def __init__(self, names: Sequence[str], dest: str, kind: str, help: str = "", *, var: str = "", warm: bool = False,
-                 path: bool = False, metavar: str = "", type: str = "", choices: Sequence[str] = (),
-                 choices_from: str = "", default: str | int | None = None) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        dest: str,
+        kind: str,
+        help: str = "",
+        *,
+        var: str = "",
+        warm: bool = False,
+        path: bool = False,
+        metavar: str = "",
+        type: str = "",
+        choices: Sequence[str] = (),
+        choices_from: str = "",
+        default: str | int | None = None,
+    ) -> None:
         self.names = tuple(names)
         self.dest = dest
         self.kind = kind
@@ -174,67 +266,177 @@ class Flag:
 
 
 GROUP: tuple[Flag, ...] = (
-    Flag(["--catalog"], "catalog_dir", VALUE, var="CATALOG_DIR", warm=True, metavar="DIR",
-         help="The manifests folder (env CATALOG_DIR; default: nearest manifests/ upward)."),
+    Flag(
+        ["--catalog"],
+        "catalog_dir",
+        VALUE,
+        var="CATALOG_DIR",
+        warm=True,
+        metavar="DIR",
+        help="The manifests folder (env CATALOG_DIR; default: nearest manifests/ upward).",
+    ),
     Flag(["-v", "--verbose"], "verbose", COUNT, help="More log output on stderr (-vv for debug and tracebacks)."),
 )
 
 STORE: tuple[Flag, ...] = (  # every command that moves bytes
-    Flag(["--store"], "store", VALUE, var="CATALOG_STORE", warm=True, path=True, metavar="URL",
-         help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE)."),
-    Flag(["--cache"], "cache_dir", VALUE, var="CATALOG_CACHE", warm=True, metavar="DIR",
-         help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog)."),
-    Flag(["--part-size"], "part_size", VALUE, var="CATALOG_PART_SIZE", warm=True, metavar="SIZE",
-         help="Part size of ranged GETs and multipart uploads (env CATALOG_PART_SIZE; default: from the file sizes)."),
-    Flag(["--concurrency"], "concurrency", VALUE, var="CATALOG_CONCURRENCY", warm=True, type="int",
-         help="Parallel requests (env CATALOG_CONCURRENCY; default: from the file sizes)."),
+    Flag(
+        ["--store"],
+        "store",
+        VALUE,
+        var="CATALOG_STORE",
+        warm=True,
+        path=True,
+        metavar="URL",
+        help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).",
+    ),
+    Flag(
+        ["--cache"],
+        "cache_dir",
+        VALUE,
+        var="CATALOG_CACHE",
+        warm=True,
+        metavar="DIR",
+        help="Cache folder (env CATALOG_CACHE; default ~/.cache/model-catalog).",
+    ),
+    Flag(
+        ["--part-size"],
+        "part_size",
+        VALUE,
+        var="CATALOG_PART_SIZE",
+        warm=True,
+        metavar="SIZE",
+        help="Part size of ranged GETs and multipart uploads (env CATALOG_PART_SIZE; default: from the file sizes).",
+    ),
+    Flag(
+        ["--concurrency"],
+        "concurrency",
+        VALUE,
+        var="CATALOG_CONCURRENCY",
+        warm=True,
+        type="int",
+        help="Parallel requests (env CATALOG_CONCURRENCY; default: from the file sizes).",
+    ),
 )
 
 TRUST: tuple[Flag, ...] = (  # the commands that check signatures; any of them given replaces catalog.yaml's trust
-    Flag(["--trusted-key"], "trusted_keys", MULTI, var="CATALOG_TRUSTED_KEYS", warm=True, path=True, metavar="PUB_PEM",
-         help="A PEM file of public keys whose signatures are trusted, every key in it (repeatable; env "
-              "CATALOG_TRUSTED_KEYS, ':'-separated). Any --trusted-* given replaces catalog.yaml's trust and requires "
-              "signatures."),
-    Flag(["--trusted-root"], "trusted_roots", MULTI, var="CATALOG_TRUSTED_ROOTS", warm=True, path=True,
-         metavar="CA_PEM",
-         help="A CA certificate (PEM) a signing certificate must chain to (repeatable; env CATALOG_TRUSTED_ROOTS)."),
-    Flag(["--trusted-identity"], "trusted_identities", MULTI, var="CATALOG_TRUSTED_IDENTITIES", warm=True,
-         metavar="IDENTITY|ISSUER",
-         help="Who may sign with a certificate: a name it carries (subject DN, email, URI) and its OIDC issuer "
-              "(repeatable; env CATALOG_TRUSTED_IDENTITIES, one per line)."),
-    Flag(["--trusted-log-key"], "trusted_log_keys", MULTI, var="CATALOG_TRUSTED_LOG_KEYS", warm=True, path=True,
-         metavar="PUB_PEM",
-         help="A transparency log's public key (PEM): a bundle's log entries are checked with it (repeatable; env "
-              "CATALOG_TRUSTED_LOG_KEYS)."),
+    Flag(
+        ["--trusted-key"],
+        "trusted_keys",
+        MULTI,
+        var="CATALOG_TRUSTED_KEYS",
+        warm=True,
+        path=True,
+        metavar="PUB_PEM",
+        help="A PEM file of public keys whose signatures are trusted, every key in it (repeatable; env "
+        "CATALOG_TRUSTED_KEYS, ':'-separated). Any --trusted-* given replaces catalog.yaml's trust and requires "
+        "signatures.",
+    ),
+    Flag(
+        ["--trusted-root"],
+        "trusted_roots",
+        MULTI,
+        var="CATALOG_TRUSTED_ROOTS",
+        warm=True,
+        path=True,
+        metavar="CA_PEM",
+        help="A CA certificate (PEM) a signing certificate must chain to (repeatable; env CATALOG_TRUSTED_ROOTS).",
+    ),
+    Flag(
+        ["--trusted-identity"],
+        "trusted_identities",
+        MULTI,
+        var="CATALOG_TRUSTED_IDENTITIES",
+        warm=True,
+        metavar="IDENTITY|ISSUER",
+        help="Who may sign with a certificate: a name it carries (subject DN, email, URI) and its OIDC issuer "
+        "(repeatable; env CATALOG_TRUSTED_IDENTITIES, one per line).",
+    ),
+    Flag(
+        ["--trusted-log-key"],
+        "trusted_log_keys",
+        MULTI,
+        var="CATALOG_TRUSTED_LOG_KEYS",
+        warm=True,
+        path=True,
+        metavar="PUB_PEM",
+        help="A transparency log's public key (PEM): a bundle's log entries are checked with it (repeatable; env "
+        "CATALOG_TRUSTED_LOG_KEYS).",
+    ),
 )
 
 RESOLVE: tuple[Flag, ...] = (
     Flag(["--all"], "all_models", SWITCH, help="Every model in the catalog."),
     Flag(["--format"], "fmt", VALUE, warm=True, choices_from="catalog_app.outputs.FORMATS", default="path"),
     Flag(["--layout"], "layout", VALUE, warm=True, choices_from="resolver.views.Layout", default="dir"),
-    Flag(["--materialize-weights"], "materialize_weights", SWITCH, warm=True,
-         help="Streaming formats: download the weights too."),
+    Flag(
+        ["--materialize-weights"],
+        "materialize_weights",
+        SWITCH,
+        warm=True,
+        help="Streaming formats: download the weights too.",
+    ),
     Flag(["--offline"], "offline", SWITCH, warm=True, help="Use the cache only; fail fast naming what is missing."),
-    Flag(["--prefer"], "prefer", VALUE, var="CATALOG_PREFER", warm=True, choices_from="catalog.settings.PREFER",
-         help="Streaming formats whose weights are all verified in the cache or a shared tier: hand out the local "
-              "folder (local, the default: no byte from the store) or the stream URI anyway (stream). Env "
-              "CATALOG_PREFER."),
-    Flag(["--source"], "source", VALUE, warm=True, choices_from="resolver.resolve.Source",
-         help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback (the "
-              "bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline."),
-    Flag(["--verify-stream"], "verify_stream", VALUE, choices=("listing", "deep"), default="listing",
-         help="Streaming formats: how each streamed object is proven before its URI is handed out: listing (size and "
-              "ETag against what `catalog sync` recorded; one listing) or deep (stream and hash each object)."),
-    Flag(["--shared-cache"], "shared_caches", MULTI, var="CATALOG_SHARED_CACHE", warm=True, path=True, metavar="DIR",
-         help="A read-only shared cache tier consulted by sha256 before any download (repeatable; env "
-              "CATALOG_SHARED_CACHE, ':'-separated). Nothing is written there."),
-    Flag(["--mirror"], "mirrors", MULTI, var="CATALOG_MIRRORS", warm=True, path=True, metavar="URL",
-         help="A store tried before the primary, per file, in order (repeatable; env CATALOG_MIRRORS, ','-separated; "
-              "default catalog.yaml's mirrors): s3://bucket/[?endpoint=...&addressing=path], file://, "
-              "http(s)://prefix/."),
-    Flag(["--require-signature"], "require_signature", SWITCH, var="CATALOG_REQUIRE_SIGNATURE", warm=True,
-         help="Refuse, before any download, a model without a signature that a trusted key or root vouches for and "
-              "that names exactly its pins (env CATALOG_REQUIRE_SIGNATURE=1; catalog.yaml signatures: required)."),
+    Flag(
+        ["--prefer"],
+        "prefer",
+        VALUE,
+        var="CATALOG_PREFER",
+        warm=True,
+        choices_from="catalog.settings.PREFER",
+        help="Streaming formats whose weights are all verified in the cache or a shared tier: hand out the local "
+        "folder (local, the default: no byte from the store) or the stream URI anyway (stream). Env "
+        "CATALOG_PREFER.",
+    ),
+    Flag(
+        ["--source"],
+        "source",
+        VALUE,
+        warm=True,
+        choices_from="resolver.resolve.Source",
+        help="Where bytes come from: store (the bucket only), hf (the Hub at the pinned revision), fallback (the "
+        "bucket, then the Hub). Default from CATALOG_MODE: ci -> store, dev -> fallback, offline -> --offline.",
+    ),
+    Flag(
+        ["--verify-stream"],
+        "verify_stream",
+        VALUE,
+        choices=("listing", "deep"),
+        default="listing",
+        help="Streaming formats: how each streamed object is proven before its URI is handed out: listing (size and "
+        "ETag against what `catalog sync` recorded; one listing) or deep (stream and hash each object).",
+    ),
+    Flag(
+        ["--shared-cache"],
+        "shared_caches",
+        MULTI,
+        var="CATALOG_SHARED_CACHE",
+        warm=True,
+        path=True,
+        metavar="DIR",
+        help="A read-only shared cache tier consulted by sha256 before any download (repeatable; env "
+        "CATALOG_SHARED_CACHE, ':'-separated). Nothing is written there.",
+    ),
+    Flag(
+        ["--mirror"],
+        "mirrors",
+        MULTI,
+        var="CATALOG_MIRRORS",
+        warm=True,
+        path=True,
+        metavar="URL",
+        help="A store tried before the primary, per file, in order (repeatable; env CATALOG_MIRRORS, ','-separated; "
+        "default catalog.yaml's mirrors): s3://bucket/[?endpoint=...&addressing=path], file://, "
+        "http(s)://prefix/.",
+    ),
+    Flag(
+        ["--require-signature"],
+        "require_signature",
+        SWITCH,
+        var="CATALOG_REQUIRE_SIGNATURE",
+        warm=True,
+        help="Refuse, before any download, a model without a signature that a trusted key or root vouches for and "
+        "that names exactly its pins (env CATALOG_REQUIRE_SIGNATURE=1; catalog.yaml signatures: required).",
+    ),
     *TRUST,
     *STORE,
 )
@@ -242,28 +444,79 @@ RESOLVE: tuple[Flag, ...] = (
 SYNC: tuple[Flag, ...] = (  # warm: what cannot change a plan that changes nothing (catalog_app/warm_sync.py)
     Flag(["--dry-run"], "dry_run", SWITCH, warm=True, help="Show the plan; change nothing."),
     Flag(["--out"], "out_path", VALUE, type="new-file", help="Save the plan as JSON; change nothing."),
-    Flag(["--apply"], "apply_path", VALUE, type="file",
-         help="Execute exactly a saved plan; refused if the bucket changed since it was made."),
-    Flag(["--prune"], "prune", SWITCH, warm=True,
-         help="Delete objects under a model's prefix that its manifest does not pin."),
-    Flag(["--delete-orphans"], "delete_orphans", SWITCH, warm=True,
-         help="With --prune: also delete objects under no manifest's prefix."),
-    Flag(["--max-delete"], "max_delete", VALUE, warm=True, type="int", default=10,
-         help="Abort, deleting nothing, above this many deletions."),
+    Flag(
+        ["--apply"],
+        "apply_path",
+        VALUE,
+        type="file",
+        help="Execute exactly a saved plan; refused if the bucket changed since it was made.",
+    ),
+    Flag(
+        ["--prune"],
+        "prune",
+        SWITCH,
+        warm=True,
+        help="Delete objects under a model's prefix that its manifest does not pin.",
+    ),
+    Flag(
+        ["--delete-orphans"],
+        "delete_orphans",
+        SWITCH,
+        warm=True,
+        help="With --prune: also delete objects under no manifest's prefix.",
+    ),
+    Flag(
+        ["--max-delete"],
+        "max_delete",
+        VALUE,
+        warm=True,
+        type="int",
+        default=10,
+        help="Abort, deleting nothing, above this many deletions.",
+    ),
     Flag(["--check"], "check", SWITCH, warm=True, help="Exit 1 on any drift (for a scheduled job); change nothing."),
     Flag(["--deep"], "deep", SWITCH, help="Download and re-hash what is already in the bucket."),
-    Flag(["--from-dir"], "from_dir", VALUE, warm=True, path=True, type="dir",
-         help="Upload from this folder (DIR/<name>/ when present) instead of the Hub."),
-    Flag(["--format"], "fmt", VALUE, warm=True, choices=("text", "json", "markdown"), default="text",
-         help="markdown: the plan as a table for CI summaries (buildkite-agent annotate, $GITHUB_STEP_SUMMARY)."),
-    Flag(["--from-hf-cache"], "from_hf_cache", VALUE, type="dir",
-         help="Upload from this Hugging Face cache (HF_HUB_CACHE) first: no Hub request for what it holds."),
-    Flag(["--allow-last-copy-deletion"], "allow_last_copy", MULTI, metavar="NAME",
-         help="Let --prune / --delete-orphans / --apply delete objects of NAME although its upstream is gone (catalog "
-              "audit-upstream); repeat for each model."),
-    Flag(["--replicate-to"], "replicate_to", VALUE, metavar="URL",
-         help="Copy the selected pins (all by default) from the store to this second store, verified; nothing is "
-              "deleted."),
+    Flag(
+        ["--from-dir"],
+        "from_dir",
+        VALUE,
+        warm=True,
+        path=True,
+        type="dir",
+        help="Upload from this folder (DIR/<name>/ when present) instead of the Hub.",
+    ),
+    Flag(
+        ["--format"],
+        "fmt",
+        VALUE,
+        warm=True,
+        choices=("text", "json", "markdown"),
+        default="text",
+        help="markdown: the plan as a table for CI summaries (buildkite-agent annotate, $GITHUB_STEP_SUMMARY).",
+    ),
+    Flag(
+        ["--from-hf-cache"],
+        "from_hf_cache",
+        VALUE,
+        type="dir",
+        help="Upload from this Hugging Face cache (HF_HUB_CACHE) first: no Hub request for what it holds.",
+    ),
+    Flag(
+        ["--allow-last-copy-deletion"],
+        "allow_last_copy",
+        MULTI,
+        metavar="NAME",
+        help="Let --prune / --delete-orphans / --apply delete objects of NAME although its upstream is gone (catalog "
+        "audit-upstream); repeat for each model.",
+    ),
+    Flag(
+        ["--replicate-to"],
+        "replicate_to",
+        VALUE,
+        metavar="URL",
+        help="Copy the selected pins (all by default) from the store to this second store, verified; nothing is "
+        "deleted.",
+    ),
     *STORE,
 )
 
@@ -331,7 +584,6 @@ def _flags(args: list[str], i: int, answered: dict[str, Flag], values: dict[str,
     return i
 
 
-
 # -- the cache's folders ---------------------------------------------------------------------------------------------
 class Folder:
     """A folder right under the cache root: its name, the layout below it, and what it holds."""
@@ -347,28 +599,57 @@ class Folder:
         return f"Folder({self.name!r})"
 
 
-BLOBS = Folder("blobs", "<aa>/<sha256>", "every verified file, read-only once published, shared by every model and "
-                                         "revision")
+BLOBS = Folder(
+    "blobs", "<aa>/<sha256>", "every verified file, read-only once published, shared by every model and revision"
+)
 MODELS = Folder("models", "<name>/<view>/", "`--layout dir`: hard links to blobs (copies where links fail)")
-HUB = Folder("hub", "models--org--name/", "`--layout hf-cache`: the Hugging Face cache layout (datasets--org--name for "
-                                          "datasets), with trees/<revision>.json and refs/main")
-MARKERS = Folder("markers", "<name>/<view>.json", "what was verified, written last and atomically: size, mtime_ns, "
-                                                  "inode, ctime_ns, sha256 per file, the identity of every folder of "
-                                                  "the view, and the catalog that made it (paths relative to the "
-                                                  "cache)")
-BLOB_STAMPS = Folder("blob-stamps", "<aa>/<sha256>", "a blob's stat when last verified or linked: re-hashed before use "
-                                                     "if it moved")
+HUB = Folder(
+    "hub",
+    "models--org--name/",
+    "`--layout hf-cache`: the Hugging Face cache layout (datasets--org--name for "
+    "datasets), with trees/<revision>.json and refs/main",
+)
+MARKERS = Folder(
+    "markers",
+    "<name>/<view>.json",
+    "what was verified, written last and atomically: size, mtime_ns, "
+    "inode, ctime_ns, sha256 per file, the identity of every folder of "
+    "the view, and the catalog that made it (paths relative to the "
+    "cache)",
+)
+BLOB_STAMPS = Folder(
+    "blob-stamps", "<aa>/<sha256>", "a blob's stat when last verified or linked: re-hashed before use if it moved"
+)
 TMP = Folder("tmp", "<pid>-<token>.part", "downloads in flight, one temp file per download, locked by its writer")
 LOCKS = Folder("locks", "<sha256>.lock", "best-effort download locks of large files, removed when their download ends")
-WARM_INDEX = Folder("warm-index", "<key>.json", "the warm resolve's answers and no-op syncs' (at most 1,000; a week "
-                                                "unused and they go)")
+WARM_INDEX = Folder(
+    "warm-index", "<key>.json", "the warm resolve's answers and no-op syncs' (at most 1,000; a week unused and they go)"
+)
 SYNC_STATE = Folder("sync-state", "<name>/<tag>.json", "what sync last read of each model's state record, by its ETag")
 TIER_CHECKS = Folder("tier-checks", "<sha256>.json", "shared-tier files already hashed, by file identity")
-ACTIVE = Folder("active", "<token>.json", "resolves in progress, each under its writer's lock: eviction leaves their "
-                                          "views alone")
-SIGNATURE_CHECKS = Folder("signature-checks", "<aa>/<key>", "left by earlier versions (verdicts no longer kept or "
-                                                            "read); gc removes them")
-DERIVED = Folder("derived", "<kind>/<key>.json", "derived entries restored or published here, their files blobs above "
-                                                 "(docs/derived.md)")
-CACHE_FOLDERS: tuple[Folder, ...] = (BLOBS, MODELS, HUB, MARKERS, BLOB_STAMPS, TMP, LOCKS, WARM_INDEX, SYNC_STATE,
-                                     TIER_CHECKS, ACTIVE, SIGNATURE_CHECKS, DERIVED)
+ACTIVE = Folder(
+    "active", "<token>.json", "resolves in progress, each under its writer's lock: eviction leaves their views alone"
+)
+SIGNATURE_CHECKS = Folder(
+    "signature-checks", "<aa>/<key>", "left by earlier versions (verdicts no longer kept or read); gc removes them"
+)
+DERIVED = Folder(
+    "derived",
+    "<kind>/<key>.json",
+    "derived entries restored or published here, their files blobs above (docs/derived.md)",
+)
+CACHE_FOLDERS: tuple[Folder, ...] = (
+    BLOBS,
+    MODELS,
+    HUB,
+    MARKERS,
+    BLOB_STAMPS,
+    TMP,
+    LOCKS,
+    WARM_INDEX,
+    SYNC_STATE,
+    TIER_CHECKS,
+    ACTIVE,
+    SIGNATURE_CHECKS,
+    DERIVED,
+)

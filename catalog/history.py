@@ -32,22 +32,32 @@ def pin_changes(base: Mapping[str, ModelManifest], docs: Sequence[ManifestDoc]) 
         if old.source.revision != m.source.revision or old.source.hf_repo != m.source.hf_repo:
             if m.s3_prefix.startswith(old.s3_prefix) or old.s3_prefix.startswith(m.s3_prefix):
                 what = "keeps" if m.s3_prefix == old.s3_prefix else "overlaps"
-                problems.append(Problem(
-                    doc.display, doc.lines.line_of(("s3_prefix",)), "s3_prefix",
-                    f"the new pin {m.source.hf_repo}@{m.source.revision[:12]} {what} the prefix {old.s3_prefix!r} of the "
-                    f"old pin {old.source.hf_repo}@{old.source.revision[:12]}; sync would overwrite objects older branches "
-                    "still use: give the new revision its own prefix (e.g. ending in /<revision>/)", "prefix-overlap",
-                ))
+                problems.append(
+                    Problem(
+                        doc.display,
+                        doc.lines.line_of(("s3_prefix",)),
+                        "s3_prefix",
+                        f"the new pin {m.source.hf_repo}@{m.source.revision[:12]} {what} the prefix {old.s3_prefix!r} of the "
+                        f"old pin {old.source.hf_repo}@{old.source.revision[:12]}; sync would overwrite objects older branches "
+                        "still use: give the new revision its own prefix (e.g. ending in /<revision>/)",
+                        "prefix-overlap",
+                    )
+                )
             continue  # a new pin: anything else may change
         for index, entry in enumerate(m.files):
             before = old.file(entry.path)
             if before is not None and (before.sha256, before.size) != (entry.sha256, entry.size):
-                problems.append(Problem(
-                    doc.display, doc.lines.line_of(("files", index, "sha256")), f"files[{index}].sha256",
-                    f"{entry.path!r} changed at the same revision {m.source.revision[:12]} "
-                    f"(was sha256 {before.sha256}, {before.size} bytes); pins are immutable: "
-                    "pin a new revision instead", "pin-changed",
-                ))
+                problems.append(
+                    Problem(
+                        doc.display,
+                        doc.lines.line_of(("files", index, "sha256")),
+                        f"files[{index}].sha256",
+                        f"{entry.path!r} changed at the same revision {m.source.revision[:12]} "
+                        f"(was sha256 {before.sha256}, {before.size} bytes); pins are immutable: "
+                        "pin a new revision instead",
+                        "pin-changed",
+                    )
+                )
     return problems
 
 
@@ -68,8 +78,10 @@ def manifests_at(ref: str, catalog_dir: Path) -> dict[str, ModelManifest]:
     except UsageError as exc:
         if "needs git" in exc.message:
             raise
-        raise UsageError(f"--base {ref}: {catalog_dir} is not inside a git repository",
-                         hint="run validate --base in a git checkout of the catalog, or drop --base") from None
+        raise UsageError(
+            f"--base {ref}: {catalog_dir} is not inside a git repository",
+            hint="run validate --base in a git checkout of the catalog, or drop --base",
+        ) from None
     rel = catalog_dir.resolve().relative_to(top.resolve()).as_posix()
     try:
         _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], top)
@@ -85,7 +97,7 @@ def manifests_at(ref: str, catalog_dir: Path) -> dict[str, ModelManifest]:
     for _ in paths:
         header_end = out.index(b"\n", pos)
         size = int(out[pos:header_end].split()[2])
-        text = out[header_end + 1: header_end + 1 + size].decode("utf-8", errors="replace")
+        text = out[header_end + 1 : header_end + 1 + size].decode("utf-8", errors="replace")
         pos = header_end + 1 + size + 1
         try:
             manifest = ModelManifest.model_validate(yamlsource.parse(text).data)

@@ -21,8 +21,13 @@ from catalog.tensor_tables import TensorTables
 
 # The formats whose weights the catalog's loader can read by pinned span: safetensors files (one model, or a rank's
 # shards) and tensorizer files. A new one is a row here when its tensor tables can be pinned the same way.
-VERIFIED_FORMATS = (LoadFormat.RUNAI_STREAMER, LoadFormat.RUNAI_STREAMER_SHARDED, LoadFormat.TENSORIZER,
-                    LoadFormat.SAFETENSORS, LoadFormat.AUTO)
+VERIFIED_FORMATS = (
+    LoadFormat.RUNAI_STREAMER,
+    LoadFormat.RUNAI_STREAMER_SHARDED,
+    LoadFormat.TENSORIZER,
+    LoadFormat.SAFETENSORS,
+    LoadFormat.AUTO,
+)
 
 
 @dataclass(frozen=True)
@@ -72,19 +77,26 @@ def plan(manifest: ModelManifest, tables: TensorTables | None, rank: int | None 
     """Every tensor of the weights `rank` loads, with its span and digest. NotVerifiable, naming the first file,
     when a file's tensors have no digests (or the format cannot be read by span)."""
     if manifest.load_format not in VERIFIED_FORMATS:
-        raise NotVerifiable(f"{manifest.name}: load_format {manifest.load_format.value} has no tensor pins a verified "
-                            "load can read", hint="use the format's own loader (--load-format "
-                            f"{manifest.load_format.value})")
+        raise NotVerifiable(
+            f"{manifest.name}: load_format {manifest.load_format.value} has no tensor pins a verified load can read",
+            hint=f"use the format's own loader (--load-format {manifest.load_format.value})",
+        )
     out = []
     for entry in weight_entries(manifest, rank):
         rows = tables.headers.get(entry.path) if tables is not None else None
         digests = tables.digests.get(entry.path, {}) if tables is not None else {}
-        if rows is None or any(name not in digests for name, _, _ in rows) or (entry.header is None and entry.table is None):
-            raise NotVerifiable(f"{manifest.name}/{entry.path}: no digest is pinned for each of its tensors, so a "
-                                "loader cannot check them before the model sees them",
-                                hint=f"pin them from the bytes: catalog lock {manifest.name} --from-dir DIR (or "
-                                     "--tensor-digests), or load it with the format's own loader "
-                                     "(CATALOG_ENGINE_LOADER=plain)")
+        if (
+            rows is None
+            or any(name not in digests for name, _, _ in rows)
+            or (entry.header is None and entry.table is None)
+        ):
+            raise NotVerifiable(
+                f"{manifest.name}/{entry.path}: no digest is pinned for each of its tensors, so a "
+                "loader cannot check them before the model sees them",
+                hint=f"pin them from the bytes: catalog lock {manifest.name} --from-dir DIR (or "
+                "--tensor-digests), or load it with the format's own loader "
+                "(CATALOG_ENGINE_LOADER=plain)",
+            )
         assert tables is not None
         offsets = tables.offsets.get(entry.path, {})
         position = PREFIX + entry.header.length if entry.header is not None else 0
@@ -96,7 +108,9 @@ def plan(manifest: ModelManifest, tables: TensorTables | None, rank: int | None 
             position = end
         out.append(FileLoad(entry, tuple(tensors)))
     if not out:
-        raise NotVerifiable(f"{manifest.name}: no weights file to load" + (f" for rank {rank}" if rank is not None else ""))
+        raise NotVerifiable(
+            f"{manifest.name}: no weights file to load" + (f" for rank {rank}" if rank is not None else "")
+        )
     return out
 
 

@@ -92,9 +92,17 @@ def discover(root: Path, problems: list[Problem] | None = None) -> list[Path]:
             target = folder.resolve()
             if folder.is_symlink() and not target.is_relative_to(real_root):
                 if problems is not None:
-                    problems.append(Problem(display_path(folder), 0, "", f"a symlinked folder leading outside the catalog "
-                                            f"(to {target}); its manifests would not be reviewed with it: move them into "
-                                            f"{display_path(root)} or link each file", "manifest-folder"))
+                    problems.append(
+                        Problem(
+                            display_path(folder),
+                            0,
+                            "",
+                            f"a symlinked folder leading outside the catalog "
+                            f"(to {target}); its manifests would not be reviewed with it: move them into "
+                            f"{display_path(root)} or link each file",
+                            "manifest-folder",
+                        )
+                    )
                 continue
             if target not in seen:
                 kept.append(name)
@@ -161,7 +169,9 @@ def _problem_order(problem: Problem) -> tuple[str, int, str]:
     return (problem.path, problem.line, problem.field)
 
 
-def load_manifest(path: Path, problems: list[Problem], *, tables: bool = False, root: Path | None = None) -> ManifestDoc:
+def load_manifest(
+    path: Path, problems: list[Problem], *, tables: bool = False, root: Path | None = None
+) -> ManifestDoc:
     """One manifest (and with `tables` its tensor tables). Read only when it is a regular file inside `root` (the
     catalog folder; by default the manifest's own folder) once its symlinks are resolved (`catalog.bounded`)."""
     display = display_path(path)
@@ -182,20 +192,33 @@ def load_tables(manifest_path: Path, problems: list[Problem], root: Path | None 
     except FileNotFoundError:
         return TablesDoc(display, None, False)
     except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem(display, 0, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "tensor-table"))
+        problems.append(
+            Problem(display, 0, "", f"cannot read: {getattr(exc, 'strerror', None) or exc}", "tensor-table")
+        )
         return TablesDoc(display, None, True)
     try:
         return TablesDoc(display, tensor_tables.parse(text), True)
     except tensor_tables.TableError as exc:
-        problems.append(Problem(display, exc.line, "", f"{exc.message}; run `catalog lock {manifest_path.stem}` to "
-                                "write it again", "tensor-table"))
+        problems.append(
+            Problem(
+                display,
+                exc.line,
+                "",
+                f"{exc.message}; run `catalog lock {manifest_path.stem}` to write it again",
+                "tensor-table",
+            )
+        )
         return TablesDoc(display, None, True)
 
 
 def _load_settings(path: Path, problems: list[Problem], root: Path) -> CatalogSettings | None:
     display = display_path(path)
     if not path.exists():
-        problems.append(Problem(display, 0, "", "missing: every catalog needs a catalog.yaml with `store` and `gpu_classes`", "settings"))
+        problems.append(
+            Problem(
+                display, 0, "", "missing: every catalog needs a catalog.yaml with `store` and `gpu_classes`", "settings"
+            )
+        )
         return None
     located = _parse_file(path, display, problems, root)
     if located is None:
@@ -249,7 +272,9 @@ def _validate(model: type[M], located: yamlsource.Located, display: str, problem
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             loc = tuple(error["loc"])
-            problems.append(Problem(display, located.lines.line_of(loc), format_loc(loc), _explain(model, error), "schema"))
+            problems.append(
+                Problem(display, located.lines.line_of(loc), format_loc(loc), _explain(model, error), "schema")
+            )
         return None
 
 

@@ -50,14 +50,18 @@ class Catalog:
         """Models matching every given criterion, sorted by name. An unknown GPU class or load format is a
         UsageError listing the known ones (a typo must not look like "no models")."""
         if gpu is not None and gpu not in self.settings.gpu_classes:
-            raise UsageError(f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(self.settings.gpu_classes))}")
+            raise UsageError(
+                f"unknown GPU class {gpu!r}", hint=f"known: {', '.join(sorted(self.settings.gpu_classes))}"
+            )
         try:
             fmt = LoadFormat(load_format) if load_format is not None else None
         except ValueError:
-            raise UsageError(f"unknown load format {load_format!r}",
-                             hint=f"known: {', '.join(f.value for f in LoadFormat)}") from None
+            raise UsageError(
+                f"unknown load format {load_format!r}", hint=f"known: {', '.join(f.value for f in LoadFormat)}"
+            ) from None
         return [
-            m for m in sorted(self.models.values(), key=lambda m: m.name)
+            m
+            for m in sorted(self.models.values(), key=lambda m: m.name)
             if (gpu is None or self.gpu_class(m) == gpu)
             and (tag is None or tag in m.tags)
             and (fmt is None or m.load_format is fmt)
@@ -70,14 +74,19 @@ class Catalog:
 
     def store_key(self, manifest: ModelManifest, path: str = "") -> str:
         """The key of `path` of `manifest` relative to the store root (its prefix minus catalog.yaml's store)."""
-        return manifest.s3_prefix[len(self.settings.store):] + path
+        return manifest.s3_prefix[len(self.settings.store) :] + path
 
-    def repo_owner(self, repo_id: str, revision: str | None = None, *, repo_type: str = "model") -> ModelManifest | None:
+    def repo_owner(
+        self, repo_id: str, revision: str | None = None, *, repo_type: str = "model"
+    ) -> ModelManifest | None:
         """The manifest that answers for a repo id (at `revision`, if given) where one id must mean one model's files:
         the redirect file, an hf-cache snapshot. The only manifest pinning it, else the one marked `primary: true`
         (when it pins that revision); None when nothing pins it or several do and none answers."""
-        group = [m for m in self.by_repo(repo_id) if m.source.repo_type == repo_type
-                 and (revision is None or m.source.revision == revision)]
+        group = [
+            m
+            for m in self.by_repo(repo_id)
+            if m.source.repo_type == repo_type and (revision is None or m.source.revision == revision)
+        ]
         if len(group) == 1:
             return group[0]
         primaries = [m for m in group if m.primary]
@@ -105,7 +114,9 @@ def load(path: str | os.PathLike[str], *, only: Sequence[str] | None = None) -> 
     """
     root = Path(path)
     if not (root / "catalog.yaml").is_file():
-        raise CatalogNotFoundError(f"{root} has no catalog.yaml", hint="point --catalog / CATALOG_DIR at a manifests/ folder")
+        raise CatalogNotFoundError(
+            f"{root} has no catalog.yaml", hint="point --catalog / CATALOG_DIR at a manifests/ folder"
+        )
     if only:
         partial = load_named(root, only)
         if partial is not None:

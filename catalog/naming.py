@@ -35,7 +35,9 @@ FOLDER_STORE_META = ".catalog-meta"
 FOLDER_STORE_TMP = ".catalog-tmp"
 RESERVED_SEGMENTS = (FOLDER_STORE_META, FOLDER_STORE_TMP)
 # Windows device names: `con`, `nul.txt`, `com1.tar.gz` open the device on Windows, whatever the extension.
-_WINDOWS_DEVICE = re.compile(r"^(con|prn|aux|nul|com[0-9\u00b9\u00b2\u00b3]|lpt[0-9\u00b9\u00b2\u00b3])(\..*)?$", re.IGNORECASE)
+_WINDOWS_DEVICE = re.compile(
+    r"^(con|prn|aux|nul|com[0-9\u00b9\u00b2\u00b3]|lpt[0-9\u00b9\u00b2\u00b3])(\..*)?$", re.IGNORECASE
+)
 # Most pinned paths are plain ASCII names ("model-00001-of-00004.safetensors", "data/train.jsonl"): no segment starts
 # or ends with '.', nothing to normalize, only a device name left to rule out. They skip the checks one by one (a
 # resolve checks every path twice, as a manifest entry and as a store key: 9 us a path, a sixth of the Python time of
@@ -69,8 +71,10 @@ def check_hf_repo(repo: str) -> str | None:
     if not _HF_REPO.match(repo) or ".." in repo:
         return f"{repo!r} is not a Hub repo id; expected org/name"
     if "--" in repo:
-        return (f"{repo!r} contains '--', the separator of the hf-cache layout (models--org--name): "
-                "org/a--b and org--a/b would share one folder; the Hub refuses such ids too")
+        return (
+            f"{repo!r} contains '--', the separator of the hf-cache layout (models--org--name): "
+            "org/a--b and org--a/b would share one folder; the Hub refuses such ids too"
+        )
     return None
 
 
@@ -93,7 +97,7 @@ def check_s3_prefix(url: str, *, allow_root: bool = False) -> str | None:
     """A bucket prefix: `s3://bucket/key/`, one trailing '/', no '//', '..', '.' or backslash segments."""
     if not url.startswith("s3://"):
         return f"{url!r} must start with s3://"
-    rest = url[len("s3://"):]
+    rest = url[len("s3://") :]
     bucket, slash, key = rest.partition("/")
     if not slash:
         return f"{url!r} must end with '/' after the bucket name"
@@ -116,7 +120,7 @@ def check_s3_prefix(url: str, *, allow_root: bool = False) -> str | None:
 
 def parse_s3_url(url: str) -> S3Url:
     """Split an already-checked `s3://bucket/key` URL."""
-    bucket, _, key = url[len("s3://"):].partition("/")
+    bucket, _, key = url[len("s3://") :].partition("/")
     return S3Url(bucket, key)
 
 
@@ -154,8 +158,10 @@ def _check_path_in_full(path: str) -> str | None:
         if part[-1] in " .":
             return f"{path!r} has a name ending in a space or '.' ({part!r}); Windows drops it, so two paths would meet"
     if unicodedata.normalize("NFC", path) != path:
-        return (f"{path!a} is not in Unicode NFC form; its NFC twin {unicodedata.normalize('NFC', path)!a} names the "
-                "same file on macOS: pin the NFC spelling")
+        return (
+            f"{path!a} is not in Unicode NFC form; its NFC twin {unicodedata.normalize('NFC', path)!a} names the "
+            "same file on macOS: pin the NFC spelling"
+        )
     return None
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import difflib
 
-from catalog.errors import CatalogError
 from catalog.entry import load
-from catalog.lookup import Catalog
+from catalog.errors import CatalogError
 from catalog.formats import LoadFormat
+from catalog.lookup import Catalog
 from catalog.schema import ModelManifest
 
 ARCH_TAG = "arch:"
@@ -28,7 +28,7 @@ class NoCatalogModelError(CatalogError, LookupError):
 
 def architectures(model: ModelManifest) -> tuple[str, ...]:
     """The architectures a manifest declares through its `arch:` tags."""
-    return tuple(tag[len(ARCH_TAG):] for tag in model.tags if tag.startswith(ARCH_TAG))
+    return tuple(tag[len(ARCH_TAG) :] for tag in model.tags if tag.startswith(ARCH_TAG))
 
 
 def example_model(architecture: str, cat: Catalog | None = None) -> ModelManifest:
@@ -41,13 +41,14 @@ def example_model(architecture: str, cat: Catalog | None = None) -> ModelManifes
     declared = sorted({a for m in cat for a in architectures(m)})
     close = difflib.get_close_matches(architecture, declared, n=1, cutoff=0.8)
     raise NoCatalogModelError(
-        f"no catalog model for architecture {architecture}"
-        + (f" (did you mean {close[0]}?)" if close else ""),
+        f"no catalog model for architecture {architecture}" + (f" (did you mean {close[0]}?)" if close else ""),
         hint=f"add a manifest with tags: [{ARCH_TAG}{architecture}] (catalog add ORG/REPO)",
     )
 
 
-def model_for_repo(repo_id: str, cat: Catalog | None = None, *, load_format: LoadFormat | str | None = None) -> ModelManifest:
+def model_for_repo(
+    repo_id: str, cat: Catalog | None = None, *, load_format: LoadFormat | str | None = None
+) -> ModelManifest:
     """The model answering for the Hub repo `repo_id` (case-insensitive): the one pinning it, else the one marked
     `primary: true` (as in redirect files and hf-cache snapshots); `load_format` picks another among several
     (tiny-llama's repo is pinned as safetensors, per-rank shards and tensorizer)."""
@@ -68,8 +69,10 @@ def model_for_repo(repo_id: str, cat: Catalog | None = None, *, load_format: Loa
     if pinned:  # pinned, but not in the asked-for format
         assert fmt is not None
         formats = ", ".join(f"{m.name} ({m.load_format.value})" for m in pinned)
-        raise NoCatalogModelError(f"no catalog model pins {repo_id} as {fmt.value}; it is pinned as {formats}",
-                                  hint=f"add a manifest for {repo_id} with load_format: {fmt.value}")
+        raise NoCatalogModelError(
+            f"no catalog model pins {repo_id} as {fmt.value}; it is pinned as {formats}",
+            hint=f"add a manifest for {repo_id} with load_format: {fmt.value}",
+        )
     repos = sorted({m.source.hf_repo for m in cat})
     close = difflib.get_close_matches(repo_id, repos, n=1, cutoff=0.8)
     raise NoCatalogModelError(

@@ -36,11 +36,28 @@ MAX_DIM = 1 << 64  # safetensors stores dimensions as u64
 # Bits per element of every dtype safetensors 0.8 reads (checked against its parser). Sub-byte types (F4, F6)
 # pack elements, so a tensor's span is element count x bits / 8, which must be a whole number of bytes.
 DTYPE_BITS: Mapping[str, int] = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-    "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "C64": 64,
 }
 
 
@@ -78,7 +95,9 @@ class Header:
     sha256: str  # of the file's first 8 + N bytes: what the pin names
     tensors: tuple[TensorInfo, ...]
     metadata: Mapping[str, str]
-    raw: bytes = field(default=b"", repr=False, compare=False)  # those 8 + N bytes (a streamed file's hash starts with them)
+    raw: bytes = field(
+        default=b"", repr=False, compare=False
+    )  # those 8 + N bytes (a streamed file's hash starts with them)
 
     @property
     def data_bytes(self) -> int:
@@ -132,8 +151,9 @@ def parse(raw: bytes, file_size: int) -> Header:
     for t in tensors:
         if t.start != position:
             what = "overlaps the tensor before it" if t.start < position else f"leaves a gap after byte {position}"
-            raise HeaderError(f"tensor {t.name!r} starts at data byte {t.start} and {what}: the data section must be "
-                              "contiguous")
+            raise HeaderError(
+                f"tensor {t.name!r} starts at data byte {t.start} and {what}: the data section must be contiguous"
+            )
         position = t.end
     data_size = file_size - PREFIX - length
     if position != data_size:
@@ -173,18 +193,30 @@ def _tensor(name: str, info: Any) -> TensorInfo:
         raise HeaderError(f"tensor {name!r} is described by a JSON {type(info).__name__}, not an object")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-        raise HeaderError(f"tensor {name!r} has dtype {dtype!r}, which safetensors does not know "
-                          f"(known: {', '.join(DTYPE_BITS)})")
+        raise HeaderError(
+            f"tensor {name!r} has dtype {dtype!r}, which safetensors does not know (known: {', '.join(DTYPE_BITS)})"
+        )
     if not isinstance(shape, list) or not all(_count(d) and d < MAX_DIM for d in shape):
-        raise HeaderError(f"tensor {name!r} has shape {_cut(shape)}: expected a list of non-negative integers below 2**64")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_count(o) for o in offsets) or offsets[0] > offsets[1]:
-        raise HeaderError(f"tensor {name!r} has data_offsets {_cut(offsets)}: expected [begin, end] with 0 <= begin <= end")
+        raise HeaderError(
+            f"tensor {name!r} has shape {_cut(shape)}: expected a list of non-negative integers below 2**64"
+        )
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_count(o) for o in offsets)
+        or offsets[0] > offsets[1]
+    ):
+        raise HeaderError(
+            f"tensor {name!r} has data_offsets {_cut(offsets)}: expected [begin, end] with 0 <= begin <= end"
+        )
     tensor = TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
     bits = tensor.elements * DTYPE_BITS[dtype]
     if bits % 8 or bits // 8 != tensor.nbytes:
         fraction = f".{bits % 8 * 125}".rstrip("0") if bits % 8 else ""  # exact, where a float overflows past 1e308
-        raise HeaderError(f"tensor {name!r} is {dtype} {_cut(shape)}, {bits // 8}{fraction} bytes, but its data_offsets "
-                          f"span {tensor.nbytes} bytes")
+        raise HeaderError(
+            f"tensor {name!r} is {dtype} {_cut(shape)}, {bits // 8}{fraction} bytes, but its data_offsets "
+            f"span {tensor.nbytes} bytes"
+        )
     return tensor
 
 

@@ -53,6 +53,7 @@ class _Declared(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._env)
 
+
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 RETRY_MODES = ("standard", "adaptive", "legacy")
 MODES = {"ci": ("store", False), "dev": ("fallback", False), "offline": ("store", True)}
@@ -139,7 +140,9 @@ class Settings:
     @classmethod
     def build(cls, env: Mapping[str, str], **flags: Any) -> Settings:
         """Flags (None: not given) over the environment over defaults. Pure; raises UsageError for bad values."""
-        engine_env = {k: v for k, v in env.items() if k.startswith(ENGINE_ENV_PREFIXES)}  # not settings: read as they are
+        engine_env = {
+            k: v for k, v in env.items() if k.startswith(ENGINE_ENV_PREFIXES)
+        }  # not settings: read as they are
         env = _Declared(env)
 
         def pick(flag: str, var: str) -> Any:
@@ -163,7 +166,11 @@ class Settings:
         part = pick("part_size", "CATALOG_PART_SIZE")
         concurrency = pick("concurrency", "CATALOG_CONCURRENCY")
         part_size = parse_size(str(part), "--part-size / CATALOG_PART_SIZE") if part is not None else None
-        workers = _whole(concurrency, "--concurrency / CATALOG_CONCURRENCY", minimum=1, maximum=1024) if concurrency is not None else None
+        workers = (
+            _whole(concurrency, "--concurrency / CATALOG_CONCURRENCY", minimum=1, maximum=1024)
+            if concurrency is not None
+            else None
+        )
         if part_size is not None and part_size < MiB:
             raise UsageError("--part-size / CATALOG_PART_SIZE must be at least 1MiB")
         s3, ignored = _s3_options(env)
@@ -181,11 +188,17 @@ class Settings:
             raise UsageError(f"CATALOG_ENGINE_LOADER {engine_loader!r} is not one of {', '.join(ENGINE_LOADERS)}")
         record = env.get("CATALOG_LOAD_RECORD") or None
         keys = flags.get("trusted_keys") or [p for p in (env.get("CATALOG_TRUSTED_KEYS") or "").split(":") if p.strip()]
-        roots = flags.get("trusted_roots") or [p for p in (env.get("CATALOG_TRUSTED_ROOTS") or "").split(":") if p.strip()]
-        log_keys = flags.get("trusted_log_keys") or [p for p in (env.get("CATALOG_TRUSTED_LOG_KEYS") or "").split(":")
-                                                     if p.strip()]
-        identities = [(i, "--trusted-identity") for i in flags.get("trusted_identities") or ()] or \
-            [(i, "CATALOG_TRUSTED_IDENTITIES") for i in (env.get("CATALOG_TRUSTED_IDENTITIES") or "").splitlines() if i.strip()]
+        roots = flags.get("trusted_roots") or [
+            p for p in (env.get("CATALOG_TRUSTED_ROOTS") or "").split(":") if p.strip()
+        ]
+        log_keys = flags.get("trusted_log_keys") or [
+            p for p in (env.get("CATALOG_TRUSTED_LOG_KEYS") or "").split(":") if p.strip()
+        ]
+        identities = [(i, "--trusted-identity") for i in flags.get("trusted_identities") or ()] or [
+            (i, "CATALOG_TRUSTED_IDENTITIES")
+            for i in (env.get("CATALOG_TRUSTED_IDENTITIES") or "").splitlines()
+            if i.strip()
+        ]
         log_entries = (env.get("CATALOG_LOG_ENTRIES") or "").strip().lower() or None
         if log_entries not in (None, *LOG_ENTRIES):
             raise UsageError(f"CATALOG_LOG_ENTRIES={log_entries!r} is not one of {', '.join(LOG_ENTRIES)}")
@@ -203,9 +216,12 @@ class Settings:
             hub_endpoint=(env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/"),
             hub_token=env.get("HF_TOKEN") or None,
             s3_keys=(env["S3_ACCESS_KEY_ID"], env["S3_SECRET_ACCESS_KEY"])
-            if env.get("S3_ACCESS_KEY_ID") and env.get("S3_SECRET_ACCESS_KEY") else None,
+            if env.get("S3_ACCESS_KEY_ID") and env.get("S3_SECRET_ACCESS_KEY")
+            else None,
             aws_files=(env.get("AWS_CONFIG_FILE", ""), env.get("AWS_SHARED_CREDENTIALS_FILE", "")),
-            hub_max_wait=_whole(env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT", maximum=envparse.MAX_SECONDS),
+            hub_max_wait=_whole(
+                env.get("CATALOG_HUB_MAX_WAIT") or "60", "CATALOG_HUB_MAX_WAIT", maximum=envparse.MAX_SECONDS
+            ),
             gpu_class=(env.get("CATALOG_GPU_CLASS") or "").strip().lower() or None,
             gpu_count=_whole(env.get("CATALOG_GPU_COUNT") or "1", "CATALOG_GPU_COUNT", minimum=1, maximum=4096),
             shared_caches=tuple(tier_path(str(t)) for t in tiers),
@@ -214,14 +230,18 @@ class Settings:
             prefer=prefer,
             engine_loader=engine_loader,
             load_record=Path(record).expanduser() if record else None,
-            stream_proof_max_age=_whole(env.get("CATALOG_STREAM_PROOF_MAX_AGE") or "300", "CATALOG_STREAM_PROOF_MAX_AGE",
-                                        maximum=envparse.MAX_SECONDS),
+            stream_proof_max_age=_whole(
+                env.get("CATALOG_STREAM_PROOF_MAX_AGE") or "300",
+                "CATALOG_STREAM_PROOF_MAX_AGE",
+                maximum=envparse.MAX_SECONDS,
+            ),
             debug=envparse.flag(env.get("CATALOG_DEBUG", ""), "CATALOG_DEBUG"),
             require_signature=bool(flags.get("require_signature")) or _switch(env, "CATALOG_REQUIRE_SIGNATURE"),
             trusted_keys=tuple(Path(str(k).strip()).expanduser() for k in keys),
             trusted_roots=tuple(Path(str(r).strip()).expanduser() for r in roots),
-            trusted_identities=tuple((found.identity, found.issuer) for found in
-                                     (parse_identity(str(i), what) for i, what in identities)),
+            trusted_identities=tuple(
+                (found.identity, found.issuer) for found in (parse_identity(str(i), what) for i, what in identities)
+            ),
             trusted_log_keys=tuple(Path(str(k).strip()).expanduser() for k in log_keys),
             log_entries=log_entries,
             ignored=ignored,
@@ -239,17 +259,24 @@ class Settings:
         given = {k: v for k, v in flags.items() if v is not None}
         if "cache_dir" in given:
             given["cache_dir"] = Path(given["cache_dir"]).expanduser()
-        for name in ("shared_caches", "mirrors", "trusted_keys", "trusted_roots", "trusted_identities",
-                     "trusted_log_keys"):  # a repeatable flag not given: ()
+        for name in (
+            "shared_caches",
+            "mirrors",
+            "trusted_keys",
+            "trusted_roots",
+            "trusted_identities",
+            "trusted_log_keys",
+        ):  # a repeatable flag not given: ()
             if name in given and not given[name]:
                 del given[name]
         for name in ("trusted_keys", "trusted_roots", "trusted_log_keys"):
             if name in given:
                 given[name] = tuple(Path(p).expanduser() for p in given[name])
         if "trusted_identities" in given:
-            given["trusted_identities"] = tuple((found.identity, found.issuer) for found in
-                                                (parse_identity(str(i), "--trusted-identity")
-                                                 for i in given["trusted_identities"]))
+            given["trusted_identities"] = tuple(
+                (found.identity, found.issuer)
+                for found in (parse_identity(str(i), "--trusted-identity") for i in given["trusted_identities"])
+            )
         if "shared_caches" in given:
             given["shared_caches"] = tuple(tier_path(str(t)) for t in given["shared_caches"])
         if "mirrors" in given:
@@ -268,8 +295,13 @@ def _s3_options(env: Mapping[str, str]) -> tuple[S3Options, tuple[str, ...]]:
         endpoint = env["S3_ENDPOINT_URL"]  # s3cmd's and tensorizer's spelling
     elif env.get("S3_ENDPOINT_URL") and env["S3_ENDPOINT_URL"] != endpoint:
         ignored.append("S3_ENDPOINT_URL (AWS_ENDPOINT_URL wins)")
-    if endpoint is not None and (problem := urls.check_endpoint(endpoint, "the S3 endpoint (AWS_ENDPOINT_URL)")) is not None:
-        raise UsageError(problem, hint="AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / S3_ENDPOINT_URL: http(s)://host[:port]")
+    if (
+        endpoint is not None
+        and (problem := urls.check_endpoint(endpoint, "the S3 endpoint (AWS_ENDPOINT_URL)")) is not None
+    ):
+        raise UsageError(
+            problem, hint="AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / S3_ENDPOINT_URL: http(s)://host[:port]"
+        )
     style = (env.get("CATALOG_S3_ADDRESSING") or ("path" if endpoint else "auto")).lower()
     if style not in ADDRESSING_STYLES:
         raise UsageError(f"CATALOG_S3_ADDRESSING={style!r} is not one of {', '.join(ADDRESSING_STYLES)}")
@@ -284,8 +316,12 @@ def _s3_options(env: Mapping[str, str]) -> tuple[S3Options, tuple[str, ...]]:
         unsigned=envparse.flag(env.get("CATALOG_S3_UNSIGNED", ""), "CATALOG_S3_UNSIGNED"),
         retry_mode=retry,
         max_attempts=_whole(env.get("AWS_MAX_ATTEMPTS") or "5", "AWS_MAX_ATTEMPTS", minimum=1, maximum=100),
-        read_timeout=_whole(env.get("CATALOG_S3_READ_TIMEOUT") or "60", "CATALOG_S3_READ_TIMEOUT", minimum=1,
-                            maximum=envparse.MAX_SECONDS),
+        read_timeout=_whole(
+            env.get("CATALOG_S3_READ_TIMEOUT") or "60",
+            "CATALOG_S3_READ_TIMEOUT",
+            minimum=1,
+            maximum=envparse.MAX_SECONDS,
+        ),
     ), tuple(ignored)
 
 
@@ -314,16 +350,20 @@ def tier_path(text: str) -> Path:
     """A tier entry as a Path, `~` expanded; an hf: entry keeps its prefix."""
     text = text.strip()
     if text.startswith(HF_TIER):
-        return Path(HF_TIER + str(Path(text[len(HF_TIER):].strip()).expanduser()))
+        return Path(HF_TIER + str(Path(text[len(HF_TIER) :].strip()).expanduser()))
     return Path(text).expanduser()
 
 
 def _oci_options(env: Mapping[str, str]) -> OciOptions:
     plain = tuple(h.strip().lower() for h in (env.get("CATALOG_OCI_PLAIN_HTTP") or "").split(",") if h.strip())
     docker = env.get("DOCKER_CONFIG")
-    return OciOptions(username=env.get("CATALOG_OCI_USERNAME") or None, password=env.get("CATALOG_OCI_PASSWORD") or None,
-                      registry=(env.get("CATALOG_OCI_REGISTRY") or "").strip().lower() or None, plain_http=plain,
-                      **({"docker_config": Path(docker).expanduser()} if docker else {}))
+    return OciOptions(
+        username=env.get("CATALOG_OCI_USERNAME") or None,
+        password=env.get("CATALOG_OCI_PASSWORD") or None,
+        registry=(env.get("CATALOG_OCI_REGISTRY") or "").strip().lower() or None,
+        plain_http=plain,
+        **({"docker_config": Path(docker).expanduser()} if docker else {}),
+    )
 
 
 def _whole(value: Any, name: str, minimum: int = 0, maximum: int = envparse.MAX_COUNT) -> int:
@@ -339,8 +379,10 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     """$XDG_CACHE_HOME/model-catalog, else ~/.cache/model-catalog (the user's cache dir); see catalog/locations.py."""
     found = locations.default_cache_dir(env)
     if found is None:
-        raise UsageError("HOME is empty or not an absolute path, so there is no default cache folder",
-                         hint="set HOME, or point --cache / CATALOG_CACHE at a folder")
+        raise UsageError(
+            "HOME is empty or not an absolute path, so there is no default cache folder",
+            hint="set HOME, or point --cache / CATALOG_CACHE at a folder",
+        )
     return Path(found)
 
 
@@ -349,7 +391,9 @@ def find_catalog_dir(start: Path | None = None) -> Path:
     try:
         here = str(start or Path.cwd())
     except FileNotFoundError:
-        raise CatalogNotFoundError("the working directory no longer exists", hint="cd somewhere else, or pass --catalog DIR") from None
+        raise CatalogNotFoundError(
+            "the working directory no longer exists", hint="cd somewhere else, or pass --catalog DIR"
+        ) from None
     found = locations.find_catalog_dir(here)
     if found is None:
         raise CatalogNotFoundError(

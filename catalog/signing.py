@@ -44,9 +44,14 @@ PREDICATE_TYPE = "https://model_signing/signature/v1.0"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 # Bundles Sigstore's own clients write (keyless signing) spell their media type in one of these ways.
-_MEDIA_TYPES = frozenset({BUNDLE_MEDIA_TYPE, "application/vnd.dev.sigstore.bundle.v0.2+json",
-                          "application/vnd.dev.sigstore.bundle+json;version=0.3",
-                          "application/vnd.dev.sigstore.bundle+json;version=0.2"})
+_MEDIA_TYPES = frozenset(
+    {
+        BUNDLE_MEDIA_TYPE,
+        "application/vnd.dev.sigstore.bundle.v0.2+json",
+        "application/vnd.dev.sigstore.bundle+json;version=0.3",
+        "application/vnd.dev.sigstore.bundle+json;version=0.2",
+    }
+)
 SUFFIX = ".sig"  # <name>.sig beside <name>.yaml: one reviewable file per model
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # model-signing hashes a folder with these settings by default; the catalog's statements say the same, so
@@ -172,16 +177,27 @@ def subject_difference(statement: Statement, manifest: ModelManifest) -> tuple[F
         if canonical(statement.subject) == canonical(mine):
             return None
         path, theirs, ours = _first_change(statement.subject, mine)
-        return (Flaw.DIFFERS, f"`{'.'.join(path) or SUBJECT_KEY}` is {_shown(ours)} in the manifest but signed as "
-                f"{_shown(theirs)}", path)
+        return (
+            Flaw.DIFFERS,
+            f"`{'.'.join(path) or SUBJECT_KEY}` is {_shown(ours)} in the manifest but signed as {_shown(theirs)}",
+            path,
+        )
     signed_file = next((r.digest for r in statement.resources if r.name == SUBJECT_RESOURCE), None)
     if signed_file is not None:
         if signed_file == hashlib.sha256(canonical(mine)).hexdigest():
             return None
-        return (Flaw.DIFFERS, f"the signed {SUBJECT_RESOURCE} is not this manifest's subject (a field that changes "
-                "what is loaded was edited after signing)", ())
-    return (Flaw.UNCOVERED, "it signs the files only, not the fields that change what the engine loads "
-            "(tokenizer, loader, load_format, hf_repo, revision, ...)", ())
+        return (
+            Flaw.DIFFERS,
+            f"the signed {SUBJECT_RESOURCE} is not this manifest's subject (a field that changes "
+            "what is loaded was edited after signing)",
+            (),
+        )
+    return (
+        Flaw.UNCOVERED,
+        "it signs the files only, not the fields that change what the engine loads "
+        "(tokenizer, loader, load_format, hf_repo, revision, ...)",
+        (),
+    )
 
 
 def _first_change(signed: Any, current: Any, path: tuple[str, ...] = ()) -> tuple[tuple[str, ...], Any, Any]:
@@ -208,8 +224,9 @@ def parse_statement(payload: bytes) -> Statement:
         if data.get("_type") != STATEMENT_TYPE:
             raise SignatureFormatError(f"its payload is not an in-toto statement (_type {data.get('_type')!r})")
         if data.get("predicateType") != PREDICATE_TYPE:
-            raise SignatureFormatError(f"predicate type {data.get('predicateType')!r} is not {PREDICATE_TYPE} "
-                                       "(model-signing v1.0)")
+            raise SignatureFormatError(
+                f"predicate type {data.get('predicateType')!r} is not {PREDICATE_TYPE} (model-signing v1.0)"
+            )
         subjects = data["subject"]
         if not isinstance(subjects, list) or len(subjects) != 1:
             raise SignatureFormatError("the statement must have exactly one subject")
@@ -227,16 +244,18 @@ def parse_statement(payload: bytes) -> Statement:
         subject = None
         if extra is not None:
             if not isinstance(extra, dict) or extra.get("version") != SUBJECT_VERSION or "manifest" not in extra:
-                raise SignatureFormatError(f"its predicate's {SUBJECT_KEY} is not version {SUBJECT_VERSION} of a "
-                                           "catalog subject")
+                raise SignatureFormatError(
+                    f"its predicate's {SUBJECT_KEY} is not version {SUBJECT_VERSION} of a catalog subject"
+                )
             subject = extra["manifest"]
         statement = Statement(str(subjects[0]["name"]), tuple(resources), subject)
         claimed = subjects[0]["digest"]["sha256"]
     except (KeyError, TypeError, AttributeError) as exc:
         raise SignatureFormatError(f"the statement lacks {exc} or has the wrong type there") from None
     if claimed != statement.digest:
-        raise SignatureFormatError(f"the subject digest {claimed} is not the sha256 of its resources' digests "
-                                   f"({statement.digest})")
+        raise SignatureFormatError(
+            f"the subject digest {claimed} is not the sha256 of its resources' digests ({statement.digest})"
+        )
     return statement
 
 
@@ -260,8 +279,12 @@ class LogEntry(NamedTuple):
     def set_payload(self) -> bytes:
         """The bytes a SET signs: RFC 8785 JSON of body, integratedTime, logID, logIndex (for this object of
         strings and integers, sorted keys without spaces is RFC 8785)."""
-        payload = {"body": _b64(self.body), "integratedTime": self.integrated_time, "logID": self.log_id.hex(),
-                   "logIndex": self.log_index}
+        payload = {
+            "body": _b64(self.body),
+            "integratedTime": self.integrated_time,
+            "logID": self.log_id.hex(),
+            "logIndex": self.log_index,
+        }
         return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -290,8 +313,11 @@ class Bundle(NamedTuple):
         body = {
             "mediaType": BUNDLE_MEDIA_TYPE,
             "verificationMaterial": material,
-            "dsseEnvelope": {"payload": _b64(self.payload), "payloadType": self.payload_type,
-                             "signatures": [{"sig": _b64(self.signature), "keyid": ""}]},
+            "dsseEnvelope": {
+                "payload": _b64(self.payload),
+                "payloadType": self.payload_type,
+                "signatures": [{"sig": _b64(self.signature), "keyid": ""}],
+            },
         }
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -315,7 +341,9 @@ def parse_bundle(data: bytes) -> Bundle:
         material = body["verificationMaterial"]
         certificates: tuple[bytes, ...] = ()
         if "x509CertificateChain" in material:
-            certificates = tuple(_unb64(c["rawBytes"], "a certificate") for c in material["x509CertificateChain"]["certificates"])
+            certificates = tuple(
+                _unb64(c["rawBytes"], "a certificate") for c in material["x509CertificateChain"]["certificates"]
+            )
         elif "certificate" in material:
             certificates = (_unb64(material["certificate"]["rawBytes"], "the certificate"),)
         hint = (material.get("publicKey") or {}).get("hint") or None
@@ -339,11 +367,14 @@ def _log_entry(entry: Any) -> LogEntry:
         promise = (entry.get("inclusionPromise") or {}).get("signedEntryTimestamp")
         integrated = entry.get("integratedTime")
         return LogEntry(
-            log_index=int(entry["logIndex"]), log_id=_unb64(entry["logId"]["keyId"], "a log entry's log id"),
+            log_index=int(entry["logIndex"]),
+            log_id=_unb64(entry["logId"]["keyId"], "a log entry's log id"),
             integrated_time=int(integrated) if integrated not in (None, "", "0", 0) else None,
-            body=_unb64(entry["canonicalizedBody"], "a log entry's body"), kind=str(entry["kindVersion"]["kind"]),
+            body=_unb64(entry["canonicalizedBody"], "a log entry's body"),
+            kind=str(entry["kindVersion"]["kind"]),
             version=str(entry["kindVersion"]["version"]),
-            promise=_unb64(promise, "a signed entry timestamp") if promise is not None else None)
+            promise=_unb64(promise, "a signed entry timestamp") if promise is not None else None,
+        )
     except ValueError as exc:
         if isinstance(exc, SignatureFormatError):
             raise
@@ -419,9 +450,11 @@ def parse_identity(text: str, what: str) -> Identity:
     """`IDENTITY|ISSUER` -> Identity; UsageError naming `what` when either half is empty."""
     identity, separator, issuer = text.strip().rpartition(IDENTITY_SEPARATOR)
     if not separator or not identity.strip() or not issuer.strip():
-        raise UsageError(f"{what} {text!r} is not IDENTITY|ISSUER",
-                         hint="e.g. 'ci@example.org|https://accounts.example.org' (the issuer is the certificate's OIDC "
-                              "issuer, or its issuer DN when it has none)")
+        raise UsageError(
+            f"{what} {text!r} is not IDENTITY|ISSUER",
+            hint="e.g. 'ci@example.org|https://accounts.example.org' (the issuer is the certificate's OIDC "
+            "issuer, or its issuer DN when it has none)",
+        )
     return Identity(identity.strip(), issuer.strip())
 
 
@@ -460,8 +493,7 @@ class Policy(NamedTuple):
         return f"trusted identities: {'; '.join(i.describe() for i in self.identities)} ({self.origin})"
 
 
-RUNNER_ORIGIN = ("--trusted-key/--trusted-root/--trusted-identity/--trusted-log-key or their CATALOG_TRUSTED_* "
-                 "variables")
+RUNNER_ORIGIN = "--trusted-key/--trusted-root/--trusted-identity/--trusted-log-key or their CATALOG_TRUSTED_* variables"
 
 
 def policy_of(catalog: CatalogSettings, root: Path, settings: Settings | None) -> Policy:
@@ -469,16 +501,29 @@ def policy_of(catalog: CatalogSettings, root: Path, settings: Settings | None) -
     --require-signature / CATALOG_REQUIRE_SIGNATURE on top; a runner's own anchors (flags or variables) replace
     catalog.yaml's trust entirely and require signatures, whatever catalog.yaml's `signatures:` says."""
     required = catalog.signatures == "required" or bool(settings and settings.require_signature)
-    if settings is not None and (settings.trusted_keys or settings.trusted_roots or settings.trusted_identities
-                                 or settings.trusted_log_keys):
-        return Policy(True, tuple(settings.trusted_keys), tuple(settings.trusted_roots), RUNNER_ORIGIN,
-                      tuple(Identity(*i) for i in settings.trusted_identities), tuple(settings.trusted_log_keys),
-                      settings.log_entries == "accept-unchecked")
-    return Policy(required, tuple(root / p for p in catalog.trusted_keys), tuple(root / p for p in catalog.trusted_roots),
-                  identities=tuple(Identity(i.identity, i.issuer) for i in catalog.trusted_identities),
-                  log_keys=tuple(root / p for p in catalog.trusted_log_keys),
-                  unchecked_log_entries=(settings.log_entries if settings is not None and settings.log_entries
-                                         else catalog.log_entries) == "accept-unchecked")
+    if settings is not None and (
+        settings.trusted_keys or settings.trusted_roots or settings.trusted_identities or settings.trusted_log_keys
+    ):
+        return Policy(
+            True,
+            tuple(settings.trusted_keys),
+            tuple(settings.trusted_roots),
+            RUNNER_ORIGIN,
+            tuple(Identity(*i) for i in settings.trusted_identities),
+            tuple(settings.trusted_log_keys),
+            settings.log_entries == "accept-unchecked",
+        )
+    return Policy(
+        required,
+        tuple(root / p for p in catalog.trusted_keys),
+        tuple(root / p for p in catalog.trusted_roots),
+        identities=tuple(Identity(i.identity, i.issuer) for i in catalog.trusted_identities),
+        log_keys=tuple(root / p for p in catalog.trusted_log_keys),
+        unchecked_log_entries=(
+            settings.log_entries if settings is not None and settings.log_entries else catalog.log_entries
+        )
+        == "accept-unchecked",
+    )
 
 
 def sign_hint(name: str) -> str:

@@ -137,8 +137,13 @@ class TensorTables:
         return None if rows is None else table_sha256(rows, self.digests.get(path), self.offsets.get(path))
 
 
-def render(model: str, headers: Mapping[str, Sequence[Row]], weight_maps: Mapping[str, Mapping[str, str]],
-           digests: Mapping[str, Digests] | None = None, offsets: Mapping[str, Offsets] | None = None) -> str:
+def render(
+    model: str,
+    headers: Mapping[str, Sequence[Row]],
+    weight_maps: Mapping[str, Mapping[str, str]],
+    digests: Mapping[str, Digests] | None = None,
+    offsets: Mapping[str, Offsets] | None = None,
+) -> str:
     """The sidecar's text: files by path, a file's tensors in offset order, a weight_map's by name."""
     sections: dict[str, list[str]] = {}
     for path, rows in headers.items():
@@ -195,19 +200,28 @@ def parse(text: str) -> TensorTables:
 
 def _shard(path: str, tensor: str, value: Any, text: str) -> str:
     if not isinstance(value, str):
-        raise TableError(f"{path!r}: tensor {tensor!r} maps to {value!r}, expected a file name",
-                         _lines(text).get((path, tensor), 0))
+        raise TableError(
+            f"{path!r}: tensor {tensor!r} maps to {value!r}, expected a file name", _lines(text).get((path, tensor), 0)
+        )
     return value
 
 
 def _row(path: str, tensor: str, value: Any, text: str) -> Row:
-    ok = (type(value) is list and 2 <= len(value) <= 4 and type(value[0]) is str and type(value[1]) is list
-          and all(type(d) is int and d >= 0 for d in value[1])
-          and (len(value) < 3 or (type(value[2]) is str and _SHA256.fullmatch(value[2]) is not None))
-          and (len(value) < 4 or (type(value[3]) is int and value[3] >= 0)))
+    ok = (
+        type(value) is list
+        and 2 <= len(value) <= 4
+        and type(value[0]) is str
+        and type(value[1]) is list
+        and all(type(d) is int and d >= 0 for d in value[1])
+        and (len(value) < 3 or (type(value[2]) is str and _SHA256.fullmatch(value[2]) is not None))
+        and (len(value) < 4 or (type(value[3]) is int and value[3] >= 0))
+    )
     if not ok:
-        raise TableError(f"{path!r}: tensor {tensor!r} is {value!r}, expected [dtype, shape] or [dtype, shape, sha256] "
-                         "or [dtype, shape, sha256, offset]", _lines(text).get((path, tensor), 0))
+        raise TableError(
+            f"{path!r}: tensor {tensor!r} is {value!r}, expected [dtype, shape] or [dtype, shape, sha256] "
+            "or [dtype, shape, sha256, offset]",
+            _lines(text).get((path, tensor), 0),
+        )
     return (tensor, value[0], tuple(value[1]))
 
 
@@ -250,9 +264,14 @@ class Inventory:
     unpinned: tuple[str, ...]  # safetensors files without one (locked before headers were pinned)
 
     def to_json(self) -> dict[str, Any]:
-        return {"files": self.files, "count": self.tensors, "parameters": self.parameters,
-                "bytes_by_dtype": dict(self.bytes_by_dtype), "bytes": sum(self.bytes_by_dtype.values()),
-                "unpinned": list(self.unpinned)}
+        return {
+            "files": self.files,
+            "count": self.tensors,
+            "parameters": self.parameters,
+            "bytes_by_dtype": dict(self.bytes_by_dtype),
+            "bytes": sum(self.bytes_by_dtype.values()),
+            "unpinned": list(self.unpinned),
+        }
 
 
 def inventory(files: Sequence[FileEntry]) -> Inventory:
@@ -262,5 +281,10 @@ def inventory(files: Sequence[FileEntry]) -> Inventory:
         for dtype, count in h.bytes_by_dtype.items():
             by_dtype[dtype] = by_dtype.get(dtype, 0) + count
     unpinned = tuple(f.path for f in files if f.header is None and f.path.endswith(".safetensors"))
-    return Inventory(len(pinned), sum(h.tensors for h in pinned), sum(h.parameters for h in pinned),
-                     dict(sorted(by_dtype.items())), unpinned)
+    return Inventory(
+        len(pinned),
+        sum(h.tensors for h in pinned),
+        sum(h.parameters for h in pinned),
+        dict(sorted(by_dtype.items())),
+        unpinned,
+    )

@@ -25,9 +25,9 @@ OCI_OPTIONS = ("plain-http", "require-signature")  # oci://host[:port]/namespace
 HIDDEN = "***"
 FORMS = {  # each scheme's URL as written, for hints
     "s3": "s3://bucket/[base/][?endpoint=http(s)://host:port&addressing=path|virtual|auto&unsigned=1&profile=NAME]; "
-          "credentials come from the AWS chain or a profile, never the URL",
+    "credentials come from the AWS chain or a profile, never the URL",
     "oci": "oci://host[:port]/namespace/[?plain-http=1]; credentials come from CATALOG_OCI_USERNAME/PASSWORD or "
-           "docker's config.json",
+    "docker's config.json",
     "http": "http(s)://host[:port]/base/, read with unsigned GETs",
     "https": "http(s)://host[:port]/base/, read with unsigned GETs",
 }
@@ -35,7 +35,9 @@ FORMS = {  # each scheme's URL as written, for hints
 _USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@?#'\"]*@", re.IGNORECASE)
 _SECRET_PARAM = re.compile(
     r"(?P<name>[?&;](?:[^=&\s'\"]*(?:token|secret|passw|pwd|signature|credential|access[_-]?key|api[_-]?key|auth)"
-    r"[^=&\s'\"]*)=)[^&\s'\"#]*", re.IGNORECASE)
+    r"[^=&\s'\"]*)=)[^&\s'\"#]*",
+    re.IGNORECASE,
+)
 
 
 def redact(text: str) -> str:
@@ -85,7 +87,9 @@ def check_store_url(url: str) -> str | None:
     scheme = scheme_of(url)
     named = shown(url)
     if scheme not in SCHEMES:
-        return f"{named!r}: unknown scheme {scheme}://; known: {', '.join(s + '://' for s in SCHEMES)}, or a folder path"
+        return (
+            f"{named!r}: unknown scheme {scheme}://; known: {', '.join(s + '://' for s in SCHEMES)}, or a folder path"
+        )
     if scheme in ("http", "https"):
         parts, problem = split(url)
         if parts is None:
@@ -102,14 +106,22 @@ def check_store_url(url: str) -> str | None:
         if parts is None:
             return problem
         if parts.username is not None or parts.password is not None:
-            return f"{named!r} carries credentials: they belong in CATALOG_OCI_USERNAME/PASSWORD or docker's config.json"
+            return (
+                f"{named!r} carries credentials: they belong in CATALOG_OCI_USERNAME/PASSWORD or docker's config.json"
+            )
         if not parts.hostname:
             return f"{named!r} has no registry: use oci://host[:port]/namespace/"
         unknown = sorted(set(parse_qs(parts.query, keep_blank_values=True)) - set(OCI_OPTIONS))
-        return f"unknown oci:// URL option(s) {_option_names(unknown)}; known: {', '.join(OCI_OPTIONS)}" if unknown else None
+        return (
+            f"unknown oci:// URL option(s) {_option_names(unknown)}; known: {', '.join(OCI_OPTIONS)}"
+            if unknown
+            else None
+        )
     base, _, query = url.partition("?")
     if "@" in base.split("/", 3)[2]:
-        return f"{named!r} carries credentials: they belong in the AWS credential chain (or ?profile=NAME), never in a URL"
+        return (
+            f"{named!r} carries credentials: they belong in the AWS credential chain (or ?profile=NAME), never in a URL"
+        )
     problem = s3_query_problem(query) if query else None
     if problem is not None:
         return problem
@@ -154,5 +166,8 @@ def same_endpoint(a: str | None, b: str | None) -> bool:
     if pa is None or pb is None:
         return False
     default = {"http": 80, "https": 443}
-    return (pa.scheme.lower(), (pa.hostname or "").lower(), pa.port or default.get(pa.scheme.lower())) == \
-        (pb.scheme.lower(), (pb.hostname or "").lower(), pb.port or default.get(pb.scheme.lower()))
+    return (pa.scheme.lower(), (pa.hostname or "").lower(), pa.port or default.get(pa.scheme.lower())) == (
+        pb.scheme.lower(),
+        (pb.hostname or "").lower(),
+        pb.port or default.get(pb.scheme.lower()),
+    )

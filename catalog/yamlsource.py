@@ -103,18 +103,25 @@ def parse(text: str) -> Located:
     return Located(_build(node, (), lines, budget, set()), LineMap(lines))
 
 
-def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int], seen: set[int], aliased: bool = False) -> Any:
+def _build(
+    node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int], seen: set[int], aliased: bool = False
+) -> Any:
     aliased = aliased or id(node) in seen  # the composer hands back the anchored node itself for each alias
     seen.add(id(node))
     budget[0] -= 1
     budget[1] -= aliased
     line = node.start_mark.line + 1
     if budget[0] < 0:
-        raise YamlProblem(f"more than {MAX_NODES:,} values, the limit (a manifest pinning 100,000 files has about "
-                          "400,000)", line, loc)
+        raise YamlProblem(
+            f"more than {MAX_NODES:,} values, the limit (a manifest pinning 100,000 files has about 400,000)", line, loc
+        )
     if budget[1] < 0:
-        raise YamlProblem(f"more than {MAX_ALIAS_VALUES:,} values reached through aliases, the limit (an alias bomb?); "
-                          "write the values out", line, loc)
+        raise YamlProblem(
+            f"more than {MAX_ALIAS_VALUES:,} values reached through aliases, the limit (an alias bomb?); "
+            "write the values out",
+            line,
+            loc,
+        )
     if len(loc) > MAX_DEPTH:
         raise YamlProblem(f"nested deeper than {MAX_DEPTH} levels", line, loc)
     if isinstance(node, yaml.ScalarNode):
@@ -145,9 +152,7 @@ def _build(node: yaml.Node, loc: Loc, lines: dict[Loc, int], budget: list[int], 
                 raise YamlProblem("keys must be plain strings", key_line, loc)
             key = key_node.value
             if key in mapping:
-                raise YamlProblem(
-                    f"duplicate key {key!r} (first at line {lines[(*loc, key)]})", key_line, (*loc, key)
-                )
+                raise YamlProblem(f"duplicate key {key!r} (first at line {lines[(*loc, key)]})", key_line, (*loc, key))
             lines[(*loc, key)] = key_line
             mapping[key] = _build(value_node, (*loc, key), lines, budget, seen, aliased)
         return mapping

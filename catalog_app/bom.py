@@ -57,9 +57,15 @@ def facts(cat: Catalog, results: Sequence[Resolution], settings: Settings | None
         manifest = cat.get(r.name)
         pins = {f.path: f.sha256 for f in manifest.files}
         streamed = set(r.streamed)
-        out[r.name] = ModelFacts(r.name, r.hf_repo, r.revision, manifest.is_dataset, r.load_format.value,
-                                 tuple((p, pins[p], p in streamed) for p in sorted({*r.files, *r.streamed})),
-                                 verdict(cat, r.name, settings))
+        out[r.name] = ModelFacts(
+            r.name,
+            r.hf_repo,
+            r.revision,
+            manifest.is_dataset,
+            r.load_format.value,
+            tuple((p, pins[p], p in streamed) for p in sorted({*r.files, *r.streamed})),
+            verdict(cat, r.name, settings),
+        )
     return list(out.values())
 
 
@@ -84,20 +90,36 @@ def cyclonedx(models: Sequence[ModelFacts]) -> str:
         raise CatalogError("--format cyclonedx needs cyclonedx-python-lib", hint=INSTALL_HINT) from None
     bom = Bom(serial_number=uuid.UUID(bytes=_digest(models)[:16], version=5))  # from the content: same in, same out
     bom.metadata.timestamp = None  # type: ignore[assignment]  # the library stamps now by default; the output omits it
-    bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="model-catalog", version=__version__))
+    bom.metadata.tools.components.add(
+        Component(type=ComponentType.APPLICATION, name="model-catalog", version=__version__)
+    )
     for m in models:
         org, _, repo = m.hf_repo.partition("/")
-        files = [Component(type=ComponentType.FILE, name=path, bom_ref=f"{m.name}/{path}",
-                           hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)],
-                           properties=[Property(name="model-catalog:streamed", value="true")] if streamed else [])
-                 for path, sha256, streamed in m.files]
-        bom.components.add(Component(
-            type=ComponentType.DATA if m.dataset else ComponentType.MACHINE_LEARNING_MODEL, name=m.hf_repo,
-            version=m.revision, bom_ref=f"model-catalog:{m.name}", components=files,
-            purl=PackageURL(type="huggingface", namespace=org, name=repo, version=m.revision),
-            properties=[Property(name="model-catalog:name", value=m.name),
-                        Property(name="model-catalog:load_format", value=m.load_format),
-                        Property(name="model-catalog:signature", value=m.signature)]))
+        files = [
+            Component(
+                type=ComponentType.FILE,
+                name=path,
+                bom_ref=f"{m.name}/{path}",
+                hashes=[HashType(alg=HashAlgorithm.SHA_256, content=sha256)],
+                properties=[Property(name="model-catalog:streamed", value="true")] if streamed else [],
+            )
+            for path, sha256, streamed in m.files
+        ]
+        bom.components.add(
+            Component(
+                type=ComponentType.DATA if m.dataset else ComponentType.MACHINE_LEARNING_MODEL,
+                name=m.hf_repo,
+                version=m.revision,
+                bom_ref=f"model-catalog:{m.name}",
+                components=files,
+                purl=PackageURL(type="huggingface", namespace=org, name=repo, version=m.revision),
+                properties=[
+                    Property(name="model-catalog:name", value=m.name),
+                    Property(name="model-catalog:load_format", value=m.load_format),
+                    Property(name="model-catalog:signature", value=m.signature),
+                ],
+            )
+        )
     return str(JsonV1Dot6(bom).output_as_string(indent=2))
 
 
@@ -106,15 +128,26 @@ def intoto(models: Sequence[ModelFacts], request: Mapping[str, Any]) -> str:
     job's resolve request and what each model resolved to. Unsigned: the job signs it with what it attests with."""
     statement = {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": f"{m.name}/{path}", "digest": {"sha256": sha256}} for m in models for path, sha256, _ in m.files],
+        "subject": [
+            {"name": f"{m.name}/{path}", "digest": {"sha256": sha256}} for m in models for path, sha256, _ in m.files
+        ],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "request": dict(request),
             "resolver": {"name": "model-catalog", "version": __version__},
-            "models": [{"name": m.name, "purl": m.purl, "hf_repo": m.hf_repo, "revision": m.revision,
-                        "repo_type": "dataset" if m.dataset else "model", "load_format": m.load_format,
-                        "streamed": [p for p, _, streamed in m.files if streamed], "signature": m.signature}
-                       for m in models],
+            "models": [
+                {
+                    "name": m.name,
+                    "purl": m.purl,
+                    "hf_repo": m.hf_repo,
+                    "revision": m.revision,
+                    "repo_type": "dataset" if m.dataset else "model",
+                    "load_format": m.load_format,
+                    "streamed": [p for p, _, streamed in m.files if streamed],
+                    "signature": m.signature,
+                }
+                for m in models
+            ],
         },
     }
     return json.dumps(statement, indent=2, sort_keys=True)

@@ -15,10 +15,24 @@ from catalog_app.options import declared_by
 
 # Every command, by the module under catalog_app.commands that defines it (its COMMANDS; a test holds the two equal).
 COMMAND_MODULES = {
-    "validate": "catalog", "list": "catalog", "show": "catalog", "matrix": "catalog", "schema": "catalog",
-    "resolve": "resolve", "verify": "resolve", "gc": "resolve", "lock": "pin", "add": "pin", "tensorize": "pin",
-    "sync": "sync", "check-load": "check_load", "publish": "publish", "sign": "sign", "import": "adopt",
-    "audit-upstream": "adopt", "derived": "derived",
+    "validate": "catalog",
+    "list": "catalog",
+    "show": "catalog",
+    "matrix": "catalog",
+    "schema": "catalog",
+    "resolve": "resolve",
+    "verify": "resolve",
+    "gc": "resolve",
+    "lock": "pin",
+    "add": "pin",
+    "tensorize": "pin",
+    "sync": "sync",
+    "check-load": "check_load",
+    "publish": "publish",
+    "sign": "sign",
+    "import": "adopt",
+    "audit-upstream": "adopt",
+    "derived": "derived",
 }
 
 
@@ -96,4 +110,3 @@ class _Lines(logging.Formatter):
         where = f" {record.name}" if self.with_logger else ""
         text = f"{record.levelname.lower()}{where}: {record.getMessage()}"
         return text + ("\n" + self.formatException(record.exc_info) if record.exc_info else "")
-

@@ -19,7 +19,9 @@ from catalog.lookup import Catalog, load
 from catalog.settings import Settings
 from catalog_app.options import declared_by
 
-if TYPE_CHECKING:  # the resolver's modules are imported by the properties that need them: a command opens no store it does not use
+if (
+    TYPE_CHECKING
+):  # the resolver's modules are imported by the properties that need them: a command opens no store it does not use
     from catalog.signing import Policy
     from resolver.cache import Cache
     from resolver.resolve import Cleared, ResolveOptions
@@ -39,8 +41,13 @@ class Invocation:
     threads) build each once. `built` counts the constructions, and each is logged at debug level (-vv): what the
     tests hold to "once per command"."""
 
-    def __init__(self, settings: Settings | Callable[[], Settings], *, only: Sequence[str] | None = None,
-                 after_load: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | Callable[[], Settings],
+        *,
+        only: Sequence[str] | None = None,
+        after_load: Callable[[], None] | None = None,
+    ) -> None:
         self._make_settings = settings if callable(settings) else (lambda: settings)
         self.only = tuple(only) if only else None
         self._after_load = after_load
@@ -140,6 +147,7 @@ def invocation(ctx: click.Context, *, only: Sequence[str] | None = None, **flags
     read of it, here at the entry point). Made on the first call; later calls get the same one."""
     root = ctx.find_root().ensure_object(dict)
     if "invocation" not in root:
+
         def after_load() -> None:
             if root.pop("collect_after_start", False):
                 # The start-up is over (catalog_app/main.py turned the collector off for it): what it made lives until
@@ -147,8 +155,11 @@ def invocation(ctx: click.Context, *, only: Sequence[str] | None = None, **flags
                 gc.freeze()
                 gc.enable()
 
-        root["invocation"] = Invocation(lambda: Settings.from_process(catalog_dir=root.get("catalog_dir"), **flags),
-                                        only=only, after_load=after_load)
+        root["invocation"] = Invocation(
+            lambda: Settings.from_process(catalog_dir=root.get("catalog_dir"), **flags),
+            only=only,
+            after_load=after_load,
+        )
     made: Invocation = root["invocation"]
     return made
 

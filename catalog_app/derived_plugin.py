@@ -40,13 +40,21 @@ class Session(Protocol):
 
 
 def add_options(group: pytest.OptionGroup) -> None:
-    group.addoption("--catalog-compile-cache", metavar="DIR", default=None,
-                    help="Restore the vLLM compile cache of every model the collected tests mark into the engine cache "
-                         "folder DIR before the first test (and set VLLM_CACHE_ROOT and the rest for this session); "
-                         "publish what the engine left there after the session.")
-    group.addoption("--catalog-engine-args", metavar="ARGS", default="",
-                    help="The engine arguments the tests give vLLM (shell-quoted, e.g. '--dtype float32 --max-model-len "
-                         "64'): the compile cache's key keeps those that change compilation.")
+    group.addoption(
+        "--catalog-compile-cache",
+        metavar="DIR",
+        default=None,
+        help="Restore the vLLM compile cache of every model the collected tests mark into the engine cache "
+        "folder DIR before the first test (and set VLLM_CACHE_ROOT and the rest for this session); "
+        "publish what the engine left there after the session.",
+    )
+    group.addoption(
+        "--catalog-engine-args",
+        metavar="ARGS",
+        default="",
+        help="The engine arguments the tests give vLLM (shell-quoted, e.g. '--dtype float32 --max-model-len "
+        "64'): the compile cache's key keeps those that change compilation.",
+    )
 
 
 def configure(config: pytest.Config, session: Session) -> None:
@@ -76,8 +84,12 @@ class CompileCache:
 
         if session.config.option.collectonly:
             return
-        names = {m.args[0] for item in session.items for m in item.iter_markers(MARKER)
-                 if len(m.args) == 1 and isinstance(m.args[0], str)}  # a malformed marker: that test reports it
+        names = {
+            m.args[0]
+            for item in session.items
+            for m in item.iter_markers(MARKER)
+            if len(m.args) == 1 and isinstance(m.args[0], str)
+        }  # a malformed marker: that test reports it
         if not names:
             return
         state = self.session
@@ -86,16 +98,34 @@ class CompileCache:
         probe = Probe.here(VLLM_COMPILE)
         for name in sorted(names):
             try:
-                report = restore(cat, name, VLLM_COMPILE, self.args, self.folder, cache=cache, store=store, options=options,
-                                 env=state.settings.engine_env, probe=probe)
+                report = restore(
+                    cat,
+                    name,
+                    VLLM_COMPILE,
+                    self.args,
+                    self.folder,
+                    cache=cache,
+                    store=store,
+                    options=options,
+                    env=state.settings.engine_env,
+                    probe=probe,
+                )
             except CatalogError as exc:
                 _report(session.config, f"catalog: compile cache of {name} not restored: {exc.message}")
                 continue
             self.restored.append(report)
-            os.environ.update(report.env)  # the engine the tests start reads them (one folder: the same for every model)
-            _report(session.config, f"catalog: compile cache of {name}: "
-                                    + (f"restored {report.restored} file(s) into {self.folder}" if report.hit
-                                       else f"none ({report.reason}); the engine compiles"))
+            os.environ.update(
+                report.env
+            )  # the engine the tests start reads them (one folder: the same for every model)
+            _report(
+                session.config,
+                f"catalog: compile cache of {name}: "
+                + (
+                    f"restored {report.restored} file(s) into {self.folder}"
+                    if report.hit
+                    else f"none ({report.reason}); the engine compiles"
+                ),
+            )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from catalog.derived import VLLM_COMPILE
@@ -109,10 +139,21 @@ class CompileCache:
         probe = Probe.here(VLLM_COMPILE)
         for report in self.restored:
             try:
-                done = publish(cat, report.name, VLLM_COMPILE, self.folder, cache=cache, store=store,
-                               env=state.settings.engine_env, probe=probe)
+                done = publish(
+                    cat,
+                    report.name,
+                    VLLM_COMPILE,
+                    self.folder,
+                    cache=cache,
+                    store=store,
+                    env=state.settings.engine_env,
+                    probe=probe,
+                )
             except CatalogError as exc:
                 _report(session.config, f"catalog: compile cache of {report.name} not published: {exc.message}")
                 continue
-            _report(session.config, f"catalog: compile cache of {report.name}: "
-                                    + (f"published {done.files} file(s)" if done.published else done.reason))
+            _report(
+                session.config,
+                f"catalog: compile cache of {report.name}: "
+                + (f"published {done.files} file(s)" if done.published else done.reason),
+            )

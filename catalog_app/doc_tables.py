@@ -42,8 +42,9 @@ def oci_settings() -> str:
 
 def signing_settings() -> str:
     """The variables of the signature gate and its trust (docs/signing.md)."""
-    return _variables(lambda name: name.startswith("CATALOG_TRUSTED_"), "CATALOG_REQUIRE_SIGNATURE",
-                      "CATALOG_LOG_ENTRIES")
+    return _variables(
+        lambda name: name.startswith("CATALOG_TRUSTED_"), "CATALOG_REQUIRE_SIGNATURE", "CATALOG_LOG_ENTRIES"
+    )
 
 
 def _variables(prefixed: Callable[[str], bool], *named: str) -> str:
@@ -53,8 +54,11 @@ def _variables(prefixed: Callable[[str], bool], *named: str) -> str:
 
     if missing := sorted(set(named) - ENV_NAMES):
         raise KeyError(f"not in catalog.settings.ENV: {', '.join(missing)}")
-    rows = [f"| `{v.name}` | {_cell(v.help)}{' (secret: never shown)' if v.secret else ''} |"
-            for v in ENV if prefixed(v.name) or v.name in named]
+    rows = [
+        f"| `{v.name}` | {_cell(v.help)}{' (secret: never shown)' if v.secret else ''} |"
+        for v in ENV
+        if prefixed(v.name) or v.name in named
+    ]
     return "| variable | meaning |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 
@@ -68,16 +72,21 @@ def cache_layout() -> str:
 def formats() -> str:
     from catalog.formats import FORMATS, EngineTarget
 
-    target = {EngineTarget.MODEL: "`--model` folder or stream URI", EngineTarget.LOADER_URI: "`--model` folder; weights "
-              "file in the loader config", EngineTarget.FILE: "`--model` the weights file"}
+    target = {
+        EngineTarget.MODEL: "`--model` folder or stream URI",
+        EngineTarget.LOADER_URI: "`--model` folder; weights file in the loader config",
+        EngineTarget.FILE: "`--model` the weights file",
+    }
     rows = []
     for fmt, spec in FORMATS.items():
         needs = "; ".join(n.what for n in spec.needs) or "-"
         streamed = "; ".join(n.what for n in spec.streamed_needs)
         engine = target[spec.engine_target] if spec.engine else "no engine arguments"
-        rows.append(f"| {fmt.value} | {'yes' if spec.streams_weights else ''} | {_cell(needs)}"
-                    f"{_cell(' (streamed: ' + streamed + ')') if streamed else ''} | {', '.join(f'`{p}`' for p in spec.weight_patterns) or '-'}"
-                    f" | {spec.loader or '-'} | {engine} |")
+        rows.append(
+            f"| {fmt.value} | {'yes' if spec.streams_weights else ''} | {_cell(needs)}"
+            f"{_cell(' (streamed: ' + streamed + ')') if streamed else ''} | {', '.join(f'`{p}`' for p in spec.weight_patterns) or '-'}"
+            f" | {spec.loader or '-'} | {engine} |"
+        )
     header = "| load format | streams weights | the pinned files must hold | weights | check-load loader | the engine gets |\n"
     return header + "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
 
@@ -99,8 +108,11 @@ def synopsis() -> str:
     commands = cli.load_all()
     for name in sorted(commands):
         command = commands[name]  # a group (`derived`) is listed by its subcommands
-        for full, sub in ([(f"{name} {n}", c) for n, c in sorted(command.commands.items())]
-                          if isinstance(command, click.Group) else [(name, command)]):
+        for full, sub in (
+            [(f"{name} {n}", c) for n, c in sorted(command.commands.items())]
+            if isinstance(command, click.Group)
+            else [(name, command)]
+        ):
             parts = [full, *(_usage(param) for param in sub.params if param.name != "help")]
             for group, usages in groups.items():  # a group of options several commands share, named once below
                 if all(u in parts for u in usages):
@@ -157,9 +169,16 @@ def _wrap(parts: list[str], width: int = 116) -> list[str]:
 
 OPTION_GROUPS = _store_and_trust_options()
 
-TABLES: dict[str, Callable[[], str]] = {"rules": rules, "settings": settings, "formats": formats, "outputs": outputs,
-                                        "commands": synopsis, "cache-layout": cache_layout,
-                                        "oci-settings": oci_settings, "signing-settings": signing_settings}
+TABLES: dict[str, Callable[[], str]] = {
+    "rules": rules,
+    "settings": settings,
+    "formats": formats,
+    "outputs": outputs,
+    "commands": synopsis,
+    "cache-layout": cache_layout,
+    "oci-settings": oci_settings,
+    "signing-settings": signing_settings,
+}
 
 
 def render(text: str) -> str:

@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 
 # Where a library imported before the guard keeps its import-time copy of HF_ENDPOINT: module -> attribute -> template.
 _IMPORTED = {
-    "huggingface_hub.constants": {"ENDPOINT": "{}", "HUGGINGFACE_CO_URL_TEMPLATE": "{}/{{repo_id}}/resolve/{{revision}}/{{filename}}"},
-    "datasets.config": {"HF_ENDPOINT": "{}", "HUB_DATASETS_URL": "{}/datasets/{{repo_id}}/resolve/{{revision}}/{{path}}"},
+    "huggingface_hub.constants": {
+        "ENDPOINT": "{}",
+        "HUGGINGFACE_CO_URL_TEMPLATE": "{}/{{repo_id}}/resolve/{{revision}}/{{filename}}",
+    },
+    "datasets.config": {
+        "HF_ENDPOINT": "{}",
+        "HUB_DATASETS_URL": "{}/datasets/{{repo_id}}/resolve/{{revision}}/{{path}}",
+    },
 }
 OUTSIDE = "(outside any test)"  # what a request is recorded against during collection or between tests
 _KINDS = {"models": "model", "datasets": "dataset", "spaces": "space"}
@@ -80,8 +86,15 @@ def parse_request(method: str, target: str) -> HubAsk:
         kind_prefix = parts[0] if parts[0] in ("datasets", "spaces") and at > 1 else None
         repo_parts = parts[1:at] if kind_prefix else parts[:at]
         if 1 <= len(repo_parts) <= 2 and len(parts) > at + 2:
-            return HubAsk(method, target, "file", _KINDS[kind_prefix] if kind_prefix else "model", "/".join(repo_parts),
-                          parts[at + 1], "/".join(parts[at + 2:]))
+            return HubAsk(
+                method,
+                target,
+                "file",
+                _KINDS[kind_prefix] if kind_prefix else "model",
+                "/".join(repo_parts),
+                parts[at + 1],
+                "/".join(parts[at + 2 :]),
+            )
     if len(parts) >= 3 and parts[0] == "api" and parts[1] in _KINDS:
         rest = parts[2:]
         verbs = ("revision", "tree", "paths-info", "refs", "commits", "parquet", "treesize")
@@ -110,39 +123,69 @@ def judge(ask: HubAsk, cat: Catalog | None, where: Callable[[str, Loc], str]) ->
     pinning = [m for m in cat.by_repo(ask.repo) if m.source.repo_type == ask.repo_type] if cat is not None else []
     if not pinning:
         if ask.repo_type == "dataset":
-            return Verdict(f"no manifest pins dataset {ask.repo}: pin it (a manifest with `source.repo_type: dataset`, "
-                           "then `catalog lock`)", rank=1)
+            return Verdict(
+                f"no manifest pins dataset {ask.repo}: pin it (a manifest with `source.repo_type: dataset`, "
+                "then `catalog lock`)",
+                rank=1,
+            )
         return Verdict(f"no manifest pins {ask.repo}: `catalog add {ask.repo}`", rank=1)
     at_commit = naming.check_revision(ask.revision or "") is None
     chosen = _chosen(cat, ask, pinning) if cat is not None else None
     if chosen is None:
         first = pinning[0]
-        return Verdict(f"{ask.repo}@{ask.revision} is not a pinned revision: {where(first.name, ('source', 'revision'))} "
-                       f"pins it at {first.source.revision}; load that revision (or its hf-cache snapshot)",
-                       where(first.name, ("source", "revision")), first.name, 1)
+        return Verdict(
+            f"{ask.repo}@{ask.revision} is not a pinned revision: {where(first.name, ('source', 'revision'))} "
+            f"pins it at {first.source.revision}; load that revision (or its hf-cache snapshot)",
+            where(first.name, ("source", "revision")),
+            first.name,
+            1,
+        )
     name, rev = chosen.name, chosen.source.revision[:12]
     env_fix = f"`catalog resolve {name} --layout hf-cache --format env` exports the snapshot and HF_HUB_OFFLINE=1"
     if ask.kind != "file" or ask.file is None:
         loc = where(name, ("source", "hf_repo"))
-        return Verdict(f"metadata of {ask.repo}@{ask.revision or 'main'} is pinned by {loc} ({name}), yet a library asked "
-                       f"the Hub for it (HF_HUB_OFFLINE is unset); {env_fix}", loc, name, 2)
+        return Verdict(
+            f"metadata of {ask.repo}@{ask.revision or 'main'} is pinned by {loc} ({name}), yet a library asked "
+            f"the Hub for it (HF_HUB_OFFLINE is unset); {env_fix}",
+            loc,
+            name,
+            2,
+        )
     index = next((i for i, f in enumerate(chosen.files) if f.path == ask.file), None)
     if index is not None:
         loc = where(name, ("files", index, "path"))
-        why_asked = "this runner's HF cache lacks it" if at_commit else \
-            "HF_HUB_OFFLINE is unset, or this runner's HF cache lacks it"
-        return Verdict(f"{ask.file} is pinned at {loc} ({name}, {ask.repo}@{rev}) but was asked of the Hub: {why_asked}; "
-                       f"{env_fix}, or `pytest --catalog-prefetch` fetches it", loc, name, 0)
+        why_asked = (
+            "this runner's HF cache lacks it"
+            if at_commit
+            else "HF_HUB_OFFLINE is unset, or this runner's HF cache lacks it"
+        )
+        return Verdict(
+            f"{ask.file} is pinned at {loc} ({name}, {ask.repo}@{rev}) but was asked of the Hub: {why_asked}; "
+            f"{env_fix}, or `pytest --catalog-prefetch` fetches it",
+            loc,
+            name,
+            0,
+        )
     from catalog.rules import dropped_by
 
     why = dropped_by(ask.file, chosen.source.include, chosen.source.exclude)
     if why is None:  # the selection takes every file of the repo: this one is not in it at the pin
         loc = where(name, ("source", "hf_repo"))
-        return Verdict(f"{ask.file} is not a file of {ask.repo}@{rev} ({loc} pins every file its selection takes): a "
-                       "library probing for an optional file; with HF_HUB_OFFLINE=1 it looks in the cache only", loc, name, 2)
+        return Verdict(
+            f"{ask.file} is not a file of {ask.repo}@{rev} ({loc} pins every file its selection takes): a "
+            "library probing for an optional file; with HF_HUB_OFFLINE=1 it looks in the cache only",
+            loc,
+            name,
+            2,
+        )
     loc = where(name, ("source", "exclude" if "exclude" in why else "include"))
-    return Verdict(f"{loc} pins {ask.repo}@{rev} ({name}) but not {ask.file} ({why}): pin it (widen the selection, then "
-                   f"`catalog lock {name}`) or stop loading it", loc, name, 1)
+    return Verdict(
+        f"{loc} pins {ask.repo}@{rev} ({name}) but not {ask.file} ({why}): pin it (widen the selection, then "
+        f"`catalog lock {name}`) or stop loading it",
+        loc,
+        name,
+        1,
+    )
 
 
 def _chosen(cat: Catalog, ask: HubAsk, pinning: list[ModelManifest]) -> ModelManifest | None:
@@ -167,10 +210,19 @@ class Finding:
         return f"{self.ask.describe()}: {self.verdict.message}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"test": self.test, "method": self.ask.method, "path": self.ask.path, "kind": self.ask.kind,
-                "repo_type": self.ask.repo_type, "repo": self.ask.repo, "revision": self.ask.revision,
-                "file": self.ask.file, "message": self.verdict.message, "manifest": self.verdict.manifest,
-                "model": self.verdict.model}
+        return {
+            "test": self.test,
+            "method": self.ask.method,
+            "path": self.ask.path,
+            "kind": self.ask.kind,
+            "repo_type": self.ask.repo_type,
+            "repo": self.ask.repo,
+            "revision": self.ask.revision,
+            "file": self.ask.file,
+            "message": self.verdict.message,
+            "manifest": self.verdict.manifest,
+            "model": self.verdict.model,
+        }
 
 
 GAP_RANK = 1.5  # a pinned file this runner's HF cache lacks: after what nothing pins, before metadata and probes
@@ -184,7 +236,9 @@ def failure_text(test: str, findings: Sequence[Finding], gaps: Sequence[str] = (
     first = min([(f.verdict.rank, f.line()) for f in ordered[:1]] + [(GAP_RANK, g) for g in gaps[:1]])[1]
     lines = [f"catalog hub guard: {first}"] + [f"  {gap}" for gap in gaps if gap != first]
     if findings:
-        lines.append(f"{test} asked the Hub {len(findings)} time(s); each request was refused before it left the machine:")
+        lines.append(
+            f"{test} asked the Hub {len(findings)} time(s); each request was refused before it left the machine:"
+        )
         counted: dict[str, int] = {}
         for f in ordered:
             counted[f.line()] = counted.get(f.line(), 0) + 1
@@ -264,7 +318,7 @@ class HubGuard:
     def take(self, test: str) -> list[Finding]:
         """The findings of `test` not yet handed out."""
         with self._lock:
-            new = [f for f in self.findings[self._reported:] if f.test == test]
+            new = [f for f in self.findings[self._reported :] if f.test == test]
             self._reported = len(self.findings)
         return new
 
@@ -305,4 +359,3 @@ class HubGuard:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-

@@ -47,7 +47,7 @@ def match_gpu_class(device: str, memory_gib: float, classes: Mapping[str, GpuCla
     def named(key: str) -> bool:
         base = key.split("_")[0]
         # "mi300x" is an mi300; "l40s" is not an l4.
-        return any(w == base or (w.startswith(base) and w[len(base):].isalpha()) for w in words)
+        return any(w == base or (w.startswith(base) and w[len(base) :].isalpha()) for w in words)
 
     candidates = [key for key in classes if key != CPU and named(key)]
     if not candidates:
@@ -55,8 +55,9 @@ def match_gpu_class(device: str, memory_gib: float, classes: Mapping[str, GpuCla
     return min(candidates, key=lambda key: abs(classes[key].memory_gib - memory_gib))
 
 
-def detect_machine(settings: CatalogSettings, declared: Settings,
-                   probe: Callable[[], tuple[str, int, float] | None] | None = None) -> Machine:
+def detect_machine(
+    settings: CatalogSettings, declared: Settings, probe: Callable[[], tuple[str, int, float] | None] | None = None
+) -> Machine:
     """CATALOG_GPU_CLASS (+ CATALOG_GPU_COUNT) when declared, else torch.cuda's first device, else a CPU machine.
 
     A declaration wins over detection so that a runner (and a test) can state exactly what it is, e.g. a MIG
@@ -64,8 +65,10 @@ def detect_machine(settings: CatalogSettings, declared: Settings,
     """
     if declared.gpu_class:
         if declared.gpu_class not in settings.gpu_classes:
-            raise UsageError(f"CATALOG_GPU_CLASS={declared.gpu_class!r} is not a GPU class of the catalog",
-                             hint=f"known: {', '.join(sorted(settings.gpu_classes))}")
+            raise UsageError(
+                f"CATALOG_GPU_CLASS={declared.gpu_class!r} is not a GPU class of the catalog",
+                hint=f"known: {', '.join(sorted(settings.gpu_classes))}",
+            )
         return Machine(declared.gpu_class, declared.gpu_count, settings.gpu_classes[declared.gpu_class].memory_gib)
     found = (probe or probe_cuda)()
     if found is None:

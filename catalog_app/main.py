@@ -32,8 +32,12 @@ def run(argv: Sequence[str], collect_after_start: bool = False) -> int:
 
     args = list(argv)
     try:
-        code = cli.main(args=args, prog_name="catalog", standalone_mode=False,
-                        obj={"argv": args, "collect_after_start": collect_after_start})
+        code = cli.main(
+            args=args,
+            prog_name="catalog",
+            standalone_mode=False,
+            obj={"argv": args, "collect_after_start": collect_after_start},
+        )
     except (click.exceptions.Abort, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         return INTERRUPTED
@@ -54,8 +58,11 @@ def run(argv: Sequence[str], collect_after_start: bool = False) -> int:
             traceback.print_exc()
         first = redact(str(exc).splitlines()[0][:300]) if str(exc) else ""
         print(f"error: internal error: {type(exc).__name__}: {first}", file=sys.stderr)
-        print("hint: this is a bug in model-catalog: rerun with CATALOG_DEBUG=1 (or -vv) and file an issue with "
-              "the traceback", file=sys.stderr)
+        print(
+            "hint: this is a bug in model-catalog: rerun with CATALOG_DEBUG=1 (or -vv) and file an issue with "
+            "the traceback",
+            file=sys.stderr,
+        )
         return INTERNAL
     return code if isinstance(code, int) else OK
 

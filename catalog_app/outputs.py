@@ -55,12 +55,17 @@ def _env(results: Sequence[Resolution], several: bool) -> str:
     for r in results:
         for key, value in (r.profile.env if r.profile else {}).items():
             if set_by.setdefault(key, r.name) != r.name and merged.get(key) != value:
-                raise OutputError(f"--format env: the profiles of {set_by[key]} and {r.name} set {key} differently, and one "
-                                  "environment runs one engine; resolve them one at a time")
+                raise OutputError(
+                    f"--format env: the profiles of {set_by[key]} and {r.name} set {key} differently, and one "
+                    "environment runs one engine; resolve them one at a time"
+                )
         merged |= engine_env(r)
     if len(results) == 1:
-        merged |= {"CATALOG_MODEL": results[0].model, "CATALOG_MODEL_PATH": str(results[0].path),
-                   "CATALOG_SERVED_MODEL_NAME": results[0].name}
+        merged |= {
+            "CATALOG_MODEL": results[0].model,
+            "CATALOG_MODEL_PATH": str(results[0].path),
+            "CATALOG_SERVED_MODEL_NAME": results[0].name,
+        }
     return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(merged.items()))
 
 
@@ -80,8 +85,10 @@ def _redirect(results: Sequence[Resolution], several: bool) -> str:
         chosen = group if len(group) == 1 else [r for r in group if r.primary]
         if len(chosen) != 1:
             names = ", ".join(r.name for r in group)
-            raise OutputError(f"--format redirect: {names} all pin {repo} and the redirect file maps a repo id to one "
-                              "model; mark one of them `primary: true` in its manifest, or resolve them separately")
+            raise OutputError(
+                f"--format redirect: {names} all pin {repo} and the redirect file maps a repo id to one "
+                "model; mark one of them `primary: true` in its manifest, or resolve them separately"
+            )
         mapping[repo] = _redirect_target(chosen[0])
     return json.dumps(mapping, indent=2, sort_keys=True)
 
@@ -91,12 +98,20 @@ def _redirect_target(r: Resolution) -> str:
     or a .gguf file, and streams an s3:// prefix with runai_streamer). A model that needs a load format, a loader
     config naming its weights, or a tensor-parallel size of its own cannot be redirected to."""
     spec = r.load_format.spec
-    needs = ("--tensor-parallel-size" if r.tensor_parallel else
-             "--model-loader-extra-config" if spec.weights_key else
-             "--load-format" if r.streams and r.load_format is not LoadFormat.RUNAI_STREAMER else None)
+    needs = (
+        "--tensor-parallel-size"
+        if r.tensor_parallel
+        else "--model-loader-extra-config"
+        if spec.weights_key
+        else "--load-format"
+        if r.streams and r.load_format is not LoadFormat.RUNAI_STREAMER
+        else None
+    )
     if needs is not None:
-        raise OutputError(f"--format redirect: {r.name} ({r.load_format.value}) needs {needs}, which a redirect file "
-                          f"cannot carry; start the engine with `catalog resolve {r.name} --format vllm-args` instead")
+        raise OutputError(
+            f"--format redirect: {r.name} ({r.load_format.value}) needs {needs}, which a redirect file "
+            f"cannot carry; start the engine with `catalog resolve {r.name} --format vllm-args` instead"
+        )
     # A streamed model's prefix URI, for the engine's own streamer (a redirect cannot carry `--load-format catalog`)
     return r.weights_uri if r.streams and r.weights_uri is not None else r.model
 
@@ -115,10 +130,10 @@ OUTPUTS: dict[str, Renderer] = {
 # every cold resolve), so a warm call asking for one goes to the full CLI. Name -> the docs' row.
 BOM_OUTPUTS: dict[str, str] = {
     "cyclonedx": "A CycloneDX 1.6 bill of materials (JSON): one machine-learning-model (data, for a dataset) component "
-                 "per model with its purl pkg:huggingface/org/name@commit, every file it resolved with its SHA-256, the "
-                 "signature's verdict; byte-identical for identical inputs (docs/bom.md).",
+    "per model with its purl pkg:huggingface/org/name@commit, every file it resolved with its SHA-256, the "
+    "signature's verdict; byte-identical for identical inputs (docs/bom.md).",
     "intoto": "An in-toto v1 statement: every resolved file as a subject (sha256), the resolve request and each "
-              "model's repo, commit and signature verdict as its predicate (docs/bom.md).",
+    "model's repo, commit and signature verdict as its predicate (docs/bom.md).",
 }
 FORMATS = (*OUTPUTS, *BOM_OUTPUTS)
 

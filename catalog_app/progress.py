@@ -73,9 +73,15 @@ class BarProgress:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
         # Binary units, as every other size the CLI prints (rich's defaults are decimal).
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                            TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=True,
-                            console=_stderr_console())
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            transient=True,
+            console=_stderr_console(),
+        )
         self.task = self.bar.add_task("", total=total, rate="")
         self.started = False
         self.lock = threading.Lock()

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from catalog.errors import CatalogError, UsageError
-from catalog_app.machine import CPU, Machine, detect_machine, match_gpu_class, probe_cuda
 from catalog_app import derived_plugin
+from catalog_app.machine import CPU, Machine, detect_machine, match_gpu_class, probe_cuda
 
 if TYPE_CHECKING:  # the catalog and resolver load on first use: every pytest session imports this module
     from catalog.lookup import Catalog
@@ -205,8 +205,8 @@ class _Session:
 
 def _options(base: ResolveOptions, kwargs: Mapping[str, Any]) -> ResolveOptions:
     """resolve's options with the marker's / factory's keywords on top (layout="hf-cache", materialize_weights=True)."""
-    from resolver.views import Layout
     from resolver.resolve import Source
+    from resolver.views import Layout
 
     fields = {f.name for f in dataclasses.fields(base)}
     unknown = sorted(set(kwargs) - fields)
@@ -249,7 +249,7 @@ def _marked(item: pytest.Item) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for marker in item.iter_markers(MARKER):
         if len(marker.args) != 1 or not isinstance(marker.args[0], str):
-            pytest.fail(f"{item.nodeid}: use @pytest.mark.{MARKER}(\"logical-name\", **resolve_options)", pytrace=False)
+            pytest.fail(f'{item.nodeid}: use @pytest.mark.{MARKER}("logical-name", **resolve_options)', pytrace=False)
         out.append((marker.args[0], dict(marker.kwargs)))
     return out
 
@@ -275,28 +275,58 @@ def _write_whole(target: str, text: str) -> Path:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("model-catalog")
-    group.addoption("--catalog-prefetch", action="store_true", default=False,
-                    help="Before the first test, resolve in parallel every model the collected tests use (markers, and "
-                         "names and repo ids in their code) that this runner does not hold yet.")
-    group.addoption("--catalog-preflight", action="store_true", default=False,
-                    help="After collection, check from stats alone (no store read, nothing fetched) that this runner "
-                         "holds every pin the selected tests use; fail naming test -> manifest:line -> missing files "
-                         "before any test runs (with --catalog-prefetch: fetch them instead).")
-    group.addoption("--catalog-hub-guard", action="store_true", default=None, dest="catalog_hub_guard",
-                    help="Refuse every Hugging Face Hub request of the session and its processes, failing the test "
-                         "that made it with the pin that would fix it (the default when CATALOG_MODE=ci is set).")
-    group.addoption("--no-catalog-hub-guard", action="store_false", dest="catalog_hub_guard",
-                    help="No Hub guard, even when CATALOG_MODE=ci.")
-    group.addoption("--catalog-report", metavar="FILE", default=None,
-                    help="At the end, write the session's model report (per test: the models used, any Hub request "
-                         "refused, ready times, baselines) to FILE.")
-    group.addoption("--catalog-report-format", choices=("json", "markdown"), default=None,
-                    help="The --catalog-report format (default: markdown for a .md FILE, else json).")
-    group.addoption("--catalog-bom", metavar="FILE", default=None,
-                    help="At the end, write a CycloneDX 1.6 bill of materials of every model this session's tests "
-                         "resolved (files, sha256, the signature's verdict) to FILE.")
+    group.addoption(
+        "--catalog-prefetch",
+        action="store_true",
+        default=False,
+        help="Before the first test, resolve in parallel every model the collected tests use (markers, and "
+        "names and repo ids in their code) that this runner does not hold yet.",
+    )
+    group.addoption(
+        "--catalog-preflight",
+        action="store_true",
+        default=False,
+        help="After collection, check from stats alone (no store read, nothing fetched) that this runner "
+        "holds every pin the selected tests use; fail naming test -> manifest:line -> missing files "
+        "before any test runs (with --catalog-prefetch: fetch them instead).",
+    )
+    group.addoption(
+        "--catalog-hub-guard",
+        action="store_true",
+        default=None,
+        dest="catalog_hub_guard",
+        help="Refuse every Hugging Face Hub request of the session and its processes, failing the test "
+        "that made it with the pin that would fix it (the default when CATALOG_MODE=ci is set).",
+    )
+    group.addoption(
+        "--no-catalog-hub-guard",
+        action="store_false",
+        dest="catalog_hub_guard",
+        help="No Hub guard, even when CATALOG_MODE=ci.",
+    )
+    group.addoption(
+        "--catalog-report",
+        metavar="FILE",
+        default=None,
+        help="At the end, write the session's model report (per test: the models used, any Hub request "
+        "refused, ready times, baselines) to FILE.",
+    )
+    group.addoption(
+        "--catalog-report-format",
+        choices=("json", "markdown"),
+        default=None,
+        help="The --catalog-report format (default: markdown for a .md FILE, else json).",
+    )
+    group.addoption(
+        "--catalog-bom",
+        metavar="FILE",
+        default=None,
+        help="At the end, write a CycloneDX 1.6 bill of materials of every model this session's tests "
+        "resolved (files, sha256, the signature's verdict) to FILE.",
+    )
 
     derived_plugin.add_options(group)  # --catalog-compile-cache, --catalog-engine-args (catalog_app/derived_plugin.py)
+
 
 def _guard_wanted(config: pytest.Config) -> bool:
     # Before the command line is parsed in full (the initial conftests' hook), only its known arguments are.
@@ -353,8 +383,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def _active(config: pytest.Config) -> bool:
     """Whether this session maps tests to models (reading the catalog): only when something here uses the map."""
     state = _session(config)
-    return bool(state.guard or config.getoption("catalog_preflight") or config.getoption("catalog_prefetch")
-                or config.getoption("catalog_report"))
+    return bool(
+        state.guard
+        or config.getoption("catalog_preflight")
+        or config.getoption("catalog_prefetch")
+        or config.getoption("catalog_report")
+    )
 
 
 def _refs(item: pytest.Item, names: Names) -> list[Ref]:
@@ -417,13 +451,22 @@ def _missing(state: _Session, name: str, kwargs: Mapping[str, Any]) -> tuple[lis
 
     settings = state.current_settings()
     cat = state.catalog()
-    found = readiness(cat, state.invocation.cache, settings.shared_caches, name, Layout(kwargs.get("layout", "dir")),
-                      bool(kwargs.get("materialize_weights")))
+    found = readiness(
+        cat,
+        state.invocation.cache,
+        settings.shared_caches,
+        name,
+        Layout(kwargs.get("layout", "dir")),
+        bool(kwargs.get("materialize_weights")),
+    )
     if found.ready:
         return [], ""
     first = found.missing[0]
-    owner = next(m for m in (cat.get(name), *(cat.get(n) for n in [cat.get(name).tokenizer] if n and n in cat))
-                 if first in m.files)
+    owner = next(
+        m
+        for m in (cat.get(name), *(cat.get(n) for n in [cat.get(name).tokenizer] if n and n in cat))
+        if first in m.files
+    )
     return [e.path for e in found.missing], state.where(owner.name, ("files", owner.files.index(first), "path"))
 
 
@@ -445,18 +488,26 @@ def _preflight(session: pytest.Session, state: _Session) -> None:
             tests.update(users)
     seconds = time.monotonic() - started
     if lines:
-        text = (f"catalog preflight: {len(tests)} of {len(session.items)} test(s) need pins this runner lacks (checked in "
-                f"{seconds:.2f} s, nothing read from any store; `pytest --catalog-prefetch` fetches them):\n" + "\n".join(lines))
+        text = (
+            f"catalog preflight: {len(tests)} of {len(session.items)} test(s) need pins this runner lacks (checked in "
+            f"{seconds:.2f} s, nothing read from any store; `pytest --catalog-prefetch` fetches them):\n"
+            + "\n".join(lines)
+        )
         if hasattr(session.config, "workerinput"):
             # An xdist worker may not end the session (its controller would call that a crash): each test it is given
             # fails at setup with the preflight's words instead, before any fixture or test body runs.
             state.preflight_failure = text
             return
         _report(session.config, text)
-        pytest.exit(f"catalog preflight: {len(tests)} test(s) need pins this runner lacks; no test ran",
-                    returncode=pytest.ExitCode.TESTS_FAILED)
-    _report(session.config, f"catalog preflight: {len(session.items)} test(s), {len(wanted)} model view(s), every pin "
-                             f"present in {seconds:.2f} s (nothing read from any store)")
+        pytest.exit(
+            f"catalog preflight: {len(tests)} test(s) need pins this runner lacks; no test ran",
+            returncode=pytest.ExitCode.TESTS_FAILED,
+        )
+    _report(
+        session.config,
+        f"catalog preflight: {len(session.items)} test(s), {len(wanted)} model view(s), every pin "
+        f"present in {seconds:.2f} s (nothing read from any store)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -482,8 +533,11 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         if isinstance(error := future.exception(), Exception):
             state.failed[key] = error  # each test using the model fails with it, without trying again
     failed = sum(1 for key in wanted if key in state.failed)
-    _report(config, f"catalog: prefetched {len(wanted) - failed} model(s) in {time.monotonic() - started:.1f}s"
-                    + (f", {failed} failed" if failed else ""))
+    _report(
+        config,
+        f"catalog: prefetched {len(wanted) - failed} model(s) in {time.monotonic() - started:.1f}s"
+        + (f", {failed} failed" if failed else ""),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -511,8 +565,9 @@ def _cache_gaps(item: pytest.Item, state: _Session, findings: list[Any]) -> list
     from catalog_app.hub_guard import hf_cache_dir
     from resolver.preflight import hf_snapshot_gaps
 
-    names = {f.verdict.model for f in findings if f.verdict.model} | \
-        {r.name for r in item.stash.get(REFS, []) if r.via == "repo id"}
+    names = {f.verdict.model for f in findings if f.verdict.model} | {
+        r.name for r in item.stash.get(REFS, []) if r.via == "repo id"
+    }
     if not names:
         return []
     root, cat, out = hf_cache_dir(), state.catalog(), []
@@ -601,20 +656,28 @@ def _record(item: pytest.Item, state: _Session) -> dict[str, Any]:
     """The test's part of the report: the models it used (resolved through the plugin, named in its code, asked of
     the Hub), the requests refused, its ready times and baselines."""
     usage = item.stash.get(USAGE, None) or Usage()
-    models: dict[str, dict[str, str]] = {n: {"name": n, "via": via, "text": text} for n, (via, text) in usage.models.items()}
+    models: dict[str, dict[str, str]] = {
+        n: {"name": n, "via": via, "text": text} for n, (via, text) in usage.models.items()
+    }
     for ref in item.stash.get(REFS, []):
         models.setdefault(ref.name, {"name": ref.name, "via": ref.via, "text": ref.text})
     guarded = [f.to_json() for f in state.guard.of(item.nodeid)] if state.guard is not None else []
     for g in guarded:
         if g["model"]:
             models.setdefault(g["model"], {"name": g["model"], "via": "asked the Hub", "text": g["repo"] or g["model"]})
-    return {"test": item.nodeid, "models": list(models.values()), "guarded": guarded, "ready": usage.ready,
-            "baselines": usage.baselines}
+    return {
+        "test": item.nodeid,
+        "models": list(models.values()),
+        "guarded": guarded,
+        "ready": usage.ready,
+        "baselines": usage.baselines,
+    }
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item,
-                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """The record rides on the teardown report (so it reaches an xdist controller too)."""
     report = yield
     state = _session(item.config)
@@ -649,8 +712,10 @@ class _Collector:
 def _records(state: _Session) -> list[Any]:
     from catalog_app.session_report import TestRecord
 
-    return [TestRecord.from_json({**value, "outcome": state.outcomes.get(nodeid, "passed")})
-            for nodeid, value in state.records.items()]
+    return [
+        TestRecord.from_json({**value, "outcome": state.outcomes.get(nodeid, "passed")})
+        for nodeid, value in state.records.items()
+    ]
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -684,7 +749,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from catalog_app import bom
 
         used = sorted(state.used, key=lambda r: r.name)
-        models = bom.facts(state.catalog(), used, state.current_settings()) if used and state.options is not None else []
+        models = (
+            bom.facts(state.catalog(), used, state.current_settings()) if used and state.options is not None else []
+        )
         path = _write_whole(target, bom.render("cyclonedx", models, {}))
         _report(config, f"catalog: bill of materials of {len({r.name for r in used})} model(s) in {path}")
 
@@ -747,14 +814,23 @@ def catalog_ready(request: pytest.FixtureRequest) -> Callable[..., contextlib.Ab
         profile = resolution.profile
         budget = profile.ready_budget_s if profile is not None else None
         over = budget is not None and seconds > budget
-        usage.ready.append({"model": name, "seconds": round(seconds, 3), "budget_s": budget,
-                            "profile": profile.gpu_class if profile else None, "over": over})
+        usage.ready.append(
+            {
+                "model": name,
+                "seconds": round(seconds, 3),
+                "budget_s": budget,
+                "profile": profile.gpu_class if profile else None,
+                "over": over,
+            }
+        )
         if over:
             assert profile is not None
             where = state.where(name, ("profiles", profile.gpu_class, "ready_budget_s"))
-            pytest.fail(f"{name} was ready in {seconds:.1f} s, over its budget of {budget:g} s ({where}, the "
-                        f"{profile.gpu_class} profile): resolve plus engine start took longer than the manifest allows",
-                        pytrace=False)
+            pytest.fail(
+                f"{name} was ready in {seconds:.1f} s, over its budget of {budget:g} s ({where}, the "
+                f"{profile.gpu_class} profile): resolve plus engine start took longer than the manifest allows",
+                pytrace=False,
+            )
 
     return ready
 
@@ -767,7 +843,9 @@ def catalog_baseline(request: pytest.FixtureRequest) -> Callable[..., None]:
     state = _session(request.config)
     usage = _usage(request.node)
 
-    def check(model: str, metric: str, measured: float, *, dataset: str | None = None, split: str | None = None) -> None:
+    def check(
+        model: str, metric: str, measured: float, *, dataset: str | None = None, split: str | None = None
+    ) -> None:
         problem: CatalogError | None = None
         try:
             manifest = state.catalog().get(model)
@@ -775,22 +853,44 @@ def catalog_baseline(request: pytest.FixtureRequest) -> Callable[..., None]:
             problem = exc
         if problem is not None:
             _fail(f"catalog_baseline({model!r})", problem)
-        matches = [(i, b) for i, b in enumerate(manifest.baselines) if b.metric == metric
-                   and dataset in (None, b.dataset) and split in (None, b.split)]
+        matches = [
+            (i, b)
+            for i, b in enumerate(manifest.baselines)
+            if b.metric == metric and dataset in (None, b.dataset) and split in (None, b.split)
+        ]
         if len(matches) != 1:
-            known = ", ".join(f"{b.metric} on {b.dataset}" + (f" ({b.split})" if b.split else "") for b in manifest.baselines)
-            pytest.fail(f"catalog_baseline: {model} has {'no' if not matches else 'more than one'} baseline for {metric}"
-                        + (f" on {dataset}" if dataset else "") + f" ({state.where(model, ('baselines',))}; its baselines: "
-                        f"{known or 'none'})", pytrace=False)
+            known = ", ".join(
+                f"{b.metric} on {b.dataset}" + (f" ({b.split})" if b.split else "") for b in manifest.baselines
+            )
+            pytest.fail(
+                f"catalog_baseline: {model} has {'no' if not matches else 'more than one'} baseline for {metric}"
+                + (f" on {dataset}" if dataset else "")
+                + f" ({state.where(model, ('baselines',))}; its baselines: "
+                f"{known or 'none'})",
+                pytrace=False,
+            )
         index, baseline = matches[0]
         ok = abs(measured - baseline.value) <= baseline.tolerance
         usage.models.setdefault(model, ("baseline", model))
         usage.models.setdefault(baseline.dataset, ("baseline", baseline.dataset))
-        usage.baselines.append({"model": model, "metric": metric, "dataset": baseline.dataset, "split": baseline.split,
-                                "measured": measured, "value": baseline.value, "tolerance": baseline.tolerance, "ok": ok})
+        usage.baselines.append(
+            {
+                "model": model,
+                "metric": metric,
+                "dataset": baseline.dataset,
+                "split": baseline.split,
+                "measured": measured,
+                "value": baseline.value,
+                "tolerance": baseline.tolerance,
+                "ok": ok,
+            }
+        )
         if not ok:
             on = baseline.dataset + (f" ({baseline.split})" if baseline.split else "")
-            pytest.fail(f"{model}: {metric} on {on} is {measured:g}, expected {baseline.value:g} +/- {baseline.tolerance:g} "
-                        f"({state.where(model, ('baselines', index))})", pytrace=False)
+            pytest.fail(
+                f"{model}: {metric} on {on} is {measured:g}, expected {baseline.value:g} +/- {baseline.tolerance:g} "
+                f"({state.where(model, ('baselines', index))})",
+                pytrace=False,
+            )
 
     return check

@@ -47,13 +47,16 @@ class LoadRequest:
         """The loader config as the engine parsed it; UsageError naming what is wrong."""
         unknown = sorted(set(config) - set(KEYS))
         if unknown:
-            raise UsageError(f"--load-format catalog: unknown loader config key(s) {', '.join(unknown)}",
-                             hint=f"the keys are {', '.join(KEYS)}; print them with `catalog resolve NAME --format vllm-args`")
+            raise UsageError(
+                f"--load-format catalog: unknown loader config key(s) {', '.join(unknown)}",
+                hint=f"the keys are {', '.join(KEYS)}; print them with `catalog resolve NAME --format vllm-args`",
+            )
         model = config.get("model")
         if not isinstance(model, str) or not model:
-            raise UsageError("--load-format catalog needs the model's logical name in its loader config",
-                             hint="--model-loader-extra-config.model=NAME (as `catalog resolve NAME --format vllm-args` "
-                                  "prints it)")
+            raise UsageError(
+                "--load-format catalog needs the model's logical name in its loader config",
+                hint="--model-loader-extra-config.model=NAME (as `catalog resolve NAME --format vllm-args` prints it)",
+            )
         window = config.get("window")
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1024 * 1024):
             raise UsageError(f"--load-format catalog: window={window!r} is not a byte count of at least 1 MiB")
@@ -110,10 +113,18 @@ class LoadSession:
         try:
             for file in loads:
                 entry = file.entry
-                sources = sources_for(self.manifest, entry, self.cat.store_key(self.manifest, entry.path), cache=cache,
-                                      tiers=tiers, stores=stores, window=window,
-                                      min_rate=options.transfer.min_rate, rate_window=options.transfer.rate_window,
-                                      max_wait=options.transfer.max_wait)
+                sources = sources_for(
+                    self.manifest,
+                    entry,
+                    self.cat.store_key(self.manifest, entry.path),
+                    cache=cache,
+                    tiers=tiers,
+                    stores=stores,
+                    window=window,
+                    min_rate=options.transfer.min_rate,
+                    rate_window=options.transfer.rate_window,
+                    max_wait=options.transfer.max_wait,
+                )
                 file_record = FileRecord(entry.path, entry.sha256, len(file.tensors))
                 record.files.append(file_record)
                 yield from verified_tensors(self.manifest.name, file, sources, file_record, window=window)

@@ -111,4 +111,6 @@ def _copy_into_parameters(model: Any, tensors: Iterator[tuple[str, Any]]) -> Non
                 data = data.narrow(dim, 0, size)
         data.copy_(tensor)
     if state:
-        raise RuntimeError(f"the checkpoint lacks {len(state)} parameter(s) of this rank: {', '.join(sorted(state)[:5])}")
+        raise RuntimeError(
+            f"the checkpoint lacks {len(state)} parameter(s) of this rank: {', '.join(sorted(state)[:5])}"
+        )

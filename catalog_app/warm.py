@@ -84,8 +84,14 @@ class ResolveRequest:
 
     __slots__ = ("names", "layout", "materialize_weights", "fmt", "flags")
 
-    def __init__(self, names: Sequence[str], layout: str | None = None, materialize_weights: bool = False,
-                 fmt: str | None = None, flags: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        layout: str | None = None,
+        materialize_weights: bool = False,
+        fmt: str | None = None,
+        flags: Mapping[str, Any] | None = None,
+    ) -> None:
         self.names = tuple(names)
         self.layout = str(_DEFAULTS["layout"]) if layout is None else layout
         self.materialize_weights = materialize_weights
@@ -100,9 +106,13 @@ def parse_argv(argv: Sequence[str]) -> ResolveRequest | None:
         return None
     names, values = parsed
     layout, fmt = values.get("layout"), values.get("fmt")
-    return ResolveRequest(names, layout=None if layout is None else str(layout), fmt=None if fmt is None else str(fmt),
-                          materialize_weights=bool(values.get("materialize_weights")),
-                          flags={k: v for k, v in values.items() if k not in _REQUEST})
+    return ResolveRequest(
+        names,
+        layout=None if layout is None else str(layout),
+        fmt=None if fmt is None else str(fmt),
+        materialize_weights=bool(values.get("materialize_weights")),
+        flags={k: v for k, v in values.items() if k not in _REQUEST},
+    )
 
 
 def _folder(given: str) -> str:
@@ -130,7 +140,7 @@ def place(request: ResolveRequest, env: Mapping[str, str]) -> tuple[str, str] | 
 def _names_relative(value: Any) -> bool:
     """Whether a path-valued setting (a folder, a ':'-list of folders, 'hf:DIR', a ','-list of URLs) names anything
     relative to the working directory."""
-    for item in (value if isinstance(value, list) else str(value).split(",")):
+    for item in value if isinstance(value, list) else str(value).split(","):
         if "://" in item:
             continue
         for part in item.split(":"):
@@ -144,11 +154,20 @@ def index_key(request: ResolveRequest, env: Mapping[str, str], catalog: str, cac
     """Equal for calls that must get the same answer; any input the settings are built from changes it."""
     flags = {k: v for k, v in request.flags.items() if k not in (CATALOG_FLAG, CACHE_FLAG)}
     variables = {name: env[name] for name in KEY_VARIABLES if env.get(name)}  # empty counts as unset, as in Settings
-    relative = any(_names_relative(flags[k]) for k in _PATH_FLAGS if k in flags) or \
-        any(_names_relative(variables[v]) for v in _PATH_VARIABLES if v in variables)
-    material = {"version": [INDEX_VERSION, __version__], "names": list(request.names), "layout": request.layout,
-                "materialize_weights": request.materialize_weights, "flags": flags, "env": variables,
-                "catalog": catalog, "cache": cache, "cwd": os.getcwd() if relative else None}
+    relative = any(_names_relative(flags[k]) for k in _PATH_FLAGS if k in flags) or any(
+        _names_relative(variables[v]) for v in _PATH_VARIABLES if v in variables
+    )
+    material = {
+        "version": [INDEX_VERSION, __version__],
+        "names": list(request.names),
+        "layout": request.layout,
+        "materialize_weights": request.materialize_weights,
+        "flags": flags,
+        "env": variables,
+        "catalog": catalog,
+        "cache": cache,
+        "cwd": os.getcwd() if relative else None,
+    }
     return sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
 
 
@@ -196,8 +215,9 @@ def lookup(entry: Mapping[str, Any], fmt: str, now: float) -> str | None:
 
 
 def _marker_holds(cache: str, marker: Mapping[str, Any]) -> bool:
-    return marker.get("version") == view_stamps.MARKER_VERSION and \
-        view_stamps.view_holds(cache, marker["path"], marker["files"], marker.get("dirs", {}))
+    return marker.get("version") == view_stamps.MARKER_VERSION and view_stamps.view_holds(
+        cache, marker["path"], marker["files"], marker.get("dirs", {})
+    )
 
 
 def proof_holds(entry: Mapping[str, Any], now: float) -> bool:
@@ -223,8 +243,15 @@ def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str | No
         return None
 
 
-def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], results: Sequence[Resolution],
-           local_when: Sequence[Path] = (), proved_at: float | None = None, env: Mapping[str, str] = os.environ) -> None:
+def record(
+    argv: Sequence[str],
+    settings: Settings,
+    inputs: Sequence[Path],
+    results: Sequence[Resolution],
+    local_when: Sequence[Path] = (),
+    proved_at: float | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> None:
     """Called by the full CLI after a successful resolve of `argv` (begun at `proved_at`: no proof it made is older);
     failures to record are harmless. `local_when`: the cache blobs of streamed weights which, once all present, make
     the full CLI answer with a local folder instead."""
@@ -260,14 +287,21 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[Path], resu
             if digest is None:
                 return
             digests[where_read] = digest
-        entry = {"version": INDEX_VERSION, "inputs": digests, "cache": where[1], "outputs": rendered,
-                 "markers": sorted({str(m) for r in results for m in r.markers}),
-                 "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
-                 "proved_at": began, "valid_until": began + settings.stream_proof_max_age if unproved else None,
-                 "engine_probe": list(engines.vllm_probe()) if streams and settings.engine_loader == "auto" else None}
+        entry = {
+            "version": INDEX_VERSION,
+            "inputs": digests,
+            "cache": where[1],
+            "outputs": rendered,
+            "markers": sorted({str(m) for r in results for m in r.markers}),
+            "local_when": [str(b) for b in local_when] if settings.prefer == "local" else [],
+            "proved_at": began,
+            "valid_until": began + settings.stream_proof_max_age if unproved else None,
+            "engine_probe": list(engines.vllm_probe()) if streams and settings.engine_loader == "auto" else None,
+        }
         folder = os.path.join(where[1], INDEX_FOLDER)
         os.makedirs(folder, exist_ok=True)
-        view_stamps.replace_atomically(os.path.join(folder, f"{index_key(request, env, *where)}.json"),
-                                       json.dumps(entry).encode())
+        view_stamps.replace_atomically(
+            os.path.join(folder, f"{index_key(request, env, *where)}.json"), json.dumps(entry).encode()
+        )
     except OSError:
         pass

@@ -59,8 +59,14 @@ def _entry_path(argv: Sequence[str], places: Mapping[str, str], env: Mapping[str
     if where is None:
         return None
     variables = {name: env[name] for name in warm.KEY_VARIABLES if env.get(name)}
-    material = {"version": [ENTRY_VERSION, __version__], "argv": list(argv), "env": variables, "catalog": where[0],
-                "cache": where[1], "cwd": os.getcwd()}
+    material = {
+        "version": [ENTRY_VERSION, __version__],
+        "argv": list(argv),
+        "env": variables,
+        "catalog": where[0],
+        "cache": where[1],
+        "cwd": os.getcwd(),
+    }
     key = warm.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:40]
     return os.path.join(where[1], warm.INDEX_FOLDER, f"sync-{key}.json"), where[0]
 
@@ -116,8 +122,17 @@ def answer(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> tuple[st
         return None
 
 
-def record(argv: Sequence[str], settings: Settings, inputs: Sequence[str], store: Store, requests: Mapping[str, int],
-           stdout: str, stderr: str, code: int, env: Mapping[str, str] = os.environ) -> None:
+def record(
+    argv: Sequence[str],
+    settings: Settings,
+    inputs: Sequence[str],
+    store: Store,
+    requests: Mapping[str, int],
+    stdout: str,
+    stderr: str,
+    code: int,
+    env: Mapping[str, str] = os.environ,
+) -> None:
     """Called by the full CLI after a sync of `argv` that planned and made no change and printed no warning;
     recorded only when another process can make its listings again the same way. Failures to record are harmless."""
     listings = store.warm_listings()
@@ -136,8 +151,17 @@ def record(argv: Sequence[str], settings: Settings, inputs: Sequence[str], store
             if digest is None:
                 return
             digests[input_path] = digest
-        entry = {"version": ENTRY_VERSION, "inputs": digests, "catalog": catalog, "folders": folder_identities(catalog),
-                 "access": access, "listed": listed, "stdout": stdout, "stderr": stderr, "code": code}
+        entry = {
+            "version": ENTRY_VERSION,
+            "inputs": digests,
+            "catalog": catalog,
+            "folders": folder_identities(catalog),
+            "access": access,
+            "listed": listed,
+            "stdout": stdout,
+            "stderr": stderr,
+            "code": code,
+        }
         os.makedirs(os.path.dirname(path), exist_ok=True)
         view_stamps.replace_atomically(path, json.dumps(entry).encode())
     except OSError:

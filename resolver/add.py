@@ -36,7 +36,9 @@ def parse_load_format(text: str) -> LoadFormat:
     try:
         return LoadFormat(text)
     except ValueError:
-        raise UsageError(f"unknown load format {text!r}", hint=f"known: {', '.join(f.value for f in LoadFormat)}") from None
+        raise UsageError(
+            f"unknown load format {text!r}", hint=f"known: {', '.join(f.value for f in LoadFormat)}"
+        ) from None
 
 
 def choose_load_format(files: list[RemoteFile], requested: str | None) -> tuple[LoadFormat, tuple[str, ...]]:
@@ -49,15 +51,27 @@ def choose_load_format(files: list[RemoteFile], requested: str | None) -> tuple[
     elif any(p.endswith(".gguf") for p in paths):
         fmt = LoadFormat.GGUF
     else:
-        raise UsageError("the repo has no safetensors or gguf weights",
-                         hint="pass --load-format (pickle-based .bin/.pt weights also need `allow_code: <reason>`)")
+        raise UsageError(
+            "the repo has no safetensors or gguf weights",
+            hint="pass --load-format (pickle-based .bin/.pt weights also need `allow_code: <reason>`)",
+        )
     if fmt.spec.default_excludes and any(p.endswith(".safetensors") for p in paths):
         return fmt, fmt.spec.default_excludes
     return fmt, ()
 
 
-def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, gpu: str | None,
-             settings: CatalogSettings, catalog_dir: Path, hub: HubOptions, from_dir: Path | None = None) -> Scaffold:
+def scaffold(
+    repo: str,
+    ref: str,
+    *,
+    name: str | None,
+    load_format: str | None,
+    gpu: str | None,
+    settings: CatalogSettings,
+    catalog_dir: Path,
+    hub: HubOptions,
+    from_dir: Path | None = None,
+) -> Scaffold:
     """Resolve `ref` to its commit once, list the repo (or the folder `from_dir`, with no Hub request: `ref` must
     then be the full commit the folder holds), and write the manifest text (files come from lock)."""
     if (message := naming.check_hf_repo(repo)) is not None:
@@ -74,30 +88,53 @@ def scaffold(repo: str, ref: str, *, name: str | None, load_format: str | None, 
         raise UsageError(f"{path} already exists", hint="pass --name, or `catalog lock` the existing manifest")
     if from_dir is not None:
         if naming.check_revision(ref) is not None:
-            raise UsageError(f"--from-dir needs --revision with the full 40-hex commit the folder holds, not {ref!r}",
-                             hint="a folder has no branches; pin the commit its files were taken from")
+            raise UsageError(
+                f"--from-dir needs --revision with the full 40-hex commit the folder holds, not {ref!r}",
+                hint="a folder has no branches; pin the commit its files were taken from",
+            )
         if not from_dir.is_dir():
             raise UsageError(f"--from-dir {from_dir}: no such folder")
     revision = ref if naming.check_revision(ref) is None else commit_of(repo, ref, hub)
-    files = (_folder_files(from_dir) if from_dir is not None else list_repo_files(repo, revision, hub))
+    files = _folder_files(from_dir) if from_dir is not None else list_repo_files(repo, revision, hub)
     fmt, exclude = choose_load_format(files, load_format)
     prefix = derive_prefix(settings, repo, revision)
     refuse_collisions(repo, revision, fmt, prefix, _existing(catalog_dir))
-    comment = (f"# Added with `catalog add {repo} --from-dir` (files pinned from a folder at {revision[:12]}); pins never move."
-               if from_dir is not None else
-               f"# Added with `catalog add {repo}` ({ref} was {revision[:12]} then); pins never move: a new revision is a new pin.")
+    comment = (
+        f"# Added with `catalog add {repo} --from-dir` (files pinned from a folder at {revision[:12]}); pins never move."
+        if from_dir is not None
+        else f"# Added with `catalog add {repo}` ({ref} was {revision[:12]} then); pins never move: a new revision is a new pin."
+    )
     text = manifest_head(comment, name, repo, revision, exclude, prefix, fmt, gpu or settings.default_gpu)
     return Scaffold(name, path, text, revision)
 
 
-def add_model(repo: str, ref: str, *, name: str | None, load_format: str | None, gpu: str | None,
-              settings: CatalogSettings, catalog_dir: Path, hub: HubOptions, from_dir: Path | None = None) -> Scaffold:
+def add_model(
+    repo: str,
+    ref: str,
+    *,
+    name: str | None,
+    load_format: str | None,
+    gpu: str | None,
+    settings: CatalogSettings,
+    catalog_dir: Path,
+    hub: HubOptions,
+    from_dir: Path | None = None,
+) -> Scaffold:
     """`catalog add`: scaffold and lock from the Hub (or the folder `from_dir`) in memory, then write the tensor tables
     and the manifest, each with temp + rename: a step that fails, however it fails, leaves nothing behind."""
     from resolver.lock import atomic_text_write, lock_manifest, replace_files_block, write_tables
 
-    new = scaffold(repo, ref, name=name, load_format=load_format, gpu=gpu, settings=settings, catalog_dir=catalog_dir,
-                   hub=hub, from_dir=from_dir)
+    new = scaffold(
+        repo,
+        ref,
+        name=name,
+        load_format=load_format,
+        gpu=gpu,
+        settings=settings,
+        catalog_dir=catalog_dir,
+        hub=hub,
+        from_dir=from_dir,
+    )
     problems: list[Problem] = []
     doc = manifest_of_text(new.text, new.path, problems)
     if doc.manifest is None:
@@ -115,8 +152,11 @@ def add_model(repo: str, ref: str, *, name: str | None, load_format: str | None,
 
 def _folder_files(folder: Path) -> list[RemoteFile]:
     """A folder's files as the Hub would list them (paths and sizes: all the load-format choice needs)."""
-    return [RemoteFile(p.relative_to(folder).as_posix(), p.stat().st_size, None, "")
-            for p in sorted(folder.rglob("*")) if p.is_file()]
+    return [
+        RemoteFile(p.relative_to(folder).as_posix(), p.stat().st_size, None, "")
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    ]
 
 
 def derive_prefix(settings: CatalogSettings, repo: str, revision: str, repo_type: str = "model") -> str:
@@ -124,8 +164,19 @@ def derive_prefix(settings: CatalogSettings, repo: str, revision: str, repo_type
     return f"{settings.store}{'datasets/' if repo_type == 'dataset' else ''}{repo}/{revision}/"
 
 
-def manifest_head(comment: str, name: str, repo: str, revision: str, exclude: tuple[str, ...], prefix: str, fmt: LoadFormat,
-                  gpu: str | None, *, repo_type: str = "model", primary: bool = False) -> str:
+def manifest_head(
+    comment: str,
+    name: str,
+    repo: str,
+    revision: str,
+    exclude: tuple[str, ...],
+    prefix: str,
+    fmt: LoadFormat,
+    gpu: str | None,
+    *,
+    repo_type: str = "model",
+    primary: bool = False,
+) -> str:
     """A new manifest's text up to its files block (pure): what `add` and `import` write. `gpu` None: no gpu key
     (a dataset's default)."""
     # Quoted where YAML would read another type: a commit of 40 decimal digits is an integer to YAML.
@@ -174,11 +225,18 @@ def refuse_collisions(repo: str, revision: str, fmt: LoadFormat, prefix: str, do
         m = doc.manifest
         assert m is not None
         if m.source.hf_repo.casefold() == repo.casefold() and m.source.revision == revision and m.load_format == fmt:
-            raise UsageError(f"{repo}@{revision[:12]} is already pinned as {m.name!r} ({doc.display}) with load_format {fmt.value}",
-                             hint=f"use {m.name!r}, or pass --revision for another commit")
+            raise UsageError(
+                f"{repo}@{revision[:12]} is already pinned as {m.name!r} ({doc.display}) with load_format {fmt.value}",
+                hint=f"use {m.name!r}, or pass --revision for another commit",
+            )
         if prefix.startswith(m.s3_prefix) or m.s3_prefix.startswith(prefix):
-            what = "the same prefix as" if prefix == m.s3_prefix else (
-                "inside the prefix of" if prefix.startswith(m.s3_prefix) else "a string prefix of the prefix of")
-            raise UsageError(f"the derived prefix {prefix!r} is {what} {m.name!r} "
-                             f"({doc.display}:{doc.lines.line_of(('s3_prefix',))}); nothing was written",
-                             hint="give each model its own prefix: fix that manifest's s3_prefix, or pin another revision")
+            what = (
+                "the same prefix as"
+                if prefix == m.s3_prefix
+                else ("inside the prefix of" if prefix.startswith(m.s3_prefix) else "a string prefix of the prefix of")
+            )
+            raise UsageError(
+                f"the derived prefix {prefix!r} is {what} {m.name!r} "
+                f"({doc.display}:{doc.lines.line_of(('s3_prefix',))}); nothing was written",
+                hint="give each model its own prefix: fix that manifest's s3_prefix, or pin another revision",
+            )

@@ -29,12 +29,19 @@ from typing import TYPE_CHECKING, TypeVar
 from catalog import front_door, naming
 from catalog.errors import CacheWriteError, CatalogError, UnsafePathError
 from resolver import hashing, hf_layout, view_stamps
-from resolver.fsutil import (atomic_write, exchange, link_or_copy, lock_free, pid_alive, prepared_target, remove_tree,
-                             staging_owner)
+from resolver.fsutil import (
+    atomic_write,
+    exchange,
+    link_or_copy,
+    lock_free,
+    pid_alive,
+    prepared_target,
+    remove_tree,
+    staging_owner,
+)
 from resolver.identity import dir_identity
 from resolver.view_stamps import staging_name
-from resolver.views import (FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths,
-                            worth_rehash)
+from resolver.views import FileStamp, Layout, Marker, ViewSpec, ViewState, changed_files, extra_paths, worth_rehash
 
 if TYPE_CHECKING:
     from catalog.schema import FileEntry
@@ -62,8 +69,6 @@ def read_blob_record(root: Path, sha256: str) -> FileStamp | None:
     return None if record is None else FileStamp(record[0], record[1], record[2], sha256, record[3])
 
 
-
-
 class Cache:
     def __init__(self, root: Path) -> None:
         self.root = root.expanduser().resolve()
@@ -78,7 +83,9 @@ class Cache:
         self.blob_stamps = self.root / front_door.BLOB_STAMPS.name
         self.tier_checks = self.root / front_door.TIER_CHECKS.name  # resolver/tiers.py
         self.active = self.root / front_door.ACTIVE.name  # resolver/capacity.py
-        self.signature_checks = self.root / front_door.SIGNATURE_CHECKS.name  # earlier versions' verdicts, for gc to remove
+        self.signature_checks = (
+            self.root / front_door.SIGNATURE_CHECKS.name
+        )  # earlier versions' verdicts, for gc to remove
         self.derived = self.root / front_door.DERIVED.name  # resolver/derived.py
         # Folders this process made or found, proven inside the cache: a download of many small files writes into
         # the same few, and proving each again cost several syscalls per file (docs/benchmarks.md).
@@ -160,8 +167,12 @@ class Cache:
         if (size, digest) == (entry.size, entry.sha256):
             self.record_blob(entry.sha256)
             return True
-        log.warning("cached blob for %s was modified in place (sha256 %s, expected %s); removing it so it is fetched "
-                    "again", f"{name}/{entry.path}" if name else entry.path, digest, entry.sha256)
+        log.warning(
+            "cached blob for %s was modified in place (sha256 %s, expected %s); removing it so it is fetched again",
+            f"{name}/{entry.path}" if name else entry.path,
+            digest,
+            entry.sha256,
+        )
         with contextlib.suppress(OSError):
             path.unlink()
         return False
@@ -199,7 +210,7 @@ class Cache:
         if not text.startswith(root + os.sep):
             return False
         current = root
-        for part in text[len(root) + 1:].split(os.sep):
+        for part in text[len(root) + 1 :].split(os.sep):
             if part in ("", ".", ".."):
                 return False
             current = f"{current}{os.sep}{part}"
@@ -247,8 +258,10 @@ class Cache:
         try:
             self._in_folder(self._blob_folder(sha256), lambda: os.replace(temp, target))
         except IsADirectoryError:
-            raise CacheWriteError(f"cannot give blob {sha256} its name: {target} is a folder, not a blob",
-                                  hint=f"remove the folder {target} (nothing of the catalog's is in it)") from None
+            raise CacheWriteError(
+                f"cannot give blob {sha256} its name: {target} is a folder, not a blob",
+                hint=f"remove the folder {target} (nothing of the catalog's is in it)",
+            ) from None
         self.record_blob(sha256, persist=persist_stamp)
         return target
 
@@ -315,8 +328,9 @@ class Cache:
     def marker_holds(self, marker: Marker) -> bool:
         """Every file of the marker's view is unchanged since it was verified, and no folder of it changed (a
         file dropped in would have changed one). Stats only; a moved ctime reads one small record."""
-        return view_stamps.view_holds(str(self.root), marker.path, {rel: s.as_list() for rel, s in marker.files.items()},
-                                      marker.dirs)
+        return view_stamps.view_holds(
+            str(self.root), marker.path, {rel: s.as_list() for rel, s in marker.files.items()}, marker.dirs
+        )
 
     def read_marker(self, spec: ViewSpec) -> Marker | None:
         return Marker.read(self.marker_path(spec))
@@ -370,7 +384,9 @@ class Cache:
             stamps[entry.path] = FileStamp.of(st, entry.sha256) if stat.S_ISREG(st.st_mode) else None
         return stamps
 
-    def records_for(self, spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp | None]) -> dict[str, FileStamp | None]:
+    def records_for(
+        self, spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp | None]
+    ) -> dict[str, FileStamp | None]:
         """The blobs' own records, read only for the files whose ctime moved since the marker (a link)."""
         records: dict[str, FileStamp | None] = {}
         for entry in spec.files:
@@ -391,8 +407,9 @@ class Cache:
             # Only a ctime or mtime that moved (a link or unlink of the inode elsewhere: another view built or
             # removed; a touch; or an edit, maybe with its mtime put back): re-hash just those files; if they
             # hold, record them again.
-            if not all(worth_rehash(marker.files.get(e.path), stamps.get(e.path)) for e in changed) \
-                    or not self._rehash_holds(spec, changed):
+            if not all(
+                worth_rehash(marker.files.get(e.path), stamps.get(e.path)) for e in changed
+            ) or not self._rehash_holds(spec, changed):
                 return ViewState.STALE
             files = {**marker.files, **{e.path: s for e in changed if (s := stamps.get(e.path)) is not None}}
             marker = dataclasses.replace(marker, files=files)
@@ -435,9 +452,19 @@ class Cache:
                 raise FileNotFoundError(f"{spec.name}/{entry.path} vanished while the view was being built")
             files[entry.path] = stamp
         now = time.time()
-        marker = Marker(spec.view_id, spec.name, spec.hf_repo, spec.revision, spec.layout.value,
-                        self.view_dir(spec).relative_to(self.root).as_posix(), files, now, resolved_at=now,
-                        catalog=catalog, dirs=self.view_dirs(spec))
+        marker = Marker(
+            spec.view_id,
+            spec.name,
+            spec.hf_repo,
+            spec.revision,
+            spec.layout.value,
+            self.view_dir(spec).relative_to(self.root).as_posix(),
+            files,
+            now,
+            resolved_at=now,
+            catalog=catalog,
+            dirs=self.view_dirs(spec),
+        )
         atomic_write(self.marker_path(spec), marker.to_json())
         return marker
 
@@ -514,7 +541,9 @@ class Cache:
             except FileNotFoundError:
                 if attempt == LAYOUT_ATTEMPTS:
                     raise
-                log.info("%s: a file or folder of the view vanished while it was laid out; laying it out again", spec.name)
+                log.info(
+                    "%s: a file or folder of the view vanished while it was laid out; laying it out again", spec.name
+                )
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _build_dir_view(self, spec: ViewSpec) -> Path:
@@ -574,8 +603,10 @@ class Cache:
                 if not stat.S_ISREG(st.st_mode) or st.st_size != entry.size:
                     return False
                 blob = self.blob_path(entry.sha256).stat()
-                if (st.st_dev, st.st_ino) != (blob.st_dev, blob.st_ino) and \
-                        hashing.hash_file(final / entry.path) != (entry.size, entry.sha256):
+                if (st.st_dev, st.st_ino) != (blob.st_dev, blob.st_ino) and hashing.hash_file(final / entry.path) != (
+                    entry.size,
+                    entry.sha256,
+                ):
                     return False
             return not self.extra_files(spec)
         except OSError:
@@ -691,11 +722,15 @@ def cache_error(cache: Cache, exc: OSError, name: str = "") -> CatalogError:
 
 def write_hint(err: int | None) -> str:
     """What to do about an OS error writing the cache: by its errno, not "free disk space" for everything."""
-    return {errno.EROFS: "the cache is read-only: resolve once where it is writable, or point --cache / CATALOG_CACHE "
-                         "at a writable folder",
-            errno.EACCES: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
-            errno.EPERM: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
-            errno.ENOSPC: "free disk space or point --cache / CATALOG_CACHE at a larger disk",
-            errno.EFBIG: "a file size limit (ulimit -f) stopped the write: raise it or point --cache elsewhere",
-            }.get(err or 0, "point --cache / CATALOG_CACHE at a folder (not a file) this user can write; `catalog gc` "
-                            "tidies a damaged cache")
+    return {
+        errno.EROFS: "the cache is read-only: resolve once where it is writable, or point --cache / CATALOG_CACHE "
+        "at a writable folder",
+        errno.EACCES: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
+        errno.EPERM: "the cache is not writable by this user: point --cache / CATALOG_CACHE at a folder you own",
+        errno.ENOSPC: "free disk space or point --cache / CATALOG_CACHE at a larger disk",
+        errno.EFBIG: "a file size limit (ulimit -f) stopped the write: raise it or point --cache elsewhere",
+    }.get(
+        err or 0,
+        "point --cache / CATALOG_CACHE at a folder (not a file) this user can write; `catalog gc` "
+        "tidies a damaged cache",
+    )

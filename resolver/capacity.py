@@ -40,9 +40,9 @@ from catalog import bounded
 from catalog.errors import CacheWriteError, CatalogError
 from resolver import hf_layout
 from resolver.cache import Cache
-from resolver.views import Layout
 from resolver.fsutil import lock_free
 from resolver.view_stamps import staging_name
+from resolver.views import Layout
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +68,29 @@ def free_bytes(path: Path, disk_usage: DiskUsage | None = None) -> int:
     return int(disk_usage(probe).free)
 
 
-SPACE_HINT = ("free disk space, run `catalog gc --keep-free SIZE`, set CATALOG_CACHE_MAX_SIZE, "
-              "or point --cache / CATALOG_CACHE at a larger disk")
+SPACE_HINT = (
+    "free disk space, run `catalog gc --keep-free SIZE`, set CATALOG_CACHE_MAX_SIZE, "
+    "or point --cache / CATALOG_CACHE at a larger disk"
+)
 
 
-def check_space(cache: Cache, needed: int, what: str, disk_usage: DiskUsage | None = None, *,
-                where: str = "the cache", hint: str = SPACE_HINT) -> None:
+def check_space(
+    cache: Cache,
+    needed: int,
+    what: str,
+    disk_usage: DiskUsage | None = None,
+    *,
+    where: str = "the cache",
+    hint: str = SPACE_HINT,
+) -> None:
     """Raise before any download when `needed` bytes cannot fit on the cache's filesystem."""
     if needed <= 0:
         return
     free = free_bytes(cache.root, disk_usage)
     if needed > free:
-        raise CacheWriteError(f"{what} needs {human(needed)} in {where} at {cache.root}, has {human(free)} free", hint=hint)
+        raise CacheWriteError(
+            f"{what} needs {human(needed)} in {where} at {cache.root}, has {human(free)} free", hint=hint
+        )
 
 
 def check_limit(max_size: int | None, needed: int, what: str) -> None:
@@ -89,7 +100,8 @@ def check_limit(max_size: int | None, needed: int, what: str) -> None:
         raise CacheWriteError(
             f"{what} needs {human(needed)} in the cache, more than CATALOG_CACHE_MAX_SIZE={human(max_size)}; "
             "nothing was fetched or evicted",
-            hint="raise CATALOG_CACHE_MAX_SIZE above what one command resolves, or resolve fewer models per command")
+            hint="raise CATALOG_CACHE_MAX_SIZE above what one command resolves, or resolve fewer models per command",
+        )
 
 
 # -- activity records ----------------------------------------------------------------------------------
@@ -101,8 +113,13 @@ def active(cache: Cache, names: Iterable[str], blobs: Iterable[str]) -> Iterator
     later with the real error, or answers without writing, not here."""
     folder = cache.active
     path = folder / f"{secrets.token_hex(8)}.json"
-    body = {"names": sorted(set(names)), "blobs": sorted(set(blobs)), "started": time.time(),
-            "host": socket.gethostname(), "pid": os.getpid()}  # host and pid: for people reading it, never judged
+    body = {
+        "names": sorted(set(names)),
+        "blobs": sorted(set(blobs)),
+        "started": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }  # host and pid: for people reading it, never judged
     fd, written = -1, None
     temp = folder / staging_name(path.name)
     try:
@@ -208,16 +225,25 @@ def cache_size(cache: Cache) -> int:
                     st = os.lstat(os.path.join(dirpath, filename))
                 except OSError:
                     continue
-                if (st.st_dev, st.st_ino) in seen or not os.path.isfile(os.path.join(dirpath, filename)) \
-                        or os.path.islink(os.path.join(dirpath, filename)):
+                if (
+                    (st.st_dev, st.st_ino) in seen
+                    or not os.path.isfile(os.path.join(dirpath, filename))
+                    or os.path.islink(os.path.join(dirpath, filename))
+                ):
                     continue
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_size
     return total
 
 
-def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = None, dry_run: bool = False,
-          disk_usage: DiskUsage | None = None) -> Eviction:
+def evict(
+    cache: Cache,
+    *,
+    max_size: int | None = None,
+    keep_free: int | None = None,
+    dry_run: bool = False,
+    disk_usage: DiskUsage | None = None,
+) -> Eviction:
     """Remove whole views, least recently resolved first, and then the blobs no remaining view uses, until
     the cache holds at most `max_size` bytes and its filesystem has `keep_free` bytes free. Views and blobs
     a running resolve works on are never touched (see the module's docstring)."""
@@ -305,11 +331,20 @@ def evict(cache: Cache, *, max_size: int | None = None, keep_free: int | None = 
             size, free, result.bytes = size - freed, free + freed, result.bytes + freed
     result.size_after, result.free_after = size, free
     if not satisfied():
-        wanted = " and ".join(w for w in (f"at most {human(max_size)} in the cache" if max_size is not None else "",
-                                          f"{human(keep_free)} free" if keep_free is not None else "") if w)
-        why = (f"{len(result.kept_in_use)} view(s) in use by running resolves are kept"
-               if result.kept_in_use else "nothing evictable is left")
-        result.unmet = (f"could not reach {wanted}: {human(size)} in the cache, {human(free)} free after evicting; {why}")
+        wanted = " and ".join(
+            w
+            for w in (
+                f"at most {human(max_size)} in the cache" if max_size is not None else "",
+                f"{human(keep_free)} free" if keep_free is not None else "",
+            )
+            if w
+        )
+        why = (
+            f"{len(result.kept_in_use)} view(s) in use by running resolves are kept"
+            if result.kept_in_use
+            else "nothing evictable is left"
+        )
+        result.unmet = f"could not reach {wanted}: {human(size)} in the cache, {human(free)} free after evicting; {why}"
     return result
 
 
@@ -329,8 +364,13 @@ def evict_for(cache: Cache, max_size: int, needed: int) -> Eviction:
     (the resolve's own activity record protects its model and blobs)."""
     result = evict(cache, max_size=max(0, max_size - needed))
     if result.views:
-        log.warning("cache over CATALOG_CACHE_MAX_SIZE=%s: evicted %d view(s) (%s), freed %s", human(max_size),
-                    len(result.views), ", ".join(v.split(" ")[0] for v in result.views[:5]), human(result.bytes))
+        log.warning(
+            "cache over CATALOG_CACHE_MAX_SIZE=%s: evicted %d view(s) (%s), freed %s",
+            human(max_size),
+            len(result.views),
+            ", ".join(v.split(" ")[0] for v in result.views[:5]),
+            human(result.bytes),
+        )
     if result.unmet:
         log.warning("CATALOG_CACHE_MAX_SIZE=%s: %s; fetching %s anyway", human(max_size), result.unmet, human(needed))
     return result

@@ -91,5 +91,8 @@ def check_view(model: str, files: Sequence[FileEntry], read: Callable[[FileEntry
     """Refuse a view whose local index names an unpinned file (IncompleteModelError)."""
     gaps = view_gaps(files, read)
     if gaps:
-        raise IncompleteModelError(model, {g.index: g.shards for g in gaps},
-                                   hint=f"pin the missing shards: widen source.include/exclude and run `catalog lock {model}`")
+        raise IncompleteModelError(
+            model,
+            {g.index: g.shards for g in gaps},
+            hint=f"pin the missing shards: widen source.include/exclude and run `catalog lock {model}`",
+        )

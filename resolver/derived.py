@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import derived
-from catalog.derived import DerivedError, DerivedFile, Kind, KeyInputs, Platform, Record
+from catalog.derived import DerivedError, DerivedFile, KeyInputs, Kind, Platform, Record
 from catalog.errors import CatalogError, IntegrityError, MissingObjectError, UnsafePathError, UsageError
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
@@ -64,9 +64,14 @@ def probe_platform(cpuinfo: Path = Path("/proc/cpuinfo"), nvidia_smi: str | None
     except OSError:
         text = ""
     libc, version = platform_module.libc_ver()
-    return Platform(system=sys.platform, machine=platform_module.machine(),
-                    python=f"{sys.implementation.name}-{sys.version_info.major}.{sys.version_info.minor}",
-                    libc=f"{libc} {version}".strip(), cpu=derived.cpu_features(text), gpus=_gpus(nvidia_smi))
+    return Platform(
+        system=sys.platform,
+        machine=platform_module.machine(),
+        python=f"{sys.implementation.name}-{sys.version_info.major}.{sys.version_info.minor}",
+        libc=f"{libc} {version}".strip(),
+        cpu=derived.cpu_features(text),
+        gpus=_gpus(nvidia_smi),
+    )
 
 
 def _gpus(nvidia_smi: str | None) -> tuple[str, ...]:
@@ -74,8 +79,13 @@ def _gpus(nvidia_smi: str | None) -> tuple[str, ...]:
     if tool is None:
         return ()
     try:
-        done = subprocess.run([tool, "--query-gpu=name,compute_cap", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=30, check=True)
+        done = subprocess.run(
+            [tool, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         log.warning("nvidia-smi could not list the GPUs; the key names none (a GPU runner's entries will not match)")
         return ()
@@ -96,9 +106,11 @@ def engine_versions(the_kind: Kind) -> dict[str, str]:
         spec = importlib.util.find_spec(module)
         if spec is None or spec.origin is None:
             if module == the_kind.engine_modules[0]:
-                raise UsageError(f"{the_kind.name}: {module} is not installed in this environment ({sys.executable}), "
-                                 "so its version cannot be keyed",
-                                 hint="run the catalog with the engine's Python (the environment the engine runs in)")
+                raise UsageError(
+                    f"{the_kind.name}: {module} is not installed in this environment ({sys.executable}), "
+                    "so its version cannot be keyed",
+                    hint="run the catalog with the engine's Python (the environment the engine runs in)",
+                )
             continue
         origin = Path(spec.origin)
         site = origin.parent.parent if spec.submodule_search_locations is not None else origin.parent
@@ -137,15 +149,26 @@ class Probe:
         return cls(probe_platform(), engine_versions(the_kind))
 
 
-def key_inputs(manifest: ModelManifest, the_kind: Kind, args: Sequence[str], env: Mapping[str, str], probe: Probe,
-               engine_cache: str = "") -> KeyInputs:
+def key_inputs(
+    manifest: ModelManifest,
+    the_kind: Kind,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    probe: Probe,
+    engine_cache: str = "",
+) -> KeyInputs:
     """The key's inputs for `manifest` served with engine arguments `args` in environment `env` (the process's), on
     the probed machine. The kind's own exports are applied to `env` first: the engine sees them."""
     exported = the_kind.exports(engine_cache or "/", not probe.platform.gpus)
-    return KeyInputs(kind=the_kind.name, recipe=the_kind.recipe,
-                     pins=derived.pins_digest((f.path, f.size, f.sha256) for f in manifest.files),
-                     engine=dict(probe.versions), platform=probe.platform, args=derived.normalize_args(the_kind, args),
-                     env=derived.engine_environment(the_kind, {**env, **exported}))
+    return KeyInputs(
+        kind=the_kind.name,
+        recipe=the_kind.recipe,
+        pins=derived.pins_digest((f.path, f.size, f.sha256) for f in manifest.files),
+        engine=dict(probe.versions),
+        platform=probe.platform,
+        args=derived.normalize_args(the_kind, args),
+        env=derived.engine_environment(the_kind, {**env, **exported}),
+    )
 
 
 # -- the engine cache folder's note -------------------------------------------------------------------------------
@@ -162,8 +185,17 @@ class Note:
     refused: tuple[str, ...] = ()  # sha256s of stored blobs that were refused (publish uploads them again)
 
     def to_json(self) -> bytes:
-        return json.dumps({"name": self.name, "kind": self.kind, "key": self.key, "args": [list(a) for a in self.args],
-                           "outcome": self.outcome, "refused": list(self.refused)}, indent=1).encode()
+        return json.dumps(
+            {
+                "name": self.name,
+                "kind": self.kind,
+                "key": self.key,
+                "args": [list(a) for a in self.args],
+                "outcome": self.outcome,
+                "refused": list(self.refused),
+            },
+            indent=1,
+        ).encode()
 
 
 def note_path(engine_cache: Path, the_kind: Kind, name: str) -> Path:
@@ -177,8 +209,14 @@ def read_note(engine_cache: Path, the_kind: Kind, name: str) -> Note | None:
             return None
         raw = json.loads(path.read_bytes())
         args = tuple((str(n), None if v is None else str(v)) for n, v in raw["args"])
-        return Note(str(raw["name"]), str(raw["kind"]), str(raw["key"]), args, str(raw["outcome"]),
-                    tuple(map(str, raw.get("refused") or ())))
+        return Note(
+            str(raw["name"]),
+            str(raw["kind"]),
+            str(raw["key"]),
+            args,
+            str(raw["outcome"]),
+            tuple(map(str, raw.get("refused") or ())),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -231,7 +269,9 @@ def gc_candidates(cache: Cache, now: float, max_age: float = RECORD_MAX_AGE) -> 
         the_kind = derived.KINDS.get(path.parent.name)
         try:
             old = now - path.stat().st_mtime > max_age
-            record = derived.parse_record(_read_bounded_file(path), the_kind, path.stem, str(path)) if the_kind else None
+            record = (
+                derived.parse_record(_read_bounded_file(path), the_kind, path.stem, str(path)) if the_kind else None
+            )
         except (OSError, DerivedError):
             record = None
         if old or record is None:
@@ -258,13 +298,35 @@ class RestoreReport:
     inputs: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "key": self.key, "hit": self.hit, "engine_cache": str(self.engine_cache),
-                "source": self.source, "restored": self.restored, "present": self.present, "bytes": self.bytes,
-                "reason": self.reason, "env": self.env, "inputs": self.inputs}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "key": self.key,
+            "hit": self.hit,
+            "engine_cache": str(self.engine_cache),
+            "source": self.source,
+            "restored": self.restored,
+            "present": self.present,
+            "bytes": self.bytes,
+            "reason": self.reason,
+            "env": self.env,
+            "inputs": self.inputs,
+        }
 
 
-def restore(cat: Catalog, name: str, the_kind: Kind, args: Sequence[str], engine_cache: Path, *, cache: Cache,
-            store: Store, options: ResolveOptions, env: Mapping[str, str], probe: Probe) -> RestoreReport:
+def restore(
+    cat: Catalog,
+    name: str,
+    the_kind: Kind,
+    args: Sequence[str],
+    engine_cache: Path,
+    *,
+    cache: Cache,
+    store: Store,
+    options: ResolveOptions,
+    env: Mapping[str, str],
+    probe: Probe,
+) -> RestoreReport:
     """Restore the entry for `name` served with `args` into `engine_cache`, or say why there is none. Either way the
     folder gets its note (publish reads it) and the report carries the environment the engine is to run with."""
     manifest = cat.get(name)
@@ -302,8 +364,9 @@ def restore(cat: Catalog, name: str, the_kind: Kind, args: Sequence[str], engine
     return report
 
 
-def _find_record(cat: Catalog, manifest: ModelManifest, the_kind: Kind, key: str, cache: Cache, store: Store,
-                 options: ResolveOptions) -> tuple[Record | None, str]:
+def _find_record(
+    cat: Catalog, manifest: ModelManifest, the_kind: Kind, key: str, cache: Cache, store: Store, options: ResolveOptions
+) -> tuple[Record | None, str]:
     """The entry's record: the cache's, else the primary store's (never a mirror's: a record says which bytes to
     trust). (None, why) for a miss."""
     local = read_local(cache, the_kind, key)
@@ -341,8 +404,9 @@ def _entry(f: DerivedFile) -> FileEntry:
     return FileEntry(path=f.path, size=f.size, sha256=f.sha256)
 
 
-def _bring_blobs(cat: Catalog, name: str, the_kind: Kind, record: Record, cache: Cache, store: Store,
-                 options: ResolveOptions) -> str:
+def _bring_blobs(
+    cat: Catalog, name: str, the_kind: Kind, record: Record, cache: Cache, store: Store, options: ResolveOptions
+) -> str:
     """Every file's bytes into the cache's blobs, verified: the shared tiers, the mirrors in order, then the store.
     Returns who served them ("" when the cache had every one)."""
     entries = [_entry(f) for f in record.files]
@@ -363,8 +427,12 @@ def _bring_blobs(cat: Catalog, name: str, the_kind: Kind, record: Record, cache:
         if not still:
             break
         try:
-            fetch(mirror, [Wanted(label, e, derived.blob_key(e.sha256)) for e in still], cache,
-                  dataclasses.replace(config, attempts=min(config.attempts, 2)))  # a mirror is optional
+            fetch(
+                mirror,
+                [Wanted(label, e, derived.blob_key(e.sha256)) for e in still],
+                cache,
+                dataclasses.replace(config, attempts=min(config.attempts, 2)),
+            )  # a mirror is optional
         except CatalogError as exc:
             log.warning("mirror %s: %s; trying the next store for what it could not give", mirror.url, exc)
         if any(cache.has_blob(e) for e in still):
@@ -396,8 +464,14 @@ def _write_into(engine_cache: Path, record: Record, cache: Cache, name: str) -> 
             if (size, digest) != (f.size, f.sha256):
                 with contextlib.suppress(OSError):
                     source.unlink()  # the blob changed since it was verified: fetched again next time
-                raise IntegrityError(name, f.path, "sha256", f.sha256, digest, "the cache's blob changed after it was "
-                                     "verified; removed it (nothing more is written)")
+                raise IntegrityError(
+                    name,
+                    f.path,
+                    "sha256",
+                    f.sha256,
+                    digest,
+                    "the cache's blob changed after it was verified; removed it (nothing more is written)",
+                )
             os.replace(temp, target)
         finally:
             temp.unlink(missing_ok=True)
@@ -441,30 +515,55 @@ class PublishReport:
     skipped: list[str] = field(default_factory=list)  # files left out: being written, or not regular files
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "key": self.key, "published": self.published, "reason": self.reason,
-                "files": self.files, "uploaded": self.uploaded, "bytes": self.bytes, "skipped": self.skipped}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "key": self.key,
+            "published": self.published,
+            "reason": self.reason,
+            "files": self.files,
+            "uploaded": self.uploaded,
+            "bytes": self.bytes,
+            "skipped": self.skipped,
+        }
 
 
-def publish(cat: Catalog, name: str, the_kind: Kind, engine_cache: Path, *, cache: Cache, store: Store,
-            env: Mapping[str, str], probe: Probe, config: TransferConfig = TransferConfig()) -> PublishReport:
+def publish(
+    cat: Catalog,
+    name: str,
+    the_kind: Kind,
+    engine_cache: Path,
+    *,
+    cache: Cache,
+    store: Store,
+    env: Mapping[str, str],
+    probe: Probe,
+    config: TransferConfig = TransferConfig(),
+) -> PublishReport:
     """Store what the engine left in `engine_cache` as the entry for the key restore prepared that folder for."""
     if store.content_addressed:
-        raise UsageError(f"{store.url} holds only models' artifacts; derived entries need an S3-compatible store or a "
-                         "folder", hint="publish derived entries to the s3:// or folder store the runners read")
+        raise UsageError(
+            f"{store.url} holds only models' artifacts; derived entries need an S3-compatible store or a folder",
+            hint="publish derived entries to the s3:// or folder store the runners read",
+        )
     manifest = cat.get(name)
     engine_cache = engine_cache.expanduser().absolute()
     note = read_note(engine_cache, the_kind, name)
     if note is None:
-        raise UsageError(f"{engine_cache} was not prepared for {name} ({the_kind.name}) by `catalog derived restore`",
-                         hint=f"run `catalog derived restore {name} --kind {the_kind.name} --engine-cache "
-                              f"{engine_cache} -- ARGS` before the engine, and the engine with its environment")
+        raise UsageError(
+            f"{engine_cache} was not prepared for {name} ({the_kind.name}) by `catalog derived restore`",
+            hint=f"run `catalog derived restore {name} --kind {the_kind.name} --engine-cache "
+            f"{engine_cache} -- ARGS` before the engine, and the engine with its environment",
+        )
     inputs = dataclasses.replace(key_inputs(manifest, the_kind, (), env, probe, str(engine_cache)), args=note.args)
     key = inputs.key()
     report = PublishReport(name, the_kind.name, key)
     if key != note.key:
-        raise DerivedError(f"{engine_cache} was prepared for key {note.key}, but {name} with the same arguments now keys "
-                           f"to {key}: the engine, the platform, the environment or the manifest changed since",
-                           hint="restore again, run the engine, then publish")
+        raise DerivedError(
+            f"{engine_cache} was prepared for key {note.key}, but {name} with the same arguments now keys "
+            f"to {key}: the engine, the platform, the environment or the manifest changed since",
+            hint="restore again, run the engine, then publish",
+        )
     if note.outcome == "hit":
         report.reason = "restored from the store before the run: nothing new to publish"
         return report
@@ -483,14 +582,18 @@ def publish(cat: Catalog, name: str, the_kind: Kind, engine_cache: Path, *, cach
         if held is not None and held.size == f.size and f.sha256 not in refused:
             return False
         if not cache.has_blob(_entry(f)):  # evicted between its copy and this upload
-            raise CatalogError(f"{name}: the cache let go of {f.path}'s copy before it was uploaded; nothing was published",
-                               hint="publish again (or raise CATALOG_CACHE_MAX_SIZE)")
+            raise CatalogError(
+                f"{name}: the cache let go of {f.path}'s copy before it was uploaded; nothing was published",
+                hint="publish again (or raise CATALOG_CACHE_MAX_SIZE)",
+            )
         store.put(derived.blob_key(f.sha256), cache.blob_path(f.sha256), {"sha256": f.sha256}, sha256=f.sha256)
         return True
 
     unique = list({f.sha256: f for f in files}.values())
-    with capacity.active(cache, (), (f.sha256 for f in unique)), \
-            ThreadPoolExecutor(max(1, min(config.concurrency or 8, 16)), thread_name_prefix="catalog-put") as pool:
+    with (
+        capacity.active(cache, (), (f.sha256 for f in unique)),
+        ThreadPoolExecutor(max(1, min(config.concurrency or 8, 16)), thread_name_prefix="catalog-put") as pool,
+    ):
         report.uploaded = sum(pool.map(upload, unique))
     record = Record(the_kind.name, key, inputs.to_json(), tuple(files), time.time(), name)
     with tempfile.TemporaryDirectory(prefix="catalog-derived-") as tmp:
@@ -524,12 +627,17 @@ def _collect(the_kind: Kind, engine_cache: Path, cache: Cache, report: PublishRe
                 found.append(DerivedFile(rel, size, digest))
                 total += size
                 if len(found) > derived.MAX_FILES or total > derived.MAX_TOTAL_BYTES:
-                    raise DerivedError(f"{engine_cache} holds more than a record may name ({derived.MAX_FILES} files, "
-                                       f"{derived.MAX_TOTAL_BYTES} bytes); nothing was published",
-                                       hint="give each model its own engine cache folder")
+                    raise DerivedError(
+                        f"{engine_cache} holds more than a record may name ({derived.MAX_FILES} files, "
+                        f"{derived.MAX_TOTAL_BYTES} bytes); nothing was published",
+                        hint="give each model its own engine cache folder",
+                    )
     if report.skipped:
-        log.warning("left out %d file(s) that changed while they were read or are no regular files: %s",
-                    len(report.skipped), ", ".join(report.skipped[:5]))
+        log.warning(
+            "left out %d file(s) that changed while they were read or are no regular files: %s",
+            len(report.skipped),
+            ", ".join(report.skipped[:5]),
+        )
     return found
 
 
@@ -546,8 +654,11 @@ def _take(path: Path, cache: Cache) -> tuple[int, str] | None:
     try:
         size, digest = hashing.copy_hashing(path, fd)
         after = path.lstat()
-        if (after.st_size, after.st_mtime_ns, after.st_ino) != (before.st_size, before.st_mtime_ns, before.st_ino) \
-                or size != before.st_size:
+        if (after.st_size, after.st_mtime_ns, after.st_ino) != (
+            before.st_size,
+            before.st_mtime_ns,
+            before.st_ino,
+        ) or size != before.st_size:
             return None
         if not cache.has_blob(FileEntry(path=path.name, size=size, sha256=digest)):
             cache.publish_blob(temp, digest)

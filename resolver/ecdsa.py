@@ -38,16 +38,21 @@ class Curve(NamedTuple):
 
 
 P256 = Curve(
-    "P-256", bytes.fromhex("2a8648ce3d030107"),
-    p=0xFFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF, a=-3,
+    "P-256",
+    bytes.fromhex("2a8648ce3d030107"),
+    p=0xFFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF,
+    a=-3,
     b=0x5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B,
     gx=0x6B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C296,
     gy=0x4FE342E2FE1A7F9B8EE7EB4A7C0F9E162BCE33576B315ECECBB6406837BF51F5,
-    n=0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551, hash=hashlib.sha256,
+    n=0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551,
+    hash=hashlib.sha256,
 )
 P384 = Curve(
-    "P-384", bytes.fromhex("2b81040022"),
-    p=2**384 - 2**128 - 2**96 + 2**32 - 1, a=-3,
+    "P-384",
+    bytes.fromhex("2b81040022"),
+    p=2**384 - 2**128 - 2**96 + 2**32 - 1,
+    a=-3,
     b=0xB3312FA7E23EE7E4988E056BE3F82D19181D9C6EFE8141120314088F5013875AC656398D8A2ED19D2A85C8EDD3EC2AEF,
     gx=0xAA87CA22BE8B05378EB1C71EF320AD746E1D3B628BA79B9859F741E082542A385502F25DBF55296C3A545E3872760AB7,
     gy=0x3617DE4A96262C6F5D9E98BF9292DC29F8F41DBD289A147CE9DA3113B5F0B8C00A60B1CE1D7E819D7A431D7C90EA0E5F,
@@ -55,16 +60,30 @@ P384 = Curve(
     hash=hashlib.sha384,
 )
 P521 = Curve(
-    "P-521", bytes.fromhex("2b81040023"),
-    p=2**521 - 1, a=-3,
-    b=int("0051953eb9618e1c9a1f929a21a0b68540eea2da725b99b315f3b8b489918ef109e156193951ec7e937b1652c0bd3bb1bf0735"
-          "73df883d2c34f1ef451fd46b503f00", 16),
-    gx=int("00c6858e06b70404e9cd9e3ecb662395b4429c648139053fb521f828af606b4d3dbaa14b5e77efe75928fe1dc127a2ffa8de3348"
-           "b3c1856a429bf97e7e31c2e5bd66", 16),
-    gy=int("011839296a789a3bc0045c8a5fb42c7d1bd998f54449579b446817afbd17273e662c97ee72995ef42640c550b9013fad0761353c"
-           "7086a272c24088be94769fd16650", 16),
-    n=int("01fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffa51868783bf2f966b7fcc0148f709a5d03bb5c9"
-          "b8899c47aebb6fb71e91386409", 16),
+    "P-521",
+    bytes.fromhex("2b81040023"),
+    p=2**521 - 1,
+    a=-3,
+    b=int(
+        "0051953eb9618e1c9a1f929a21a0b68540eea2da725b99b315f3b8b489918ef109e156193951ec7e937b1652c0bd3bb1bf0735"
+        "73df883d2c34f1ef451fd46b503f00",
+        16,
+    ),
+    gx=int(
+        "00c6858e06b70404e9cd9e3ecb662395b4429c648139053fb521f828af606b4d3dbaa14b5e77efe75928fe1dc127a2ffa8de3348"
+        "b3c1856a429bf97e7e31c2e5bd66",
+        16,
+    ),
+    gy=int(
+        "011839296a789a3bc0045c8a5fb42c7d1bd998f54449579b446817afbd17273e662c97ee72995ef42640c550b9013fad0761353c"
+        "7086a272c24088be94769fd16650",
+        16,
+    ),
+    n=int(
+        "01fffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffa51868783bf2f966b7fcc0148f709a5d03bb5c9"
+        "b8899c47aebb6fb71e91386409",
+        16,
+    ),
     hash=hashlib.sha512,
 )
 CURVES = (P256, P384, P521)
@@ -89,7 +108,7 @@ class PublicKey(NamedTuple):
 
     def pem(self) -> bytes:
         text = base64.b64encode(self.der()).decode()
-        lines = "\n".join(text[i:i + 64] for i in range(0, len(text), 64))
+        lines = "\n".join(text[i : i + 64] for i in range(0, len(text), 64))
         return f"-----BEGIN PUBLIC KEY-----\n{lines}\n-----END PUBLIC KEY-----\n".encode()
 
     @property
@@ -125,8 +144,10 @@ def load_public_keys(pem: bytes) -> tuple[PublicKey, ...]:
     signing key rotates: each is trusted). KeyFormatError when there is none or one cannot be read."""
     blocks = _PEM.findall(pem)
     if not blocks:
-        raise KeyFormatError("no '-----BEGIN PUBLIC KEY-----' block (a public key in PEM is expected; "
-                             "`openssl ec -in KEY -pubout` writes one)")
+        raise KeyFormatError(
+            "no '-----BEGIN PUBLIC KEY-----' block (a public key in PEM is expected; "
+            "`openssl ec -in KEY -pubout` writes one)"
+        )
     keys = []
     for number, block in enumerate(blocks, 1):
         try:
@@ -164,7 +185,7 @@ def _spki_key(block: bytes) -> PublicKey:
 def _point(c: Curve, data: bytes) -> tuple[int, int]:
     """An encoded point (uncompressed 04||x||y or compressed 02/03||x), proven to lie on the curve."""
     if len(data) == 1 + 2 * c.size and data[0] == 4:
-        x, y = int.from_bytes(data[1:1 + c.size], "big"), int.from_bytes(data[1 + c.size:], "big")
+        x, y = int.from_bytes(data[1 : 1 + c.size], "big"), int.from_bytes(data[1 + c.size :], "big")
     elif len(data) == 1 + c.size and data[0] in (2, 3):
         x = int.from_bytes(data[1:], "big")
         y = pow((x * x * x + c.a * x + c.b) % c.p, (c.p + 1) // 4, c.p)  # p = 3 (mod 4) on all three curves
@@ -203,12 +224,12 @@ def _read(data: bytes, tag: int) -> tuple[bytes, bytes]:
         count = length & 0x7F
         if not 1 <= count <= 4 or len(data) < 2 + count or data[2] == 0:
             raise ValueError("a malformed DER length")
-        length, start = int.from_bytes(data[2:2 + count], "big"), 2 + count
+        length, start = int.from_bytes(data[2 : 2 + count], "big"), 2 + count
         if length < 0x80:
             raise ValueError("a non-minimal DER length")
     if len(data) < start + length:
         raise ValueError("a DER element longer than its data")
-    return data[start:start + length], data[start + length:]
+    return data[start : start + length], data[start + length :]
 
 
 def _tlv(tag: int, content: bytes) -> bytes:

@@ -57,17 +57,24 @@ class Tensor:
 
     def rows(self, start: int, stop: int) -> Tensor:
         """Rows [start, stop) of the first dimension."""
-        return Tensor(self.dtype, (stop - start, *self.shape[1:]), self.data[start * self.row_bytes:stop * self.row_bytes])
+        return Tensor(
+            self.dtype, (stop - start, *self.shape[1:]), self.data[start * self.row_bytes : stop * self.row_bytes]
+        )
 
     def columns(self, start: int, stop: int) -> Tensor:
         """Columns [start, stop) of a 2-D tensor."""
         item = self.row_bytes // self.shape[1]
-        data = b"".join(self.data[r * self.row_bytes + start * item:r * self.row_bytes + stop * item] for r in range(self.shape[0]))
+        data = b"".join(
+            self.data[r * self.row_bytes + start * item : r * self.row_bytes + stop * item]
+            for r in range(self.shape[0])
+        )
         return Tensor(self.dtype, (self.shape[0], stop - start), data)
 
 
 def concat_rows(*parts: Tensor) -> Tensor:
-    return Tensor(parts[0].dtype, (sum(p.shape[0] for p in parts), *parts[0].shape[1:]), b"".join(p.data for p in parts))
+    return Tensor(
+        parts[0].dtype, (sum(p.shape[0] for p in parts), *parts[0].shape[1:]), b"".join(p.data for p in parts)
+    )
 
 
 def minilm_dir() -> Path:
@@ -82,7 +89,7 @@ def _pack(floats: list[float], dtype: str) -> bytes:
     if dtype == "F32":
         return packed
     # bfloat16: the upper two bytes of each little-endian float32 (truncation, exact and portable)
-    return b"".join(packed[i + 2:i + 4] for i in range(0, len(packed), 4))
+    return b"".join(packed[i + 2 : i + 4] for i in range(0, len(packed), 4))
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -112,9 +119,11 @@ def decoder_tensors(seed: int, dtype: str = "F32", vocab: int = VOCAB, qkv_bias:
             p + "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
         }
         if qkv_bias:
-            shapes |= {p + "self_attn.q_proj.bias": (HEADS * HEAD_DIM,),
-                       p + "self_attn.k_proj.bias": (KV_HEADS * HEAD_DIM,),
-                       p + "self_attn.v_proj.bias": (KV_HEADS * HEAD_DIM,)}
+            shapes |= {
+                p + "self_attn.q_proj.bias": (HEADS * HEAD_DIM,),
+                p + "self_attn.k_proj.bias": (KV_HEADS * HEAD_DIM,),
+                p + "self_attn.v_proj.bias": (KV_HEADS * HEAD_DIM,),
+            }
     shapes |= {"model.norm.weight": (HIDDEN,), "lm_head.weight": (vocab, HIDDEN)}
     out = {}
     for name, shape in shapes.items():  # insertion order: the PRNG stream is part of the pinned bytes
@@ -149,15 +158,26 @@ def engine_rank_tensors(tensors: dict[str, Tensor], rank: int, ranks: int = TP) 
     out["model.norm.weight"] = tensors["model.norm.weight"]
     for layer in range(LAYERS):
         p = f"model.layers.{layer}."
-        kv = (0, KV_HEADS * HEAD_DIM) if KV_HEADS < ranks else (rank * KV_HEADS * HEAD_DIM // ranks, (rank + 1) * KV_HEADS * HEAD_DIM // ranks)
+        kv = (
+            (0, KV_HEADS * HEAD_DIM)
+            if ranks > KV_HEADS
+            else (rank * KV_HEADS * HEAD_DIM // ranks, (rank + 1) * KV_HEADS * HEAD_DIM // ranks)
+        )
         out[p + "self_attn.qkv_proj.weight"] = concat_rows(
             tensors[p + "self_attn.q_proj.weight"].rows(rank * per_q, (rank + 1) * per_q),
-            tensors[p + "self_attn.k_proj.weight"].rows(*kv), tensors[p + "self_attn.v_proj.weight"].rows(*kv))
-        out[p + "self_attn.o_proj.weight"] = tensors[p + "self_attn.o_proj.weight"].columns(rank * per_q, (rank + 1) * per_q)
+            tensors[p + "self_attn.k_proj.weight"].rows(*kv),
+            tensors[p + "self_attn.v_proj.weight"].rows(*kv),
+        )
+        out[p + "self_attn.o_proj.weight"] = tensors[p + "self_attn.o_proj.weight"].columns(
+            rank * per_q, (rank + 1) * per_q
+        )
         out[p + "mlp.gate_up_proj.weight"] = concat_rows(
             tensors[p + "mlp.gate_proj.weight"].rows(rank * per_mlp, (rank + 1) * per_mlp),
-            tensors[p + "mlp.up_proj.weight"].rows(rank * per_mlp, (rank + 1) * per_mlp))
-        out[p + "mlp.down_proj.weight"] = tensors[p + "mlp.down_proj.weight"].columns(rank * per_mlp, (rank + 1) * per_mlp)
+            tensors[p + "mlp.up_proj.weight"].rows(rank * per_mlp, (rank + 1) * per_mlp),
+        )
+        out[p + "mlp.down_proj.weight"] = tensors[p + "mlp.down_proj.weight"].columns(
+            rank * per_mlp, (rank + 1) * per_mlp
+        )
         for norm in ("input_layernorm.weight", "post_attention_layernorm.weight"):
             out[p + norm] = tensors[p + norm]
         out |= {f"{p}self_attn.attn.{scale}": one for scale in ATTENTION_SCALES}
@@ -183,8 +203,18 @@ def _json(obj: object) -> bytes:
 
 
 def _added(tokens: list[str], first_id: int) -> list[dict[str, object]]:
-    return [{"id": first_id + i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True} for i, tok in enumerate(tokens)]
+    return [
+        {
+            "id": first_id + i,
+            "content": tok,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, tok in enumerate(tokens)
+    ]
 
 
 def _word_tokenizer_files() -> dict[str, bytes]:
@@ -192,13 +222,23 @@ def _word_tokenizer_files() -> dict[str, bytes]:
     specials = ["<unk>", "<s>", "</s>"]
     vocab = {tok: i for i, tok in enumerate(specials + [f"w{i}" for i in range(len(specials), VOCAB)])}
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": _added(specials, 0),
-        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added(specials, 0),
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
         "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
     }
-    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 128,
-              "tokenizer_class": "PreTrainedTokenizerFast"}
+    config = {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": 128,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
     return {
         "tokenizer.json": _json(tokenizer),
         "tokenizer_config.json": _json(config),
@@ -246,7 +286,7 @@ def _bpe_segment(pieces: list[str], merges: list[list[str]]) -> list[str]:
         best = min(range(len(pieces) - 1), key=lambda i: rank.get((pieces[i], pieces[i + 1]), len(rank)))
         if (pieces[best], pieces[best + 1]) not in rank:
             break
-        pieces = pieces[:best] + [pieces[best] + pieces[best + 1]] + pieces[best + 2:]
+        pieces = pieces[:best] + [pieces[best] + pieces[best + 1]] + pieces[best + 2 :]
     return pieces
 
 
@@ -255,17 +295,36 @@ def _bpe_tokenizer_files(chat_template: str) -> dict[str, bytes]:
     tokenizer as such, whatever class the config names): 256 byte symbols, merges for a few words, specials."""
     vocab, merges = _bpe_model()
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": _added(QWEN_SPECIALS, len(vocab)),
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added(QWEN_SPECIALS, len(vocab)),
         "normalizer": {"type": "NFC"},
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": merges},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
     }
-    config = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
-              "model_max_length": 128, "tokenizer_class": "Qwen2Tokenizer", "chat_template": chat_template}
+    config = {
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "model_max_length": 128,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "chat_template": chat_template,
+    }
     return {
         "tokenizer.json": _json(tokenizer),
         "tokenizer_config.json": _json(config),
@@ -274,13 +333,26 @@ def _bpe_tokenizer_files(chat_template: str) -> dict[str, bytes]:
 
 
 def _config(model_type: str, architecture: str, dtype: str, vocab: int, bos: int | None, eos: int) -> bytes:
-    return _json({
-        "architectures": [architecture], "model_type": model_type, "vocab_size": vocab,
-        "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-        "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
-        "torch_dtype": dtype, "bos_token_id": bos, "eos_token_id": eos,
-    })
+    return _json(
+        {
+            "architectures": [architecture],
+            "model_type": model_type,
+            "vocab_size": vocab,
+            "hidden_size": HIDDEN,
+            "intermediate_size": INTERMEDIATE,
+            "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS,
+            "head_dim": HEAD_DIM,
+            "max_position_embeddings": 128,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+            "torch_dtype": dtype,
+            "bos_token_id": bos,
+            "eos_token_id": eos,
+        }
+    )
 
 
 def _llama_config() -> bytes:
@@ -306,20 +378,22 @@ def tiny_qwen2_files() -> dict[str, bytes]:
     vocab = qwen2_vocab()
     tensors = decoder_tensors(seed=2, dtype="BF16", vocab=vocab, qkv_bias=True)
     names = sorted(tensors)
-    halves = [names[: len(names) // 2], names[len(names) // 2:]]
+    halves = [names[: len(names) // 2], names[len(names) // 2 :]]
     files: dict[str, bytes] = {}
     weight_map: dict[str, str] = {}
     for i, part in enumerate(halves, start=1):
         shard = f"model-{i:05d}-of-{len(halves):05d}.safetensors"
         files[shard] = safetensors_bytes({n: tensors[n] for n in part}, {"format": "pt"})
-        weight_map |= {n: shard for n in part}
+        weight_map |= dict.fromkeys(part, shard)
     total = sum(len(t.data) for t in tensors.values())
     files["model.safetensors.index.json"] = _json({"metadata": {"total_size": total}, "weight_map": weight_map})
     eos = len(_bpe_model()[0]) + QWEN_SPECIALS.index("<|im_end|>")
     files["config.json"] = _config("qwen2", "Qwen2ForCausalLM", "bfloat16", vocab, None, eos)
     files["generation_config.json"] = _json({"eos_token_id": eos})
-    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     files |= _bpe_tokenizer_files(chat_template=template)
     return files
 
@@ -327,8 +401,10 @@ def tiny_qwen2_files() -> dict[str, bytes]:
 def tiny_llama_sharded_files() -> dict[str, bytes]:
     """tiny-llama saved per tensor-parallel rank (TP=2), as the engine's sharded_state loader reads it."""
     tensors = llama_tensors()
-    files = {f"model-rank-{rank}-part-0.safetensors": safetensors_bytes(engine_rank_tensors(tensors, rank))
-             for rank in range(TP)}
+    files = {
+        f"model-rank-{rank}-part-0.safetensors": safetensors_bytes(engine_rank_tensors(tensors, rank))
+        for rank in range(TP)
+    }
     files["config.json"] = _llama_config()
     files |= _word_tokenizer_files()
     return files
@@ -364,12 +440,17 @@ def tiny_sts_files() -> dict[str, bytes]:
         return " ".join(rng.choice(words) for _ in range(rng.randint(3, 8)))
 
     def jsonl(count: int) -> bytes:
-        rows = [{"sentence1": sentence(), "sentence2": sentence(), "score": round(rng.uniform(0, 5), 2)} for _ in range(count)]
+        rows = [
+            {"sentence1": sentence(), "sentence2": sentence(), "score": round(rng.uniform(0, 5), 2)}
+            for _ in range(count)
+        ]
         return "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows).encode()
 
-    readme = ("---\nlicense: apache-2.0\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
-              "    path: data/train.jsonl\n  - split: test\n    path: data/test.jsonl\n---\n"
-              "# tiny-sts\n\nGenerated by `python -m resolver.examples` for model-catalog's dataset tests.\n")
+    readme = (
+        "---\nlicense: apache-2.0\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        "    path: data/train.jsonl\n  - split: test\n    path: data/test.jsonl\n---\n"
+        "# tiny-sts\n\nGenerated by `python -m resolver.examples` for model-catalog's dataset tests.\n"
+    )
     return {"README.md": readme.encode(), "data/train.jsonl": jsonl(24), "data/test.jsonl": jsonl(8)}
 
 
@@ -404,7 +485,10 @@ def missing_modules(name: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m resolver.examples OUT_DIR [NAME...]   (names: " + " ".join(GENERATORS) + ")", file=sys.stderr)
+        print(
+            "usage: python -m resolver.examples OUT_DIR [NAME...]   (names: " + " ".join(GENERATORS) + ")",
+            file=sys.stderr,
+        )
         return 2
     out, names = Path(argv[0]), argv[1:] or list(GENERATORS)
     if unknown := [n for n in names if n not in GENERATORS]:
@@ -412,10 +496,16 @@ def main(argv: list[str]) -> int:
         return 2
     if lacking := {n: m for n in names if (m := missing_modules(n))}:
         others = [n for n in names if n not in lacking]
-        print(f"error: {', '.join(lacking)} needs {', '.join(sorted({x for m in lacking.values() for x in m}))} "
-              "(pip install 'model-catalog[loaders]'); nothing was written", file=sys.stderr)
+        print(
+            f"error: {', '.join(lacking)} needs {', '.join(sorted({x for m in lacking.values() for x in m}))} "
+            "(pip install 'model-catalog[loaders]'); nothing was written",
+            file=sys.stderr,
+        )
         if others:
-            print(f"hint: the others need nothing more: python -m resolver.examples {out} {' '.join(others)}", file=sys.stderr)
+            print(
+                f"hint: the others need nothing more: python -m resolver.examples {out} {' '.join(others)}",
+                file=sys.stderr,
+            )
         return 1
     for name in names:
         print(write_model(name, out))

@@ -15,7 +15,9 @@ from catalog import naming
 from catalog.errors import UnsafePathError
 from resolver.view_stamps import replace_atomically
 
-STAGING = re.compile(r"^\..+~catalog\.(\d+)-[0-9a-f]+$")  # validation refuses it in pinned paths: catalog.naming.CACHE_STAGING
+STAGING = re.compile(
+    r"^\..+~catalog\.(\d+)-[0-9a-f]+$"
+)  # validation refuses it in pinned paths: catalog.naming.CACHE_STAGING
 _LEGACY_STAGING = re.compile(r"^\..+\.(\d+)-[0-9a-f]+$")  # what versions before the mark wrote
 
 
@@ -100,6 +102,7 @@ def link_or_copy(source: Path, target: Path) -> None:
     except OSError:
         shutil.copyfile(source, target)
         os.chmod(target, 0o444)
+
 
 def safe_join(root: Path, relative: str) -> Path:
     """root/relative, proven to stay inside root (no '..', no absolute path, no symlinked parent)."""

@@ -29,15 +29,26 @@ PROBE = 128 * 1024
 NOT_SAFETENSORS = "the file is not valid safetensors: fix it at the source, or leave it out with source.exclude"
 
 
-def read_store_header(store: Store, key: str, *, model: str, path: str, size: int, attempts: int = 4,
-                      sleep: Callable[[float], None] = time.sleep) -> Header:
+def read_store_header(
+    store: Store,
+    key: str,
+    *,
+    model: str,
+    path: str,
+    size: int,
+    attempts: int = 4,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Header:
     """The header of the `size`-byte object `key`: one ranged GET, a second only for a header past `PROBE`."""
-    first = read_range(store, key, 0, min(PROBE, size), model=model, path=path, size=size, attempts=attempts, sleep=sleep)
+    first = read_range(
+        store, key, 0, min(PROBE, size), model=model, path=path, size=size, attempts=attempts, sleep=sleep
+    )
     length = _checked(model, path, lambda: header_length(first, size))
     raw = first
     if len(first) < PREFIX + length:
-        raw += read_range(store, key, len(first), PREFIX + length, model=model, path=path, size=size, attempts=attempts,
-                           sleep=sleep)
+        raw += read_range(
+            store, key, len(first), PREFIX + length, model=model, path=path, size=size, attempts=attempts, sleep=sleep
+        )
     return _checked(model, path, lambda: parse(raw, size))
 
 
@@ -57,16 +68,32 @@ def _checked(model: str, path: str, parse_it: Callable[[], _T]) -> _T:
         raise HeaderError(f"{model}/{path}: {exc.message}", hint=NOT_SAFETENSORS) from None
 
 
-def read_range(store: Store, key: str, start: int, end: int, *, model: str, path: str, size: int, attempts: int = 4,
-                sleep: Callable[[float], None] = time.sleep) -> bytes:
+def read_range(
+    store: Store,
+    key: str,
+    start: int,
+    end: int,
+    *,
+    model: str,
+    path: str,
+    size: int,
+    attempts: int = 4,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bytes:
     """Bytes [start, end) of `key`, with retries of what is transient (a 429 waits what the server asked)."""
     for attempt in range(1, attempts + 1):
         try:
             stream = store.open(key, start, end)
             try:
                 if stream.total != size:
-                    raise IntegrityError(model, path, "size", str(size), str(stream.total),
-                                         f"{store.url} holds other bytes under {key}; no header was read")
+                    raise IntegrityError(
+                        model,
+                        path,
+                        "size",
+                        str(size),
+                        str(stream.total),
+                        f"{store.url} holds other bytes under {key}; no header was read",
+                    )
                 buffer = bytearray(end - start)
                 view = memoryview(buffer)
                 got = 0
@@ -80,7 +107,9 @@ def read_range(store: Store, key: str, start: int, end: int, *, model: str, path
             if attempt >= attempts or (isinstance(exc, StoreUnavailableError) and not exc.transient):
                 if isinstance(exc, StoreUnavailableError):
                     raise
-                raise StoreUnavailableError(f"{model}: cannot read the header of {path} from {store.url}: {exc}") from None
+                raise StoreUnavailableError(
+                    f"{model}: cannot read the header of {path} from {store.url}: {exc}"
+                ) from None
             sleep(waits.retry_pause(exc, attempt, waits.DEFAULT_MAX_WAIT, f"{store.url} ({model}/{path})"))
             continue
         if got != len(buffer):

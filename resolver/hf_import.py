@@ -46,11 +46,18 @@ from catalog.formats import LoadFormat
 from catalog.loading import ManifestDoc, discover, load_manifest
 from catalog.schema import CatalogSettings, FileEntry
 from resolver.add import choose_load_format, derive_name, derive_prefix, manifest_head, refuse_collisions
-from resolver.hf_layout import hf_revisions, lfs_pointer_blob_id
 from resolver.completeness import index_shards
 from resolver.hashing import ANY_SIZE, CHUNK
+from resolver.hf_layout import hf_revisions, lfs_pointer_blob_id
 from resolver.hub import RemoteFile
-from resolver.lock import atomic_text_write, complete_selection, is_safetensors, local_tensors, render_files_block, write_tables
+from resolver.lock import (
+    atomic_text_write,
+    complete_selection,
+    is_safetensors,
+    local_tensors,
+    render_files_block,
+    write_tables,
+)
 from resolver.tensor_pins import is_tensorizer_file
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -91,7 +98,9 @@ class CachedRepo:
 def cached_repos(root: Path) -> list[CachedRepo]:
     """Every model and dataset repo folder of an HF cache (space repos and odd names are not catalog pins)."""
     if not root.is_dir():
-        raise UsageError(f"--from-hf-cache {root}: no such folder", hint="give the HF_HUB_CACHE folder (…/huggingface/hub)")
+        raise UsageError(
+            f"--from-hf-cache {root}: no such folder", hint="give the HF_HUB_CACHE folder (…/huggingface/hub)"
+        )
     out = []
     for folder in sorted(root.iterdir()):
         kind, _, rest = folder.name.partition("--")
@@ -147,8 +156,11 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
     foreign: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames.sort()
-        foreign += [f"{(Path(dirpath) / d).relative_to(folder).as_posix()}/ is a linked folder"
-                    for d in dirnames if (Path(dirpath) / d).is_symlink()]
+        foreign += [
+            f"{(Path(dirpath) / d).relative_to(folder).as_posix()}/ is a linked folder"
+            for d in dirnames
+            if (Path(dirpath) / d).is_symlink()
+        ]
         for filename in sorted(filenames):
             path = Path(dirpath) / filename
             rel = path.relative_to(folder).as_posix()
@@ -159,7 +171,9 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
                 blob = path.resolve(strict=True)
                 mode = blob.stat().st_mode
             except (OSError, RuntimeError):
-                gaps.append(f"{rel}: its blob {name} is missing from blobs/" if name else f"{rel}: vanished while it was read")
+                gaps.append(
+                    f"{rel}: its blob {name} is missing from blobs/" if name else f"{rel}: vanished while it was read"
+                )
                 continue
             root = own_blobs if name is not None else folder.resolve()
             if name is not None and blob.parent != own_blobs:
@@ -176,11 +190,17 @@ def read_snapshot(repo: CachedRepo, revision: str) -> Snapshot:
         if digest in have:
             continue
         if tree:
-            owners = [p for p, info in tree.items() if digest in (info.get("lfs_sha256"), info.get("blob_id")) and p not in files]
+            owners = [
+                p
+                for p, info in tree.items()
+                if digest in (info.get("lfs_sha256"), info.get("blob_id")) and p not in files
+            ]
             gaps += [f"{p}: its download is in flight or was interrupted (blobs/{partial.name})" for p in owners]
         else:
-            gaps.append(f"blobs/{partial.name}: a download is in flight or was interrupted, and no tree listing "
-                        f"(trees/{revision}.json) tells which file it is")
+            gaps.append(
+                f"blobs/{partial.name}: a download is in flight or was interrupted, and no tree listing "
+                f"(trees/{revision}.json) tells which file it is"
+            )
     return Snapshot(repo, revision, files, tuple(gaps), tuple(foreign), tree, folder.stat().st_mtime)
 
 
@@ -204,8 +224,13 @@ def find_snapshots(root: Path, wanted: Sequence[str]) -> tuple[list[Snapshot], l
             revisions = repo.revisions()
             chosen = revisions if not ref else [repo.refs().get(ref, ref)]
             if not chosen or chosen[0] not in revisions:
-                errors.append((item, f"the HF cache holds {repo.label} but not at {ref or 'any revision'!r} "
-                                     f"(cached: {', '.join(r[:12] for r in revisions) or 'no snapshot'})"))
+                errors.append(
+                    (
+                        item,
+                        f"the HF cache holds {repo.label} but not at {ref or 'any revision'!r} "
+                        f"(cached: {', '.join(r[:12] for r in revisions) or 'no snapshot'})",
+                    )
+                )
                 continue
             for rev in chosen:
                 found.setdefault((repo.repo_type, repo.repo, rev), read_snapshot(repo, rev))
@@ -257,11 +282,15 @@ def draft(snapshot: Snapshot, settings: CatalogSettings, load_format: str | None
     the snapshot is incomplete or holds nothing the catalog can pin."""
     label = snapshot.label
     if snapshot.foreign:
-        raise Refused(f"{label} holds what huggingface_hub never makes: {'; '.join(snapshot.foreign)}; nothing was read "
-                      "from it and nothing was written",
-                      hint="a cache edited by hand (or by someone else): download the repo again into a cache you trust")
+        raise Refused(
+            f"{label} holds what huggingface_hub never makes: {'; '.join(snapshot.foreign)}; nothing was read "
+            "from it and nothing was written",
+            hint="a cache edited by hand (or by someone else): download the repo again into a cache you trust",
+        )
     if snapshot.gaps:
-        raise Refused(f"{label} is incomplete: {'; '.join(snapshot.gaps)}; nothing was written", hint=finish_download(snapshot))
+        raise Refused(
+            f"{label} is incomplete: {'; '.join(snapshot.gaps)}; nothing was written", hint=finish_download(snapshot)
+        )
     paths = sorted(snapshot.files)
     exclude: tuple[str, ...] = ()
     if snapshot.repo.repo_type == "dataset":
@@ -276,8 +305,10 @@ def draft(snapshot: Snapshot, settings: CatalogSettings, load_format: str | None
         raise Refused(f"{label}: no file of the snapshot is left after the default excludes; nothing was written")
     unmet = [n.what for n in fmt.spec.needs if not n.met_by(selected)]
     if unmet:
-        raise Refused(f"{label}: the snapshot has no {' and '.join(unmet)}, which load_format {fmt.value} needs; nothing was written",
-                      hint="download the missing files into the cache, or `catalog add` the repo from the Hub")
+        raise Refused(
+            f"{label}: the snapshot has no {' and '.join(unmet)}, which load_format {fmt.value} needs; nothing was written",
+            hint="download the missing files into the cache, or `catalog add` the repo from the Hub",
+        )
     return Draft(snapshot, fmt, exclude, selected)
 
 
@@ -289,7 +320,10 @@ def check_shards(d: Draft, read: Mapping[str, bytes]) -> None:
             if shard not in d.snapshot.files:
                 missing.append(f"{index} names {shard}, which the cached snapshot does not hold")
     if missing:
-        raise Refused(f"{d.snapshot.label} is incomplete: {'; '.join(missing)}; nothing was written", hint=finish_download(d.snapshot))
+        raise Refused(
+            f"{d.snapshot.label} is incomplete: {'; '.join(missing)}; nothing was written",
+            hint=finish_download(d.snapshot),
+        )
 
 
 def give_names(drafts: Sequence[Draft], existing: Sequence[ManifestDoc], taken: set[str]) -> None:
@@ -300,7 +334,11 @@ def give_names(drafts: Sequence[Draft], existing: Sequence[ManifestDoc], taken: 
     for (_, repo), group in sorted(by_repo.items()):
         main = group[0].snapshot.repo.refs().get("main")
         group.sort(key=lambda d: (d.snapshot.revision != main, -d.snapshot.mtime, d.snapshot.revision))
-        pinned = [doc.manifest for doc in existing if doc.manifest is not None and doc.manifest.source.hf_repo.casefold() == repo]
+        pinned = [
+            doc.manifest
+            for doc in existing
+            if doc.manifest is not None and doc.manifest.source.hf_repo.casefold() == repo
+        ]
         if len(pinned) + len(group) > 1 and not any(m.primary for m in pinned):
             group[0].primary = True
         org, _, base = group[0].snapshot.repo.repo.partition("/")
@@ -335,25 +373,45 @@ def pin_file(snapshot: Snapshot, path: str, deep: bool) -> FileEntry:
     opened.close()
     where = f"{snapshot.label}: {path}"
     if isinstance(listed.get("size"), int) and listed["size"] != size:
-        raise Refused(f"{where} has {size} bytes, the cache's tree listing says {listed['size']}; nothing was written",
-                      hint="the blob is truncated or was replaced: delete it and download it again")
+        raise Refused(
+            f"{where} has {size} bytes, the cache's tree listing says {listed['size']}; nothing was written",
+            hint="the blob is truncated or was replaced: delete it and download it again",
+        )
     name = f.blob_name or ""
-    xet = listed.get("xet_hash") if isinstance(listed.get("xet_hash"), str) and _SHA256.fullmatch(listed["xet_hash"]) else None
+    xet = (
+        listed.get("xet_hash")
+        if isinstance(listed.get("xet_hash"), str) and _SHA256.fullmatch(listed["xet_hash"])
+        else None
+    )
     if _SHA256.fullmatch(name):
         if listed.get("lfs_sha256") not in (None, name):
-            raise Refused(f"{where}: its blob is named {name} but the cache's tree listing says sha256 {listed['lfs_sha256']}; "
-                          "nothing was written")
+            raise Refused(
+                f"{where}: its blob is named {name} but the cache's tree listing says sha256 {listed['lfs_sha256']}; "
+                "nothing was written"
+            )
         if deep:
             got, digest, _ = _hash_both(f, size)
             if (got, digest) != (size, name):
-                raise Refused(f"{where}: expected sha256 {name} (its blob's name) but got {digest}; the cached blob is corrupt; "
-                              "nothing was written", hint="delete the blob and download it again")
-        blob_id = listed.get("blob_id") if isinstance(listed.get("blob_id"), str) and _COMMIT.fullmatch(listed["blob_id"]) else None
-        return FileEntry(path=path, size=size, sha256=name, blob_id=blob_id or lfs_pointer_blob_id(name, size), xet_hash=xet)
+                raise Refused(
+                    f"{where}: expected sha256 {name} (its blob's name) but got {digest}; the cached blob is corrupt; "
+                    "nothing was written",
+                    hint="delete the blob and download it again",
+                )
+        blob_id = (
+            listed.get("blob_id")
+            if isinstance(listed.get("blob_id"), str) and _COMMIT.fullmatch(listed["blob_id"])
+            else None
+        )
+        return FileEntry(
+            path=path, size=size, sha256=name, blob_id=blob_id or lfs_pointer_blob_id(name, size), xet_hash=xet
+        )
     got, digest, git_id = _hash_both(f, size)
     if _COMMIT.fullmatch(name) and git_id != name:
-        raise Refused(f"{where}: expected git blob id {name} (its blob's name) but got {git_id}; the cached blob is corrupt; "
-                      "nothing was written", hint="delete the blob and download it again")
+        raise Refused(
+            f"{where}: expected git blob id {name} (its blob's name) but got {git_id}; the cached blob is corrupt; "
+            "nothing was written",
+            hint="delete the blob and download it again",
+        )
     return FileEntry(path=path, size=got, sha256=digest, blob_id=git_id, xet_hash=xet)
 
 
@@ -366,38 +424,60 @@ def pin_draft(d: Draft, deep: bool) -> None:
     the tensors pinned and the tensor tables made as `catalog lock` does: safetensors headers and weight_maps, and with
     `deep` (every byte read) each tensor's digest and each tensorizer table, as a lock from a folder pins them."""
     files = d.snapshot.files
-    indexes = {p: bounded.read_file(files[p].blob, bounded.MAX_RECORD, root=files[p].root)
-               for p in d.paths if formats.is_index_file(p)}
+    indexes = {
+        p: bounded.read_file(files[p].blob, bounded.MAX_RECORD, root=files[p].root)
+        for p in d.paths
+        if formats.is_index_file(p)
+    }
     check_shards(d, indexes)
     # Under `deep` a checkpoint's bytes are read once, below, for its tensors' digests; that read checks its blob name.
     entries = [pin_file(d.snapshot, p, deep and not _is_checkpoint(p)) for p in d.paths]
     try:
-        entries = complete_selection(d.name, entries, indexes, sorted(files), (), d.exclude,
-                                     f"the cached snapshot of {d.snapshot.label}")
+        entries = complete_selection(
+            d.name, entries, indexes, sorted(files), (), d.exclude, f"the cached snapshot of {d.snapshot.label}"
+        )
     except UsageError as exc:
         raise Refused(f"{d.snapshot.label}: {exc.message}", hint=exc.hint) from None
     tensors, read = local_tensors(d.name, entries, indexes, lambda path: files[path].blob, digests=deep)
     for e in entries:
         if e.path in read and read[e.path] != (e.size, e.sha256):
-            raise Refused(f"{d.snapshot.label}: {e.path}: expected sha256 {e.sha256} (its blob's name) but got "
-                          f"{read[e.path][1]}; the cached blob is corrupt; nothing was written",
-                          hint="delete the blob and download it again")
+            raise Refused(
+                f"{d.snapshot.label}: {e.path}: expected sha256 {e.sha256} (its blob's name) but got "
+                f"{read[e.path][1]}; the cached blob is corrupt; nothing was written",
+                hint="delete the blob and download it again",
+            )
     d.entries = tensors.pin(entries)
     d.tables = tensors.render(d.name)
 
 
 def manifest_text(d: Draft, settings: CatalogSettings, gpu: str | None) -> str:
     s = d.snapshot
-    comment = (f"# Imported from a Hugging Face cache snapshot of {s.label} (`catalog import --from-hf-cache`); "
-               "pins never move: a new revision is a new pin.")
-    head = manifest_head(comment, d.name, s.repo.repo, s.revision, d.exclude, derive_prefix(settings, s.repo.repo, s.revision,
-                         s.repo.repo_type), d.fmt, None if s.repo.repo_type == "dataset" else gpu or settings.default_gpu,
-                         repo_type=s.repo.repo_type, primary=d.primary)
+    comment = (
+        f"# Imported from a Hugging Face cache snapshot of {s.label} (`catalog import --from-hf-cache`); "
+        "pins never move: a new revision is a new pin."
+    )
+    head = manifest_head(
+        comment,
+        d.name,
+        s.repo.repo,
+        s.revision,
+        d.exclude,
+        derive_prefix(settings, s.repo.repo, s.revision, s.repo.repo_type),
+        d.fmt,
+        None if s.repo.repo_type == "dataset" else gpu or settings.default_gpu,
+        repo_type=s.repo.repo_type,
+        primary=d.primary,
+    )
     return head + render_files_block(d.entries)
 
 
-def plan_import(snapshots: Sequence[Snapshot], settings: CatalogSettings, existing: Sequence[ManifestDoc], taken: set[str],
-                load_format: str | None) -> tuple[list[Draft], list[Imported]]:
+def plan_import(
+    snapshots: Sequence[Snapshot],
+    settings: CatalogSettings,
+    existing: Sequence[ManifestDoc],
+    taken: set[str],
+    load_format: str | None,
+) -> tuple[list[Draft], list[Imported]]:
     """Drafts for the snapshots the catalog can pin, and the outcome of every other one (already pinned, refused)."""
     drafts: list[Draft] = []
     done: list[Imported] = []
@@ -426,8 +506,12 @@ def pinned_as(existing: Sequence[ManifestDoc], repo: str, revision: str | None, 
     """The name of a manifest already pinning repo (at `revision`, with load format `fmt`, unless None)."""
     for doc in existing:
         m = doc.manifest
-        if m is not None and m.source.hf_repo.casefold() == repo.casefold() and revision in (None, m.source.revision) \
-                and fmt in (None, m.load_format):
+        if (
+            m is not None
+            and m.source.hf_repo.casefold() == repo.casefold()
+            and revision in (None, m.source.revision)
+            and fmt in (None, m.load_format)
+        ):
             return m.name
     return None
 
@@ -440,8 +524,16 @@ def existing_docs(catalog_dir: Path) -> tuple[list[ManifestDoc], set[str]]:
     return docs, {p.stem for p in paths} | {d.manifest.name for d in docs if d.manifest is not None}
 
 
-def import_from_cache(root: Path, wanted: Sequence[str], catalog_dir: Path, settings: CatalogSettings, *, gpu: str | None,
-                      load_format: str | None, deep: bool) -> list[Imported]:
+def import_from_cache(
+    root: Path,
+    wanted: Sequence[str],
+    catalog_dir: Path,
+    settings: CatalogSettings,
+    *,
+    gpu: str | None,
+    load_format: str | None,
+    deep: bool,
+) -> list[Imported]:
     """Write a locked manifest per importable snapshot; the outcome of each, in order."""
     existing, taken = existing_docs(catalog_dir)
     snapshots, errors = find_snapshots(root, wanted)
@@ -456,5 +548,7 @@ def import_from_cache(root: Path, wanted: Sequence[str], catalog_dir: Path, sett
         path = catalog_dir / f"{d.name}.yaml"
         write_tables(path, d.tables)  # first: a manifest never names tables that are not there
         atomic_text_write(path, manifest_text(d, settings, gpu))
-        done.append(Imported(d.snapshot.label, Outcome.WRITTEN, f"{len(d.entries)} files", d.name, path, len(d.entries)))
+        done.append(
+            Imported(d.snapshot.label, Outcome.WRITTEN, f"{len(d.entries)} files", d.name, path, len(d.entries))
+        )
     return done

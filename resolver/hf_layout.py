@@ -136,9 +136,14 @@ def _update_main_ref(repo_dir: Path, spec: ViewSpec) -> None:
     # Checked again after writing: a builder of another revision may have added its snapshot meanwhile.
     revisions = hf_revisions(repo_dir)
     if len(revisions) > 1 and main.exists():
-        log.warning("%s: the cache holds %d revisions of %s (%s); removed refs/main so a request without a "
-                    "revision fails instead of loading one of them", spec.name, len(revisions), spec.hf_repo,
-                    ", ".join(r[:12] for r in revisions))
+        log.warning(
+            "%s: the cache holds %d revisions of %s (%s); removed refs/main so a request without a "
+            "revision fails instead of loading one of them",
+            spec.name,
+            len(revisions),
+            spec.hf_repo,
+            ", ".join(r[:12] for r in revisions),
+        )
         main.unlink(missing_ok=True)
 
 

@@ -40,8 +40,12 @@ class HfTier:
         by the pin's sha256; none without the manifest's source or for a path or hash that is not well formed.
         Only what huggingface_hub makes is a candidate: a blob of the repo's own blobs/ (never a link leading out of
         it, whatever bytes it leads to), or a regular file in the snapshot itself (a cache made without symlinks)."""
-        if source is None or naming.check_relative_path(entry.path) is not None or naming.check_sha256(entry.sha256) \
-                is not None or naming.check_revision(source.revision) is not None:
+        if (
+            source is None
+            or naming.check_relative_path(entry.path) is not None
+            or naming.check_sha256(entry.sha256) is not None
+            or naming.check_revision(source.revision) is not None
+        ):
             return []
         repo = self.repo_dir(source)
         snapshot = repo / "snapshots" / source.revision

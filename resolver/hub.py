@@ -105,11 +105,15 @@ def parse_rate_limit(headers: Mapping[str, str], now: float | None = None) -> Ra
         if match:
             params = _params(match.group("params"))
             if "t" in params:
-                limits.append((match.group("policy"), params.get("r"), waits.clamp(float(min(params["t"], int(waits.MAX_HINT))))))
+                limits.append(
+                    (match.group("policy"), params.get("r"), waits.clamp(float(min(params["t"], int(waits.MAX_HINT)))))
+                )
     if limits:
         policy, remaining, reset = max(limits, key=lambda lim: (lim[1] == 0, lim[2]))
-    items = [_params(i) | {"_named": int(policy is not None and f'"{policy}"' in i)}
-             for i in (_header(headers, "RateLimit-Policy") or "").split(",")]
+    items = [
+        _params(i) | {"_named": int(policy is not None and f'"{policy}"' in i)}
+        for i in (_header(headers, "RateLimit-Policy") or "").split(",")
+    ]
     for params in sorted(items, key=lambda p: -p["_named"]):
         if "q" in params and "w" in params:
             quota, window = params["q"], params["w"]
@@ -132,8 +136,9 @@ class RateLimitedError(StoreUnavailableError):
             f"{what}: the Hub answered {status}: {limit.describe()} resets in {limit.reset:g}s "
             f"(at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}); retry then",
             hint=f"waits up to {max_wait:g}s are taken; {envparse.max_wait_hint(limit.reset)}, "
-                 "or use the bucket (CATALOG_MODE=ci) instead of the Hub",
-            transient=False)
+            "or use the bucket (CATALOG_MODE=ci) instead of the Hub",
+            transient=False,
+        )
 
 
 def retry_delay(what: str, status: int, headers: Mapping[str, str], max_wait: float) -> float | None:
@@ -199,15 +204,23 @@ class HubStore(Store):
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         from huggingface_hub import get_session, hf_hub_url
 
-        url = hf_hub_url(self.repo, key, revision=self.revision, endpoint=self.options.endpoint, repo_type=self.repo_type)
+        url = hf_hub_url(
+            self.repo, key, revision=self.revision, endpoint=self.options.endpoint, repo_type=self.repo_type
+        )
         extra = {"Range": f"bytes={start}-{'' if end is None else end - 1}"} if start or end is not None else {}
         session = get_session()
         self.requests["GET"] += 1
-        response = session.send(session.build_request("GET", url, headers=self._headers(extra)), stream=True, follow_redirects=True)
+        response = session.send(
+            session.build_request("GET", url, headers=self._headers(extra)), stream=True, follow_redirects=True
+        )
         status = response.status_code
         if status in (200, 206):
             content_range = response.headers.get("Content-Range")
-            total = int(content_range.rsplit("/", 1)[1]) if content_range else int(response.headers.get("Content-Length", -1))
+            total = (
+                int(content_range.rsplit("/", 1)[1])
+                if content_range
+                else int(response.headers.get("Content-Length", -1))
+            )
             return _HttpStream(response, total)
         response.close()
         if status == 416:
@@ -216,8 +229,11 @@ class HubStore(Store):
         if status == 404:
             raise ObjectNotFound(key)
         if status in (401, 403):
-            raise StoreUnavailableError(f"{self.url} refused access ({status})",
-                                        hint="set HF_TOKEN (or `hf auth login`) for gated or private repos", transient=False)
+            raise StoreUnavailableError(
+                f"{self.url} refused access ({status})",
+                hint="set HF_TOKEN (or `hf auth login`) for gated or private repos",
+                transient=False,
+            )
         if status == 429 or status >= 500:
             delay = retry_delay(f"fetching {key} from {self.url}", status, response.headers, self.options.max_wait)
             raise RetryLater(f"{self.url} answered {status}", delay)
@@ -231,7 +247,9 @@ class HubStore(Store):
     def head(self, key: str) -> ObjectInfo | None:
         return next((o for o in self.list("") if o.key == key), None)
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+    def put(
+        self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None
+    ) -> ObjectInfo:
         raise UsageError("the Hub is a read-only source here")
 
     def delete(self, key: str) -> None:
@@ -251,8 +269,10 @@ class HubStore(Store):
 def _is_transport_error(exc: BaseException) -> bool:
     """No usable answer from huggingface_hub's HTTP client (a connection, timeout or protocol failure): an httpx
     RequestError, or httpx2's in huggingface_hub 2.x; told by class, so neither is imported for this."""
-    return any(cls.__name__ == "RequestError" and cls.__module__.split(".", 1)[0] in ("httpx", "httpx2")
-               for cls in type(exc).__mro__)
+    return any(
+        cls.__name__ == "RequestError" and cls.__module__.split(".", 1)[0] in ("httpx", "httpx2")
+        for cls in type(exc).__mro__
+    )
 
 
 def _hub_headers(options: HubOptions, extra: Mapping[str, str]) -> dict[str, str]:
@@ -276,8 +296,13 @@ class RemoteFile:
     xet_hash: str | None = None
 
 
-def with_retries(fn: Callable[[], T], what: str, options: HubOptions, sleep: Callable[[float], None] = time.sleep,
-                 hint: str = UNREACHABLE_HINT) -> T:
+def with_retries(
+    fn: Callable[[], T],
+    what: str,
+    options: HubOptions,
+    sleep: Callable[[float], None] = time.sleep,
+    hint: str = UNREACHABLE_HINT,
+) -> T:
     """Call a huggingface_hub API, waiting out 429/503 when the reset is near (RateLimitedError when it is not) and
     trying again after a dropped connection; HubUnreachableError naming the endpoint (with `hint`) when no answer came
     after options.attempts."""
@@ -295,16 +320,18 @@ def with_retries(fn: Callable[[], T], what: str, options: HubOptions, sleep: Cal
                 _announce(what, status, delay)
                 sleep(delay if delay is not None else 0.5 * 2 ** (attempt - 1))
                 continue
-            raise StoreUnavailableError(f"{what}: the Hub answered {status}: {str(exc).splitlines()[0][:200]}",
-                                        hint=status_hint(status)) from None
-        except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors (httpx's) are not OSErrors
+            raise StoreUnavailableError(
+                f"{what}: the Hub answered {status}: {str(exc).splitlines()[0][:200]}", hint=status_hint(status)
+            ) from None
+        except Exception as exc:
             if not isinstance(exc, OSError) and not _is_transport_error(exc):
                 raise
             if attempt < attempts:
                 sleep(0.5 * 2 ** (attempt - 1))
                 continue
-            raise HubUnreachableError(f"{what}: cannot reach the Hub at {options.endpoint}: {type(exc).__name__}",
-                                      hint=hint) from None
+            raise HubUnreachableError(
+                f"{what}: cannot reach the Hub at {options.endpoint}: {type(exc).__name__}", hint=hint
+            ) from None
     raise AssertionError("unreachable")
 
 
@@ -325,8 +352,16 @@ def _next_page(link_header: str | None) -> str | None:
     return None
 
 
-def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callable[[float], None] = time.sleep, *,
-            follow_redirects: bool = True, method: str = "GET") -> Any:
+def api_get(
+    url: str,
+    params: Any,
+    what: str,
+    options: HubOptions,
+    sleep: Callable[[float], None] = time.sleep,
+    *,
+    follow_redirects: bool = True,
+    method: str = "GET",
+) -> Any:
     """One GET (or `method`) of the Hub, again after a 429/5xx (waiting what its headers ask, within options.max_wait,
     and saying so; RateLimitedError past it) or a dropped connection, up to options.attempts: the last response (any
     status), or the name of the transport error when no response came."""
@@ -336,11 +371,12 @@ def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callab
     error = ""
     for attempt in range(1, options.attempts + 1):
         try:
-            response = session.request(method, url, params=params, headers=_hub_headers(options, {}),
-                                       follow_redirects=follow_redirects)
+            response = session.request(
+                method, url, params=params, headers=_hub_headers(options, {}), follow_redirects=follow_redirects
+            )
         except OSError as exc:
             error = type(exc).__name__
-        except Exception as exc:  # noqa: BLE001 - the HTTP client's transport errors are not OSErrors
+        except Exception as exc:
             if not _is_transport_error(exc):
                 raise
             error = type(exc).__name__
@@ -357,19 +393,29 @@ def api_get(url: str, params: Any, what: str, options: HubOptions, sleep: Callab
     return error
 
 
-def _get_json(url: str, params: Mapping[str, str] | None, what: str, options: HubOptions,
-              sleep: Callable[[float], None] = time.sleep) -> tuple[Any, str | None]:
+def _get_json(
+    url: str,
+    params: Mapping[str, str] | None,
+    what: str,
+    options: HubOptions,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[Any, str | None]:
     """GET one JSON page of the Hub's API with our own rate-limit handling: (the body, the next page's URL)."""
     response = api_get(url, dict(params or {}), what, options, sleep)
     if isinstance(response, str):
-        raise HubUnreachableError(f"{what}: cannot reach the Hub at {options.endpoint}: {response}", hint=UNREACHABLE_HINT)
+        raise HubUnreachableError(
+            f"{what}: cannot reach the Hub at {options.endpoint}: {response}", hint=UNREACHABLE_HINT
+        )
     status = response.status_code
     if status == 200:
         return response.json(), _next_page(response.headers.get("Link"))
     if status == 429:
         retry_delay(what, status, response.headers, options.max_wait)  # a far reset names itself
-    raise StoreUnavailableError(f"{what}: the Hub answered {status}: {response.text.strip()[:200]}",
-                                hint=status_hint(status), transient=status == 429 or status >= 500)
+    raise StoreUnavailableError(
+        f"{what}: the Hub answered {status}: {response.text.strip()[:200]}",
+        hint=status_hint(status),
+        transient=status == 429 or status >= 500,
+    )
 
 
 def status_hint(status: int | None) -> str:
@@ -397,8 +443,15 @@ def list_repo_files(repo: str, revision: str, options: HubOptions, repo_type: st
             if not isinstance(item, dict) or item.get("type") != "file":
                 continue
             lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else None
-            out.append(RemoteFile(str(item["path"]), int(item["size"]), str(lfs["oid"]) if lfs else None,
-                                  str(item.get("oid", "")), item.get("xetHash") or None))
+            out.append(
+                RemoteFile(
+                    str(item["path"]),
+                    int(item["size"]),
+                    str(lfs["oid"]) if lfs else None,
+                    str(item.get("oid", "")),
+                    item.get("xetHash") or None,
+                )
+            )
     return out
 
 
@@ -407,9 +460,13 @@ def commit_of(repo: str, ref: str, options: HubOptions) -> str:
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=options.endpoint, token=options.token)
-    info = with_retries(lambda: api.model_info(repo, revision=ref), f"resolving {repo}@{ref}", options,
-                        hint=f"{UNREACHABLE_HINT}; without the Hub, pin a folder holding the files: "
-                             f"catalog add {repo} --revision <its 40-hex commit> --from-dir DIR")
+    info = with_retries(
+        lambda: api.model_info(repo, revision=ref),
+        f"resolving {repo}@{ref}",
+        options,
+        hint=f"{UNREACHABLE_HINT}; without the Hub, pin a folder holding the files: "
+        f"catalog add {repo} --revision <its 40-hex commit> --from-dir DIR",
+    )
     if not info.sha:
         raise StoreUnavailableError(f"the Hub gave no commit for {repo}@{ref}")
     return str(info.sha)

@@ -65,8 +65,17 @@ class PinRecord:
 
 def record_of(result: PinAudit, at: str) -> PinRecord:
     s = result.source
-    return PinRecord(result.name, s.hf_repo, s.repo_type, s.revision, result.prefix, result.finding.upstream.value,
-                     result.finding.detail, at, at if result.finding.upstream in GONE else None)
+    return PinRecord(
+        result.name,
+        s.hf_repo,
+        s.repo_type,
+        s.revision,
+        result.prefix,
+        result.finding.upstream.value,
+        result.finding.detail,
+        at,
+        at if result.finding.upstream in GONE else None,
+    )
 
 
 def merge(old: Mapping[str, PinRecord], new: Iterable[PinRecord]) -> dict[str, PinRecord]:
@@ -90,21 +99,29 @@ def merge(old: Mapping[str, PinRecord], new: Iterable[PinRecord]) -> dict[str, P
 
 def to_bytes(records: Mapping[str, PinRecord], audited_at: str) -> bytes:
     pins = {name: {k: v for k, v in asdict(rec).items() if k != "name"} for name, rec in sorted(records.items())}
-    return json.dumps({"version": RECORD_VERSION, "audited_at": audited_at, "pins": pins}, indent=1, sort_keys=True).encode()
+    return json.dumps(
+        {"version": RECORD_VERSION, "audited_at": audited_at, "pins": pins}, indent=1, sort_keys=True
+    ).encode()
 
 
 def from_bytes(data: bytes) -> dict[str, PinRecord]:
     """The record's pins; UsageError when it is not a record of this version (the guard must not guess)."""
     try:
         parsed = bounded.loads(data)
-        if not isinstance(parsed, dict) or parsed.get("version") not in (1, RECORD_VERSION) \
-                or not isinstance(parsed.get("pins"), dict):
+        if (
+            not isinstance(parsed, dict)
+            or parsed.get("version") not in (1, RECORD_VERSION)
+            or not isinstance(parsed.get("pins"), dict)
+        ):
             raise ValueError("not an upstream record of this version")
         records = {name: PinRecord(name=name, **fields) for name, fields in parsed["pins"].items()}
         if parsed["version"] == 1:  # an `ok` there may be a gated repo whose grant nobody checked: unproven
-            records = {n: replace(r, upstream=Upstream.GATED.value, detail=f"{r.detail} (recorded unproven)")
-                       if r.upstream == Upstream.OK.value and _UNCHECKED_GRANT in str(r.detail) else r
-                       for n, r in records.items()}
+            records = {
+                n: replace(r, upstream=Upstream.GATED.value, detail=f"{r.detail} (recorded unproven)")
+                if r.upstream == Upstream.OK.value and _UNCHECKED_GRANT in str(r.detail)
+                else r
+                for n, r in records.items()
+            }
         for rec in records.values():
             fields_ = asdict(rec)
             gone_since = fields_.pop("gone_since")
@@ -112,8 +129,10 @@ def from_bytes(data: bytes) -> dict[str, PinRecord]:
                 raise ValueError(f"{rec.name}: a field is not text")
         return records
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"the upstream record {RECORD_KEY} in the store is unreadable ({exc})",
-                         hint="run `catalog audit-upstream` to write it again") from None
+        raise UsageError(
+            f"the upstream record {RECORD_KEY} in the store is unreadable ({exc})",
+            hint="run `catalog audit-upstream` to write it again",
+        ) from None
 
 
 def read_record(store: Store) -> dict[str, PinRecord]:
@@ -153,8 +172,11 @@ def last_copies(keys: Sequence[str], records: Mapping[str, PinRecord], allowed: 
     """Pure: model name -> the keys among `keys` under its prefix, for each pin whose upstream is not proven `ok` and
     that `allowed` does not name. A key under several such prefixes (nested by mistake) counts for each."""
     permitted = set(allowed)
-    unproven = [(rec.prefix, rec.name) for rec in records.values()
-                if not rec.recoverable and rec.name not in permitted and rec.prefix]
+    unproven = [
+        (rec.prefix, rec.name)
+        for rec in records.values()
+        if not rec.recoverable and rec.name not in permitted and rec.prefix
+    ]
     out: dict[str, list[str]] = {}
     for key in keys:
         for prefix, name in unproven:
@@ -170,13 +192,17 @@ class LastCopyError(UsageError):
         parts = []
         for name, keys in sorted(held.items()):
             rec = records[name]
-            parts.append(f"{len(keys)} object(s) of {name} ({rec.hf_repo}@{rec.revision[:12]}: {rec.upstream} upstream "
-                         f"since {rec.gone_since or rec.checked_at}, e.g. {keys[0]})")
+            parts.append(
+                f"{len(keys)} object(s) of {name} ({rec.hf_repo}@{rec.revision[:12]}: {rec.upstream} upstream "
+                f"since {rec.gone_since or rec.checked_at}, e.g. {keys[0]})"
+            )
         names = " ".join(f"--allow-last-copy-deletion {n}" for n in sorted(held))
-        super().__init__(f"the plan deletes the last copy of what the Hub no longer serves (or is not proven to serve): "
-                         f"{'; '.join(parts)}; nothing was deleted",
-                         hint=f"keep them (drop --prune / --delete-orphans), copy them first (catalog sync --replicate-to URL "
-                              f"{' '.join(sorted(held))}), or pass {names}")
+        super().__init__(
+            f"the plan deletes the last copy of what the Hub no longer serves (or is not proven to serve): "
+            f"{'; '.join(parts)}; nothing was deleted",
+            hint=f"keep them (drop --prune / --delete-orphans), copy them first (catalog sync --replicate-to URL "
+            f"{' '.join(sorted(held))}), or pass {names}",
+        )
         self.held = {k: list(v) for k, v in held.items()}
 
 
@@ -186,8 +212,11 @@ def refuse_last_copy_deletion(store: Store, keys: Sequence[str], allowed: Iterab
         return
     records = read_record(store)
     if not records:
-        log.warning("no upstream audit is recorded in %s: nothing tells which deletions would remove a last copy "
-                    "(run `catalog audit-upstream` on a schedule)", store.url)
+        log.warning(
+            "no upstream audit is recorded in %s: nothing tells which deletions would remove a last copy "
+            "(run `catalog audit-upstream` on a schedule)",
+            store.url,
+        )
     held = last_copies(keys, records, allowed)
     if held:
         raise LastCopyError(held, records)

@@ -57,8 +57,16 @@ class Verdict(NamedTuple):
     findings: tuple[str, ...]
 
     def render(self) -> bytes:
-        return json.dumps({"sha256": self.sha256, "scanner": self.scanner, "version": self.version,
-                           "clean": self.clean, "findings": list(self.findings)}, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "sha256": self.sha256,
+                "scanner": self.scanner,
+                "version": self.version,
+                "clean": self.clean,
+                "findings": list(self.findings),
+            },
+            sort_keys=True,
+        ).encode()
 
 
 def code_pins(manifest: ModelManifest) -> list[tuple[FileEntry, str]]:
@@ -94,20 +102,28 @@ def after_fetch(manifest: ModelManifest, local: Mapping[str, Path], tiers: Seque
                 continue  # not JSON the engine could use either; the pins vouch for the bytes
             modules = auto_map_modules(config) if isinstance(config, dict) else []
             if modules:
-                raise LoadSafetyError(manifest.name, name, f"{manifest.name}: {name}'s auto_map names code the engine "
-                                      f"would run with --trust-remote-code ({', '.join(modules)}) and the manifest does "
-                                      "not allow it; refused before any loader sees it",
-                                      hint="add `allow_code: <reason>` to the manifest for review, or pin a model that "
-                                           "needs no remote code")
+                raise LoadSafetyError(
+                    manifest.name,
+                    name,
+                    f"{manifest.name}: {name}'s auto_map names code the engine "
+                    f"would run with --trust-remote-code ({', '.join(modules)}) and the manifest does "
+                    "not allow it; refused before any loader sees it",
+                    hint="add `allow_code: <reason>` to the manifest for review, or pin a model that "
+                    "needs no remote code",
+                )
     for entry, _ in code_pins(manifest):
         if formats.is_pickle_file(entry.path) and entry.path in local:
             verdict = verdict_for(entry.sha256, local[entry.path], tiers)
             if not verdict.clean:
-                raise LoadSafetyError(manifest.name, entry.path, f"{manifest.name}: {entry.path!r} (sha256 "
-                                      f"{entry.sha256}) is refused by {verdict.scanner} {verdict.version}: "
-                                      f"{'; '.join(verdict.findings) or 'it cannot be scanned'}; refused before any "
-                                      "loader sees it", hint="the pinned pickle calls code it should not: do not load "
-                                      "it; pin safetensors weights instead")
+                raise LoadSafetyError(
+                    manifest.name,
+                    entry.path,
+                    f"{manifest.name}: {entry.path!r} (sha256 "
+                    f"{entry.sha256}) is refused by {verdict.scanner} {verdict.version}: "
+                    f"{'; '.join(verdict.findings) or 'it cannot be scanned'}; refused before any "
+                    "loader sees it",
+                    hint="the pinned pickle calls code it should not: do not load it; pin safetensors weights instead",
+                )
 
 
 def scanner_version() -> str:
@@ -123,13 +139,22 @@ def scan(sha256: str, path: Path) -> Verdict:
     from picklescan.scanner import SafetyLevel, scan_file_path
 
     result = scan_file_path(str(path))
-    findings = tuple(sorted({f"{g.module}.{g.name} ({g.safety.value})" for g in result.globals
-                             if g.safety is not SafetyLevel.Innocuous}))
+    findings = tuple(
+        sorted(
+            {f"{g.module}.{g.name} ({g.safety.value})" for g in result.globals if g.safety is not SafetyLevel.Innocuous}
+        )
+    )
     clean = result.issues_count == 0 and not result.scan_err
     if result.scan_err and not findings:
         findings = ("the file could not be parsed as pickle data",)
-    log.info("scanned %s (sha256 %s) with %s %s: %s", path.name, sha256, SCANNER, version,
-             "clean" if clean else "; ".join(findings))
+    log.info(
+        "scanned %s (sha256 %s) with %s %s: %s",
+        path.name,
+        sha256,
+        SCANNER,
+        version,
+        "clean" if clean else "; ".join(findings),
+    )
     return Verdict(sha256, SCANNER, version, clean, findings)
 
 
@@ -140,9 +165,14 @@ def _record_path(root: Path, sha256: str) -> Path:
 def recorded(root: Path, sha256: str, version: str) -> Verdict | None:
     """A tier's verdict on `sha256`, only if the record names that sha256 and this scanner's version."""
     try:
-        data = json.loads(_record_path(root, sha256).read_bytes()[:1024 * 1024])
-        verdict = Verdict(str(data["sha256"]), str(data["scanner"]), str(data["version"]), data["clean"] is True,
-                          tuple(str(f) for f in data["findings"]))
+        data = json.loads(_record_path(root, sha256).read_bytes()[: 1024 * 1024])
+        verdict = Verdict(
+            str(data["sha256"]),
+            str(data["scanner"]),
+            str(data["version"]),
+            data["clean"] is True,
+            tuple(str(f) for f in data["findings"]),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return verdict if (verdict.sha256, verdict.scanner, verdict.version) == (sha256, SCANNER, version) else None

@@ -51,10 +51,18 @@ class Tensors:
     tables: dict[str, tuple[tuple[tensor_tables.Row, ...], dict[str, int]]] = field(default_factory=dict)
 
     def pin(self, entries: Sequence[FileEntry]) -> list[FileEntry]:
-        return [e.model_copy(update={
-            "header": header_pin(self.headers[e.path], self.digests.get(e.path)) if e.path in self.headers else None,
-            "weight_map": map_pin(self.weight_maps[e.path]) if e.path in self.weight_maps else None,
-            "table": self._table_pin(e.path) if e.path in self.tables else None}) for e in entries]
+        return [
+            e.model_copy(
+                update={
+                    "header": header_pin(self.headers[e.path], self.digests.get(e.path))
+                    if e.path in self.headers
+                    else None,
+                    "weight_map": map_pin(self.weight_maps[e.path]) if e.path in self.weight_maps else None,
+                    "table": self._table_pin(e.path) if e.path in self.tables else None,
+                }
+            )
+            for e in entries
+        ]
 
     def _table_pin(self, path: str) -> TablePin:
         rows, offsets = self.tables[path]
@@ -71,9 +79,14 @@ class Tensors:
 
 
 def header_pin(header: Header, digests: Mapping[str, str] | None = None) -> HeaderPin:
-    return HeaderPin(length=header.length, sha256=header.sha256, tensors=len(header.tensors), parameters=header.parameters,
-                     bytes_by_dtype=header.bytes_by_dtype(),
-                     table_sha256=tensor_tables.table_sha256(tensor_tables.header_rows(header), digests))
+    return HeaderPin(
+        length=header.length,
+        sha256=header.sha256,
+        tensors=len(header.tensors),
+        parameters=header.parameters,
+        bytes_by_dtype=header.bytes_by_dtype(),
+        table_sha256=tensor_tables.table_sha256(tensor_tables.header_rows(header), digests),
+    )
 
 
 def map_pin(mapping: Mapping[str, str]) -> WeightMapPin:
@@ -111,13 +124,27 @@ def render_files_block(entries: Sequence[FileEntry]) -> str:
         if e.header is not None:
             h = e.header
             dtypes = ", ".join(f"{yaml_scalar(d)}: {n}" for d, n in sorted(h.bytes_by_dtype.items()))
-            lines += ["    header:", f"      length: {h.length}", f"      sha256: {yaml_scalar(h.sha256)}",
-                      f"      tensors: {h.tensors}", f"      parameters: {h.parameters}",
-                      f"      bytes_by_dtype: {{{dtypes}}}", f"      table_sha256: {yaml_scalar(h.table_sha256)}"]
+            lines += [
+                "    header:",
+                f"      length: {h.length}",
+                f"      sha256: {yaml_scalar(h.sha256)}",
+                f"      tensors: {h.tensors}",
+                f"      parameters: {h.parameters}",
+                f"      bytes_by_dtype: {{{dtypes}}}",
+                f"      table_sha256: {yaml_scalar(h.table_sha256)}",
+            ]
         if e.weight_map is not None:
-            lines += ["    weight_map:", f"      tensors: {e.weight_map.tensors}", f"      sha256: {yaml_scalar(e.weight_map.sha256)}"]
+            lines += [
+                "    weight_map:",
+                f"      tensors: {e.weight_map.tensors}",
+                f"      sha256: {yaml_scalar(e.weight_map.sha256)}",
+            ]
         if e.table is not None:
-            lines += ["    table:", f"      tensors: {e.table.tensors}", f"      table_sha256: {yaml_scalar(e.table.table_sha256)}"]
+            lines += [
+                "    table:",
+                f"      tensors: {e.table.tensors}",
+                f"      table_sha256: {yaml_scalar(e.table.table_sha256)}",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -159,20 +186,38 @@ def diff_files(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[str]:
             # Whole hashes: two pins that share their first 12 digits must not look equal.
             out.append(f"~ {path}: sha256 {a.sha256} ({a.size} bytes) -> {b.sha256} ({b.size} bytes)")
         elif a is not None and b is not None and a.shards != b.shards:
-            out.append(f"~ {path}: shards {list(a.shards) if a.shards is not None else 'unrecorded'} -> "
-                       f"{list(b.shards) if b.shards is not None else 'unrecorded'}")
+            out.append(
+                f"~ {path}: shards {list(a.shards) if a.shards is not None else 'unrecorded'} -> "
+                f"{list(b.shards) if b.shards is not None else 'unrecorded'}"
+            )
         elif a is not None and b is not None and a.header is not None and b.header is not None and a.header != b.header:
-            out.append(f"~ {path}: header sha256 {a.header.sha256} ({a.header.tensors} tensors) -> {b.header.sha256} "
-                       f"({b.header.tensors} tensors)")
-        elif a is not None and b is not None and a.weight_map is not None and b.weight_map is not None \
-                and a.weight_map != b.weight_map:
-            out.append(f"~ {path}: weight_map sha256 {a.weight_map.sha256} ({a.weight_map.tensors} tensors) -> "
-                       f"{b.weight_map.sha256} ({b.weight_map.tensors} tensors)")
+            out.append(
+                f"~ {path}: header sha256 {a.header.sha256} ({a.header.tensors} tensors) -> {b.header.sha256} "
+                f"({b.header.tensors} tensors)"
+            )
+        elif (
+            a is not None
+            and b is not None
+            and a.weight_map is not None
+            and b.weight_map is not None
+            and a.weight_map != b.weight_map
+        ):
+            out.append(
+                f"~ {path}: weight_map sha256 {a.weight_map.sha256} ({a.weight_map.tensors} tensors) -> "
+                f"{b.weight_map.sha256} ({b.weight_map.tensors} tensors)"
+            )
     return out
 
 
-def complete_selection(name: str, entries: Sequence[FileEntry], indexes: Mapping[str, bytes], available: Sequence[str],
-                       include: tuple[str, ...], exclude: tuple[str, ...], where: str) -> list[FileEntry]:
+def complete_selection(
+    name: str,
+    entries: Sequence[FileEntry],
+    indexes: Mapping[str, bytes],
+    available: Sequence[str],
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    where: str,
+) -> list[FileEntry]:
     """`entries` with each index's shards recorded; UsageError naming every shard the selection leaves out
     (and the include/exclude that drops it), or that the source does not have."""
     shards = {path: index_shards(path, raw) for path, raw in indexes.items()}
@@ -184,20 +229,26 @@ def complete_selection(name: str, entries: Sequence[FileEntry], indexes: Mapping
             for shard in names:
                 why = dropped_by(shard, include, exclude) if shard in have else f"{where} has no such file"
                 lines.append(f"{index} names {shard} ({why})")
-        raise UsageError(f"{name}: the selection is incomplete, a model missing a shard cannot load: {'; '.join(lines)}; "
-                         "nothing was written",
-                         hint="widen source.include / narrow source.exclude so every shard is selected, then lock again")
+        raise UsageError(
+            f"{name}: the selection is incomplete, a model missing a shard cannot load: {'; '.join(lines)}; "
+            "nothing was written",
+            hint="widen source.include / narrow source.exclude so every shard is selected, then lock again",
+        )
     return [e.model_copy(update={"shards": shards[e.path]}) if e.path in shards else e for e in entries]
 
 
 # -- I/O: what the source has ------------------------------------------------------------------------
-def files_from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], name: str | None = None) -> list[FileEntry]:
+def files_from_dir(
+    folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], name: str | None = None
+) -> list[FileEntry]:
     """The selected files of `folder`, hashed, each safetensors header pinned."""
     entries, tensors = _from_dir(folder, include, exclude, name)
     return tensors.pin(entries)
 
 
-def _from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], name: str | None) -> tuple[list[FileEntry], Tensors]:
+def _from_dir(
+    folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], name: str | None
+) -> tuple[list[FileEntry], Tensors]:
     if not folder.is_dir():
         raise UsageError(f"--from-dir {folder}: no such folder")
     paths = []
@@ -228,8 +279,14 @@ def _from_dir(folder: Path, include: tuple[str, ...], exclude: tuple[str, ...], 
     return entries, tensors
 
 
-def local_tensors(model: str, entries: Sequence[FileEntry], indexes: Mapping[str, bytes],
-                  file_of: Callable[[str], Path], *, digests: bool) -> tuple[Tensors, dict[str, tuple[int, str]]]:
+def local_tensors(
+    model: str,
+    entries: Sequence[FileEntry],
+    indexes: Mapping[str, bytes],
+    file_of: Callable[[str], Path],
+    *,
+    digests: bool,
+) -> tuple[Tensors, dict[str, tuple[int, str]]]:
     """The tensors of the pinned checkpoints, read from local files (`file_of(path)`: a folder's, an HF cache's blob),
     and each safetensors index's weight_map (from `indexes`, the indexes' bytes). With `digests`, as a lock from a
     folder reads them: each safetensors header or tensorizer table and each tensor's digest, in the one read that
@@ -237,11 +294,17 @@ def local_tensors(model: str, entries: Sequence[FileEntry], indexes: Mapping[str
     bytes are what the digests describe). Without, only the safetensors headers (no weight byte read)."""
     tensors = Tensors(weight_maps=_weight_maps(indexes))
     if not digests:
-        tensors.headers = {e.path: read_file_header(file_of(e.path), model=model, path=e.path, size=e.size)
-                           for e in entries if is_safetensors(e.path)}
+        tensors.headers = {
+            e.path: read_file_header(file_of(e.path), model=model, path=e.path, size=e.size)
+            for e in entries
+            if is_safetensors(e.path)
+        }
         return tensors, {}
-    read = {e.path: _hash_pinning_tensors(file_of(e.path), model, e.path, tensors) for e in entries
-            if is_safetensors(e.path) or tensor_pins.is_tensorizer_file(e.path)}
+    read = {
+        e.path: _hash_pinning_tensors(file_of(e.path), model, e.path, tensors)
+        for e in entries
+        if is_safetensors(e.path) or tensor_pins.is_tensorizer_file(e.path)
+    }
     return tensors, read
 
 
@@ -263,7 +326,11 @@ def _hash_pinning_tensors(file: Path, model: str, path: str, tensors: Tensors) -
 
 
 def _weight_maps(indexes: Mapping[str, bytes]) -> dict[str, dict[str, str]]:
-    return {path: tensor_tables.weight_map(path, raw) for path, raw in indexes.items() if tensor_tables.is_safetensors_index(path)}
+    return {
+        path: tensor_tables.weight_map(path, raw)
+        for path, raw in indexes.items()
+        if tensor_tables.is_safetensors_index(path)
+    }
 
 
 def files_from_hub(manifest: ModelManifest, options: HubOptions) -> list[FileEntry]:
@@ -288,18 +355,37 @@ def _from_hub(manifest: ModelManifest, options: HubOptions) -> tuple[list[FileEn
             raw = _read_remote(store, manifest.name, item.path, item.size, options)
             digest = hashlib.sha256(raw).hexdigest()
             if item.sha256 and item.sha256 != digest:
-                raise IntegrityError(manifest.name, item.path, "sha256", item.sha256, digest,
-                                     "the Hub's listing and its bytes disagree")
+                raise IntegrityError(
+                    manifest.name, item.path, "sha256", item.sha256, digest, "the Hub's listing and its bytes disagree"
+                )
             indexes[item.path] = raw
         else:
             digest = item.sha256 if item.sha256 else _hash_remote(store, manifest.name, item.path, item.size)
-        entries.append(FileEntry(path=item.path, size=item.size, sha256=digest,
-                                 blob_id=item.blob_id if re.fullmatch(r"[0-9a-f]{40}", item.blob_id) else None,
-                                 xet_hash=item.xet_hash if item.xet_hash and re.fullmatch(r"[0-9a-f]{64}", item.xet_hash) else None))
-    entries = complete_selection(manifest.name, entries, indexes, [f.path for f in listing], manifest.source.include,
-                                 manifest.source.exclude, f"{repo}@{revision[:12]}")
-    headers = {e.path: read_store_header(store, e.path, model=manifest.name, path=e.path, size=e.size, attempts=options.attempts)
-               for e in entries if is_safetensors(e.path)}
+        entries.append(
+            FileEntry(
+                path=item.path,
+                size=item.size,
+                sha256=digest,
+                blob_id=item.blob_id if re.fullmatch(r"[0-9a-f]{40}", item.blob_id) else None,
+                xet_hash=item.xet_hash if item.xet_hash and re.fullmatch(r"[0-9a-f]{64}", item.xet_hash) else None,
+            )
+        )
+    entries = complete_selection(
+        manifest.name,
+        entries,
+        indexes,
+        [f.path for f in listing],
+        manifest.source.include,
+        manifest.source.exclude,
+        f"{repo}@{revision[:12]}",
+    )
+    headers = {
+        e.path: read_store_header(
+            store, e.path, model=manifest.name, path=e.path, size=e.size, attempts=options.attempts
+        )
+        for e in entries
+        if is_safetensors(e.path)
+    }
     return entries, Tensors(headers, _weight_maps(indexes))
 
 
@@ -312,19 +398,30 @@ def _from_store(manifest: ModelManifest, store: Store, prefix: str) -> tuple[lis
     from resolver.stream_check import verify_streamed
 
     if not manifest.files:
-        raise UsageError(f"{manifest.name}: nothing is pinned yet, so there are no objects to read headers from",
-                         hint=f"lock it from the Hub or a folder first: catalog lock {manifest.name} [--from-dir DIR]")
+        raise UsageError(
+            f"{manifest.name}: nothing is pinned yet, so there are no objects to read headers from",
+            hint=f"lock it from the Hub or a folder first: catalog lock {manifest.name} [--from-dir DIR]",
+        )
     wanted = [e for e in manifest.files if is_safetensors(e.path) or tensor_tables.is_safetensors_index(e.path)]
     verify_streamed(store, manifest.name, prefix, wanted)
-    headers = {e.path: read_store_header(store, prefix + e.path, model=manifest.name, path=e.path, size=e.size)
-               for e in wanted if is_safetensors(e.path)}
+    headers = {
+        e.path: read_store_header(store, prefix + e.path, model=manifest.name, path=e.path, size=e.size)
+        for e in wanted
+        if is_safetensors(e.path)
+    }
     indexes = {}
     for e in wanted:
         if tensor_tables.is_safetensors_index(e.path):
             raw = _read_whole(store, prefix + e.path, manifest.name, e.path, e.size)
             if hashlib.sha256(raw).hexdigest() != e.sha256:  # the record vouched for it; the bytes have the last word
-                raise IntegrityError(manifest.name, e.path, "sha256", e.sha256, hashlib.sha256(raw).hexdigest(),
-                                     f"the object in {store.url} changed since sync verified it")
+                raise IntegrityError(
+                    manifest.name,
+                    e.path,
+                    "sha256",
+                    e.sha256,
+                    hashlib.sha256(raw).hexdigest(),
+                    f"the object in {store.url} changed since sync verified it",
+                )
             index_shards(e.path, raw)  # a pinned index is still checked for what it names
             indexes[e.path] = raw
     return list(manifest.files), Tensors(headers, _weight_maps(indexes))
@@ -334,8 +431,9 @@ def _read_whole(store: Store, key: str, model: str, path: str, size: int) -> byt
     return read_range(store, key, 0, size, model=model, path=path, size=size) if size else b""
 
 
-def _read_remote(store: HubStore, name: str, path: str, size: int, options: HubOptions,
-                 sleep: Callable[[float], None] = time.sleep) -> bytes:
+def _read_remote(
+    store: HubStore, name: str, path: str, size: int, options: HubOptions, sleep: Callable[[float], None] = time.sleep
+) -> bytes:
     """A small file's whole bytes (an index), with the store's retries; size checked, nothing written."""
     for attempt in range(1, options.attempts + 1):
         try:
@@ -348,14 +446,18 @@ def _read_remote(store: HubStore, name: str, path: str, size: int, options: HubO
             finally:
                 stream.close()
         except ObjectNotFound:
-            raise StoreUnavailableError(f"{name}: {path} is listed by the Hub but cannot be fetched", transient=False) from None
+            raise StoreUnavailableError(
+                f"{name}: {path} is listed by the Hub but cannot be fetched", transient=False
+            ) from None
         except (RetryLater, OSError) as exc:
             if attempt >= options.attempts:
                 raise StoreUnavailableError(f"{name}: cannot fetch {path} from {store.url}: {exc}") from None
             sleep(waits.retry_pause(exc, attempt, options.max_wait, f"{store.url} ({name}/{path})"))
             continue
         if len(chunks) != size:
-            raise IntegrityError(name, path, "size", str(size), str(len(chunks)), "the Hub's listing and its bytes disagree")
+            raise IntegrityError(
+                name, path, "size", str(size), str(len(chunks)), "the Hub's listing and its bytes disagree"
+            )
         return bytes(chunks)
     raise AssertionError("unreachable")
 
@@ -393,8 +495,17 @@ def _pins(entries: Sequence[FileEntry]) -> list[tuple[str, int, str, tuple[str, 
 
 
 def _records(entries: Sequence[FileEntry]) -> list[tuple[str, str | None, str | None, str | None, bool, bool]]:
-    return sorted((e.path, e.blob_id, e.xet_hash, e.header.table_sha256 if e.header is not None else None,
-                   e.weight_map is not None, e.table is not None) for e in entries)
+    return sorted(
+        (
+            e.path,
+            e.blob_id,
+            e.xet_hash,
+            e.header.table_sha256 if e.header is not None else None,
+            e.weight_map is not None,
+            e.table is not None,
+        )
+        for e in entries
+    )
 
 
 def _tensor_drift(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> bool:
@@ -406,15 +517,20 @@ def _tensor_drift(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> bool:
         b = after.get(a.path)
         if b is None:
             continue
-        if a.header is not None and b.header is not None and a.header.model_copy(update={"table_sha256": ""}) != \
-                b.header.model_copy(update={"table_sha256": ""}):
+        if (
+            a.header is not None
+            and b.header is not None
+            and a.header.model_copy(update={"table_sha256": ""}) != b.header.model_copy(update={"table_sha256": ""})
+        ):
             return True
         if a.weight_map is not None and b.weight_map is not None and a.weight_map != b.weight_map:
             return True
     return False
 
 
-def _keep_tensor_pins(manifest: ModelManifest, manifest_path: Path, entries: Sequence[FileEntry], tensors: Tensors) -> None:
+def _keep_tensor_pins(
+    manifest: ModelManifest, manifest_path: Path, entries: Sequence[FileEntry], tensors: Tensors
+) -> None:
     """A source that read no bytes (the Hub's metadata, headers from ranged reads) keeps the tensor digests (and a
     headerless file's table) already pinned for the same bytes: one sha256 is one set of tensors. Only digests the
     manifest pins are kept: the sidecar's are taken when its section still matches the manifest's pin."""
@@ -426,7 +542,11 @@ def _keep_tensor_pins(manifest: ModelManifest, manifest_path: Path, entries: Seq
         was = pinned.get((entry.path, entry.size, entry.sha256))
         if was is None or entry.path in tensors.digests or entry.path not in old.digests:
             continue
-        if was.header is not None and entry.path in tensors.headers and old.section_sha256(entry.path) == was.header.table_sha256:
+        if (
+            was.header is not None
+            and entry.path in tensors.headers
+            and old.section_sha256(entry.path) == was.header.table_sha256
+        ):
             tensors.digests[entry.path] = dict(old.digests[entry.path])
         elif was.table is not None and old.section_sha256(entry.path) == was.table.table_sha256:
             tensors.digests[entry.path] = dict(old.digests[entry.path])
@@ -446,8 +566,15 @@ def _keep_known(old: Sequence[FileEntry], new: Sequence[FileEntry]) -> list[File
     return out
 
 
-def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Path | None, hub: HubOptions,
-                  write: bool, store: tuple[Store, str] | None = None) -> LockResult:
+def lock_manifest(
+    manifest: ModelManifest,
+    manifest_path: Path,
+    *,
+    from_dir: Path | None,
+    hub: HubOptions,
+    write: bool,
+    store: tuple[Store, str] | None = None,
+) -> LockResult:
     """Compute the pinned files from the source (the Hub, `from_dir`, or with `store` (the store and the model's
     key prefix there) the pins the manifest has with headers read from the bucket's copies); write them, and
     the tensor tables beside the manifest, unless `write` is False."""
@@ -458,21 +585,30 @@ def lock_manifest(manifest: ModelManifest, manifest_path: Path, *, from_dir: Pat
     else:
         entries, tensors = _from_hub(manifest, hub)
     if not entries:
-        raise CatalogError(f"{manifest.name}: the source has no files matching source.include/exclude",
-                           hint="check the patterns and the revision")
+        raise CatalogError(
+            f"{manifest.name}: the source has no files matching source.include/exclude",
+            hint="check the patterns and the revision",
+        )
     _keep_tensor_pins(manifest, manifest_path, entries, tensors)
     entries = _keep_known(manifest.files, tensors.pin(entries))
-    result = LockResult(manifest.name, manifest_path, manifest.files, tuple(sorted(entries, key=lambda e: e.path)),
-                        tensors.render(manifest.name))
+    result = LockResult(
+        manifest.name,
+        manifest_path,
+        manifest.files,
+        tuple(sorted(entries, key=lambda e: e.path)),
+        tensors.render(manifest.name),
+    )
     spec = manifest.load_format.spec
     unmet = [n.what for n in spec.needs if not n.met_by([e.path for e in result.new])]
     if unmet:
         # A derived artifact (a tensorizer file, per-rank shards) is not on the Hub: locking it from there
         # would pin the wrong files and leave an invalid manifest.
         where = f"--from-dir {from_dir}" if from_dir else f"{manifest.source.hf_repo}@{manifest.source.revision[:12]}"
-        raise UsageError(f"{manifest.name}: {where} has no {' and '.join(unmet)}, which load_format {manifest.load_format.value} "
-                         "needs; nothing was written",
-                         hint=f"lock it from the folder holding the artifacts: catalog lock {manifest.name} --from-dir DIR")
+        raise UsageError(
+            f"{manifest.name}: {where} has no {' and '.join(unmet)}, which load_format {manifest.load_format.value} "
+            "needs; nothing was written",
+            hint=f"lock it from the folder holding the artifacts: catalog lock {manifest.name} --from-dir DIR",
+        )
     if write:
         write_tables(manifest_path, result.tables)  # first: a manifest never names tables that are not there
         if result.changed or result.records_changed:

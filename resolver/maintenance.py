@@ -14,8 +14,8 @@ from catalog.lookup import Catalog
 from catalog.signing import Statement
 from resolver import hashing, signatures
 from resolver.cache import Cache
-from resolver.views import Layout, Marker, ViewSpec, ViewState
 from resolver.fsutil import pid_alive, staging_owner
+from resolver.views import Layout, Marker, ViewSpec, ViewState
 
 
 @dataclass
@@ -41,8 +41,9 @@ def _spec_from_marker(marker: Marker | None, cat: Catalog) -> ViewSpec | None:
     return spec if spec.view_id == marker.view else None
 
 
-def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: bool,
-           anchors: signatures.Anchors | None = None) -> VerifyReport:
+def verify(
+    cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: bool, anchors: signatures.Anchors | None = None
+) -> VerifyReport:
     """Every view whose marker matches the current manifests: stats (and with `deep`, hashes) still true; with
     `anchors`, also what each view holds against its model's signature (`verify --signatures`). A model named in
     `names` with no such view is a problem: nothing of it was verified."""
@@ -61,12 +62,16 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
         report.files += len(spec.files)
         extras = cache.extra_files(spec)
         if extras:
-            report.problems.append(f"{spec.name}: view {cache.view_dir(spec)} holds files no manifest pins: "
-                                   f"{', '.join(extras[:10])}{' ...' if len(extras) > 10 else ''}; resolve again to remove them")
+            report.problems.append(
+                f"{spec.name}: view {cache.view_dir(spec)} holds files no manifest pins: "
+                f"{', '.join(extras[:10])}{' ...' if len(extras) > 10 else ''}; resolve again to remove them"
+            )
         state = cache.view_state(spec)
         if state is not ViewState.FRESH and not extras:
-            report.problems.append(f"{spec.name}: view {cache.view_dir(spec)} changed since it was verified "
-                                   f"({state.value}); resolve again to repair")
+            report.problems.append(
+                f"{spec.name}: view {cache.view_dir(spec)} changed since it was verified "
+                f"({state.value}); resolve again to repair"
+            )
         if anchors is not None and marker is not None:
             if spec.name not in signed:
                 signed[spec.name], finding = signatures.vouched(cat.get(spec.name), cat.sources[spec.name], anchors)
@@ -74,8 +79,11 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
                     report.problems.append(f"{spec.name}: {finding.message}")
             statement = signed[spec.name]
             if statement is not None and state is ViewState.FRESH:
-                report.problems.extend(_against_signature(spec.name, cache.view_dir(spec), statement,
-                                                          {p: s.sha256 for p, s in marker.files.items()}))
+                report.problems.extend(
+                    _against_signature(
+                        spec.name, cache.view_dir(spec), statement, {p: s.sha256 for p, s in marker.files.items()}
+                    )
+                )
         if deep:
             root = cache.view_dir(spec)
             bad = False
@@ -88,13 +96,17 @@ def verify(cat: Catalog, cache: Cache, names: Sequence[str] | None, *, deep: boo
                     bad = True
                     # The view file is a hard link to the blob: both are wrong. Drop them so a resolve refetches.
                     cache.blob_path(entry.sha256).unlink(missing_ok=True)
-                    report.problems.append(f"{spec.name}/{entry.path}: expected sha256 {entry.sha256} ({entry.size} bytes) "
-                                           f"but got {digest} ({size} bytes); removed it, resolve again to refetch")
+                    report.problems.append(
+                        f"{spec.name}/{entry.path}: expected sha256 {entry.sha256} ({entry.size} bytes) "
+                        f"but got {digest} ({size} bytes); removed it, resolve again to refetch"
+                    )
             if bad:
                 cache.remove_view(spec)
     for name in sorted((wanted or set()) - seen):
-        report.problems.append(f"{name}: not in the cache at {cache.root} (no view of its current pins), so nothing of "
-                               f"it was verified; run `catalog resolve {name}` with this cache first")
+        report.problems.append(
+            f"{name}: not in the cache at {cache.root} (no view of its current pins), so nothing of "
+            f"it was verified; run `catalog resolve {name}` with this cache first"
+        )
     return report
 
 
@@ -102,9 +114,12 @@ def _against_signature(name: str, view: Path, statement: Statement, held: dict[s
     """Each file a view holds (its digest as verified into the view) against the signed digest. Signed files the
     view lacks are the streamed weights: proven against the same pins when resolve hands out their URI."""
     signed = {r.name: r.digest for r in statement.resources}
-    return [f"{name}/{path}: view {view} holds sha256 {digest} but the signature says "
-            f"{signed.get(path) or 'nothing (not signed)'}; resolve again to repair"
-            for path, digest in sorted(held.items()) if signed.get(path) != digest]
+    return [
+        f"{name}/{path}: view {view} holds sha256 {digest} but the signature says "
+        f"{signed.get(path) or 'nothing (not signed)'}; resolve again to repair"
+        for path, digest in sorted(held.items())
+        if signed.get(path) != digest
+    ]
 
 
 @dataclass
@@ -136,7 +151,11 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
 
     def remove(path: Path) -> None:
         try:
-            size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+            size = (
+                path.stat().st_size
+                if path.is_file()
+                else sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+            )
         except OSError:
             size = 0
         result.removed.append(path)
@@ -157,8 +176,12 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
         if _spec_from_marker(marker, cat) is None:  # the manifest changed or is gone: the view is obsolete
             remove(marker_path)
             view = cache.root / marker.path if marker is not None else None
-            if marker is not None and view is not None and marker.layout == Layout.DIR.value \
-                    and view.resolve().is_relative_to(cache.models):
+            if (
+                marker is not None
+                and view is not None
+                and marker.layout == Layout.DIR.value
+                and view.resolve().is_relative_to(cache.models)
+            ):
                 remove(view)
         elif marker is not None:
             kept.append(marker)
@@ -175,7 +198,7 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
                 marker_file = cache.markers / model_dir.name / f"{view.name}.json"
                 if _older_than(view, now, MARKERLESS_GRACE_SECONDS) and not marker_file.exists():
                     remove(view)  # a view whose builder died before writing its marker
-    for blob in (cache.blobs.glob("*/*") if cache.blobs.is_dir() else ()):
+    for blob in cache.blobs.glob("*/*") if cache.blobs.is_dir() else ():
         if blob.name not in referenced and staging_owner(blob.name) is None:
             remove(blob)
     if cache.hub.is_dir():
@@ -230,7 +253,7 @@ def _pinned_paths(cache: Cache, cat: Catalog, markers: Sequence[Marker]) -> set[
         for model_dir in cache.models.iterdir():
             for rel in by_name.get(model_dir.name, ()):
                 parts = rel.split("/")
-                for view in (model_dir.iterdir() if model_dir.is_dir() else ()):
+                for view in model_dir.iterdir() if model_dir.is_dir() else ():
                     pinned |= {view.joinpath(*parts[:i]) for i in range(1, len(parts) + 1)}
     return pinned
 
@@ -247,8 +270,15 @@ def _dead_staging(cache: Cache) -> list[Path]:
     their own sweep), active/ (a record nobody holds a lock on goes, whatever its name) and signature-checks/
     (resolver/signatures.py sweeps it)."""
     found: list[Path] = []
-    for top in (cache.models, cache.markers, cache.hub, cache.warm_index, cache.blob_stamps, cache.sync_state,
-                cache.tier_checks):
+    for top in (
+        cache.models,
+        cache.markers,
+        cache.hub,
+        cache.warm_index,
+        cache.blob_stamps,
+        cache.sync_state,
+        cache.tier_checks,
+    ):
         if not top.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(top):

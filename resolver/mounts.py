@@ -25,12 +25,30 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 # What vLLM 0.32 prefetches from by itself (weight_utils.py: `fs_type in ("nfs", "nfs4", "lustre")`).
 ENGINE_PREFETCHES = frozenset({"nfs", "nfs4", "lustre"})
 # Network and virtual filesystems vLLM does not recognize (FUSE mounts are matched by prefix).
-PREFETCH_TYPES = frozenset({
-    "virtiofs", "9p", "drvfs", "vboxsf", "vmhgfs",  # a hypervisor's or WSL's shares
-    "cifs", "smb3", "smbfs",  # SMB
-    "ceph", "glusterfs", "gpfs", "beegfs", "wekafs", "panfs", "orangefs", "pvfs2", "afs", "ocfs2", "gfs2",  # cluster
-    "fuse",  # a FUSE mount that names no daemon
-})
+PREFETCH_TYPES = frozenset(
+    {
+        "virtiofs",
+        "9p",
+        "drvfs",
+        "vboxsf",
+        "vmhgfs",  # a hypervisor's or WSL's shares
+        "cifs",
+        "smb3",
+        "smbfs",  # SMB
+        "ceph",
+        "glusterfs",
+        "gpfs",
+        "beegfs",
+        "wekafs",
+        "panfs",
+        "orangefs",
+        "pvfs2",
+        "afs",
+        "ocfs2",
+        "gfs2",  # cluster
+        "fuse",  # a FUSE mount that names no daemon
+    }
+)
 
 _OCTAL = re.compile(r"\\([0-7]{3})")
 

@@ -59,8 +59,14 @@ def _at_size(path: Path, size: int) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
-def readiness(cat: Catalog, cache: Cache, tiers: tuple[Path, ...], name: str, layout: Layout = Layout.DIR,
-              materialize_weights: bool = False) -> Readiness:
+def readiness(
+    cat: Catalog,
+    cache: Cache,
+    tiers: tuple[Path, ...],
+    name: str,
+    layout: Layout = Layout.DIR,
+    materialize_weights: bool = False,
+) -> Readiness:
     """Stat-level: which of `name`'s local files (and its tokenizer model's) neither the cache nor a shared tier holds."""
     manifest = cat.get(name)
     local, streamed = needed(manifest, layout, materialize_weights)
@@ -72,13 +78,21 @@ def readiness(cat: Catalog, cache: Cache, tiers: tuple[Path, ...], name: str, la
         other = cat.get(manifest.tokenizer)
         wanted += [(other, e) for e in other.files if e not in other.weight_files]
     shared = tiers_of(tiers)
-    missing = tuple(e for m, e in wanted if not cache.has_blob(e)
-                    and not any(_at_size(p, e.size) for t in shared for p in t.candidates(e, m.source)))
+    missing = tuple(
+        e
+        for m, e in wanted
+        if not cache.has_blob(e) and not any(_at_size(p, e.size) for t in shared for p in t.candidates(e, m.source))
+    )
     return Readiness(name, layout, missing, fresh, streamed)
 
 
 def hf_snapshot_gaps(hf_cache: Path, manifest: ModelManifest) -> list[int]:
     """The indexes of `manifest`'s files that a Hugging Face cache (HF_HUB_CACHE) does not hold at its pinned revision
     and size: what a load by repo id there would miss. Stats only (the snapshot's links followed)."""
-    folder = hf_cache / hf_repo_folder(manifest.source.hf_repo, manifest.source.repo_type) / "snapshots" / manifest.source.revision
+    folder = (
+        hf_cache
+        / hf_repo_folder(manifest.source.hf_repo, manifest.source.repo_type)
+        / "snapshots"
+        / manifest.source.revision
+    )
     return [i for i, e in enumerate(manifest.files) if not _at_size(folder / e.path, e.size)]

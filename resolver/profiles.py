@@ -29,8 +29,12 @@ class Profile:
     ready_budget_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"gpu_class": self.gpu_class, "args": list(self.args), "env": dict(self.env),
-                "ready_budget_s": self.ready_budget_s}
+        return {
+            "gpu_class": self.gpu_class,
+            "args": list(self.args),
+            "env": dict(self.env),
+            "ready_budget_s": self.ready_budget_s,
+        }
 
 
 def flag_of(token: str) -> str:

@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 
 NO_LOCK = 1 << 62  # publishers never lock: temp + rename is all a tier needs
 TIER_MARK = ".catalog-tier"  # at a tier's root: gc refuses the folder
-TIER_HINT = "free space on the tier's disk (`catalog publish --clean --to DIR` removes killed publishers' temp files), " \
-            "or publish --to a folder on a larger disk"
+TIER_HINT = (
+    "free space on the tier's disk (`catalog publish --clean --to DIR` removes killed publishers' temp files), "
+    "or publish --to a folder on a larger disk"
+)
 
 
 @dataclass
@@ -54,8 +56,16 @@ class TierCheck:
     problems: list[str] = field(default_factory=list)
 
 
-def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, config: TransferConfig = TransferConfig(),
-            deep: bool = False, progress: Progress | None = None) -> PublishReport:
+def publish(
+    cat: Catalog,
+    names: Sequence[str],
+    store: Store,
+    tier: Path,
+    *,
+    config: TransferConfig = TransferConfig(),
+    deep: bool = False,
+    progress: Progress | None = None,
+) -> PublishReport:
     """Every file of `names` (weights included) into the tier `tier`, verified, atomically per blob."""
     target = Cache(tier)
     report = PublishReport()
@@ -80,7 +90,9 @@ def publish(cat: Catalog, names: Sequence[str], store: Store, tier: Path, *, con
                 log.warning("tier %s: %s is not the pinned bytes; publishing it again", tier, item.label)
         try:
             fetch(store, wanted, _Replacing(target) if deep else target, config, progress)
-        except CacheWriteError as exc:  # a full disk gets the tier's hint; anything else (a folder at a blob) keeps its own
+        except (
+            CacheWriteError
+        ) as exc:  # a full disk gets the tier's hint; anything else (a folder at a blob) keeps its own
             hint = TIER_HINT if exc.hint in (None, write_hint(errno.ENOSPC)) else exc.hint
             raise CacheWriteError(f"publishing to the tier {target.root}: {exc.message}", hint=hint) from None
         for item in wanted:
@@ -98,15 +110,20 @@ def mark_tier(tier: Cache) -> None:
     mark = tier.root / TIER_MARK
     if not mark.exists():
         tier.make_dirs(tier.root)
-        atomic_write(mark, b"a shared cache tier written by `catalog publish`; clean it with `catalog publish --clean --to DIR`\n")
+        atomic_write(
+            mark,
+            b"a shared cache tier written by `catalog publish`; clean it with `catalog publish --clean --to DIR`\n",
+        )
 
 
 def refuse_tier(cache: Cache) -> None:
     """gc works on a runner's own cache; a tier holds blobs every catalog published (UsageError)."""
     if (cache.root / TIER_MARK).exists():
-        raise UsageError(f"{cache.root} is a shared tier (`catalog publish` fills it), not a cache: gc would remove blobs "
-                         "other catalogs published", hint="clean a tier with `catalog publish --clean --to DIR` (only "
-                                                          "temp files of killed publishers)")
+        raise UsageError(
+            f"{cache.root} is a shared tier (`catalog publish` fills it), not a cache: gc would remove blobs "
+            "other catalogs published",
+            hint="clean a tier with `catalog publish --clean --to DIR` (only temp files of killed publishers)",
+        )
 
 
 def clean_tier(tier: Path, dry_run: bool = False) -> list[Path]:
@@ -153,10 +170,14 @@ def verify_tier(cat: Catalog, names: Sequence[str], tier: Path) -> TierCheck:
                 continue
             size, digest = hash_file(path)
             if (size, digest) != (entry.size, entry.sha256):
-                check.problems.append(f"{name}/{entry.path}: expected sha256 {entry.sha256} ({entry.size} bytes) "
-                                      f"but got {digest} ({size} bytes) at {path}")
+                check.problems.append(
+                    f"{name}/{entry.path}: expected sha256 {entry.sha256} ({entry.size} bytes) "
+                    f"but got {digest} ({size} bytes) at {path}"
+                )
     leftovers = sorted(p for p in cache.tmp.iterdir() if idle_file(p)) if cache.tmp.is_dir() else []
     for path in leftovers:  # a running publisher's (locked) temp file is no problem
-        check.problems.append(f"temp file left in the tier by a killed publisher: {path} (`catalog publish --clean "
-                              f"--to {tier}` removes it)")
+        check.problems.append(
+            f"temp file left in the tier by a killed publisher: {path} (`catalog publish --clean "
+            f"--to {tier}` removes it)"
+        )
     return check

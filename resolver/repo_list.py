@@ -70,13 +70,16 @@ def parse_repo_list(text: str, display: str, gpu_classes: Sequence[str]) -> list
             seen[(repo.casefold(), ref or "main")] = where
             listed.append(Listed(repo, ref or "main", rest[0] if rest else None, where))
     if problems:
-        raise UsageError(f"{len(problems)} bad line(s) in the list, nothing was pinned: {'; '.join(problems)}",
-                         hint="one repo a line: org/name[@revision] [--gpu CLASS]; '#' starts a comment")
+        raise UsageError(
+            f"{len(problems)} bad line(s) in the list, nothing was pinned: {'; '.join(problems)}",
+            hint="one repo a line: org/name[@revision] [--gpu CLASS]; '#' starts a comment",
+        )
     return listed
 
 
-def import_list(listed: Sequence[Listed], settings: CatalogSettings, catalog_dir: Path, hub: HubOptions,
-                gpu: str | None) -> list[Imported]:
+def import_list(
+    listed: Sequence[Listed], settings: CatalogSettings, catalog_dir: Path, hub: HubOptions, gpu: str | None
+) -> list[Imported]:
     """`catalog add` each listed repo (its GPU class, else `gpu`, else the catalog's default)."""
     done: list[Imported] = []
     unreachable: str | None = None  # the line at which the Hub gave no answer
@@ -87,24 +90,51 @@ def import_list(listed: Sequence[Listed], settings: CatalogSettings, catalog_dir
         # A branch is turned into a commit once: a repo pinned at any commit is not looked up again.
         same = pinned_as(existing, item.repo, item.ref if is_commit else None, None)
         if same is not None:
-            why = "" if is_commit else (f" (the list's {item.ref!r} is not followed: "
-                                        f"`catalog add {item.repo} --revision {item.ref}` pins its commit now)")
+            why = (
+                ""
+                if is_commit
+                else (
+                    f" (the list's {item.ref!r} is not followed: "
+                    f"`catalog add {item.repo} --revision {item.ref}` pins its commit now)"
+                )
+            )
             done.append(Imported(label, Outcome.SKIPPED, f"already pinned as {same!r}{why}", name=same))
             continue
         org, _, base = item.repo.partition("/")
-        names = [derive_name(base), derive_name(f"{org}-{base}")] + ([f"{derive_name(base)}-{item.ref[:12]}"] if is_commit else [])
+        names = [derive_name(base), derive_name(f"{org}-{base}")] + (
+            [f"{derive_name(base)}-{item.ref[:12]}"] if is_commit else []
+        )
         name = next((n for n in names if n not in taken), None)
         if name is None:
-            done.append(Imported(label, Outcome.REFUSED, f"{item.where}: the names {', '.join(names)} are taken; "
-                                                         f"add it by hand: catalog add {item.repo} --revision {item.ref} --name NAME"))
+            done.append(
+                Imported(
+                    label,
+                    Outcome.REFUSED,
+                    f"{item.where}: the names {', '.join(names)} are taken; "
+                    f"add it by hand: catalog add {item.repo} --revision {item.ref} --name NAME",
+                )
+            )
             continue
         if unreachable is not None:
-            done.append(Imported(label, Outcome.REFUSED, f"{item.where}: not tried: the Hub at {hub.endpoint} gave no "
-                                                         f"answer at {unreachable}"))
+            done.append(
+                Imported(
+                    label,
+                    Outcome.REFUSED,
+                    f"{item.where}: not tried: the Hub at {hub.endpoint} gave no answer at {unreachable}",
+                )
+            )
             continue
         try:
-            new = add_model(item.repo, item.ref, name=name, load_format=None, gpu=item.gpu or gpu, settings=settings,
-                            catalog_dir=catalog_dir, hub=hub)
+            new = add_model(
+                item.repo,
+                item.ref,
+                name=name,
+                load_format=None,
+                gpu=item.gpu or gpu,
+                settings=settings,
+                catalog_dir=catalog_dir,
+                hub=hub,
+            )
         except HubUnreachableError as exc:
             unreachable = item.where
             done.append(Imported(label, Outcome.REFUSED, f"{item.where}: {said(exc)}"))
@@ -112,8 +142,15 @@ def import_list(listed: Sequence[Listed], settings: CatalogSettings, catalog_dir
         except CatalogError as exc:
             done.append(Imported(label, Outcome.REFUSED, f"{item.where}: {said(exc)}"))
             continue
-        done.append(Imported(f"{item.repo}@{new.revision[:12]}", Outcome.WRITTEN, f"{item.ref} was {new.revision[:12]}",
-                             new.name, new.path))
+        done.append(
+            Imported(
+                f"{item.repo}@{new.revision[:12]}",
+                Outcome.WRITTEN,
+                f"{item.ref} was {new.revision[:12]}",
+                new.name,
+                new.path,
+            )
+        )
     return done
 
 
@@ -180,8 +217,10 @@ def parse_flags(flags: str) -> tuple[dict[str, Any], list[str]]:
         if name.startswith("no-") and value is True:
             name, value = name[3:], False
         if name in CATALOG_ENGINE_ARGS:
-            left_out.append(f"--{name}: the catalog derives it from the manifest"
-                            + (" (allow_code, once the model's code is reviewed)" if name == "trust-remote-code" else ""))
+            left_out.append(
+                f"--{name}: the catalog derives it from the manifest"
+                + (" (allow_code, once the model's code is reviewed)" if name == "trust-remote-code" else "")
+            )
         elif name in LAUNCHER_ARGS:
             left_out.append(f"--{name}: the job's, not the model's")
         else:
@@ -200,7 +239,9 @@ def parse_model_list(text: str, display: str, gpu_classes: Sequence[str]) -> lis
         raise UsageError(f"{display}:{exc.line}: {exc.message}") from None
     entries = located.data.get("models") if isinstance(located.data, dict) else None
     if not isinstance(entries, list):
-        raise UsageError(f"{display}:1: a model list is a mapping with a `models:` list", hint="see `catalog import --help`")
+        raise UsageError(
+            f"{display}:1: a model list is a mapping with a `models:` list", hint="see `catalog import --help`"
+        )
     listed: list[ListedModel] = []
     problems: list[str] = []
     for index, entry in enumerate(entries):
@@ -215,7 +256,9 @@ def parse_model_list(text: str, display: str, gpu_classes: Sequence[str]) -> lis
         if unknown:
             problems.append(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(ENTRY_KEYS))})")
         elif (message := naming.check_hf_repo(repo)) is not None:
-            problems.append(f"{where}: {message}" + ("" if "hf_repo" in entry else f"; give `hf_repo:` for {entry['model']!r}"))
+            problems.append(
+                f"{where}: {message}" + ("" if "hf_repo" in entry else f"; give `hf_repo:` for {entry['model']!r}")
+            )
         elif gpu is not None and gpu not in gpu_classes:
             problems.append(f"{where}: unknown GPU class {gpu!r} (known: {', '.join(sorted(gpu_classes))})")
         elif not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
@@ -229,8 +272,11 @@ def parse_model_list(text: str, display: str, gpu_classes: Sequence[str]) -> lis
                 more, dropped = parse_flags(str(entry.get(key) or ""))
                 args |= more
                 left_out += dropped
-            left_out += [f"{role}: per-role flags of a disaggregated launcher, not the model's" for role in ROLE_KEYS
-                         if role in entry]
+            left_out += [
+                f"{role}: per-role flags of a disaggregated launcher, not the model's"
+                for role in ROLE_KEYS
+                if role in entry
+            ]
             kept: dict[str, str] = {}
             for name, value in env.items():
                 if name.upper().startswith(CATALOG_ENV_PREFIXES):
@@ -239,10 +285,14 @@ def parse_model_list(text: str, display: str, gpu_classes: Sequence[str]) -> lis
                     left_out.append(f"env {name}: named like a credential (never in a manifest)")
                 else:
                     kept[name] = value
-            listed.append(ListedModel(repo, str(entry.get("revision") or "main"), gpu, args, kept, tuple(left_out), where))
+            listed.append(
+                ListedModel(repo, str(entry.get("revision") or "main"), gpu, args, kept, tuple(left_out), where)
+            )
     if problems:
-        raise UsageError(f"{len(problems)} bad entr{'y' if len(problems) == 1 else 'ies'} in the list, nothing was written: "
-                         f"{'; '.join(problems)}")
+        raise UsageError(
+            f"{len(problems)} bad entr{'y' if len(problems) == 1 else 'ies'} in the list, nothing was written: "
+            f"{'; '.join(problems)}"
+        )
     return listed
 
 
@@ -270,8 +320,14 @@ def with_profile_text(text: str, listed: ListedModel, gpu_class: str) -> str:
     return head + "\n" + block + sep.lstrip("\n") + tail if sep else text + block
 
 
-def import_model_list(listed: Sequence[ListedModel], settings: CatalogSettings, catalog_dir: Path, hub: HubOptions,
-                      gpu: str | None, hf_cache: Path | None) -> list[Imported]:
+def import_model_list(
+    listed: Sequence[ListedModel],
+    settings: CatalogSettings,
+    catalog_dir: Path,
+    hub: HubOptions,
+    gpu: str | None,
+    hf_cache: Path | None,
+) -> list[Imported]:
     """Pin each listed model with its profile: from the HF cache `hf_cache` where it holds the repo at the listed
     revision (no Hub request), else from the Hub as `catalog add` pins it. A repo the catalog pins already is
     skipped (its profile is not rewritten: said, with the block to add)."""
@@ -285,19 +341,36 @@ def import_model_list(listed: Sequence[ListedModel], settings: CatalogSettings, 
         same = pinned_as(existing, item.repo, item.ref if naming.check_revision(item.ref) is None else None, None)
         if same is not None:
             block = profile_block(gpu_class, item.args, item.env).replace("\n", " ").strip()
-            done.append(Imported(f"{item.repo}@{item.ref}", Outcome.SKIPPED, f"already pinned as {same!r}; its profile is "
-                                 f"not rewritten: add `{block}` to it by hand", name=same))
+            done.append(
+                Imported(
+                    f"{item.repo}@{item.ref}",
+                    Outcome.SKIPPED,
+                    f"already pinned as {same!r}; its profile is not rewritten: add `{block}` to it by hand",
+                    name=same,
+                )
+            )
             continue
         cached = hf_cache is not None and not find_snapshots(hf_cache, [f"{item.repo}@{item.ref}"])[1]
         if cached:
             assert hf_cache is not None
-            results = import_from_cache(hf_cache, [f"{item.repo}@{item.ref}"], catalog_dir, settings, gpu=gpu_class,
-                                        load_format=None, deep=False)
+            results = import_from_cache(
+                hf_cache,
+                [f"{item.repo}@{item.ref}"],
+                catalog_dir,
+                settings,
+                gpu=gpu_class,
+                load_format=None,
+                deep=False,
+            )
         else:
-            results = import_list([Listed(item.repo, item.ref, gpu_class, item.where)], settings, catalog_dir, hub, gpu_class)
+            results = import_list(
+                [Listed(item.repo, item.ref, gpu_class, item.where)], settings, catalog_dir, hub, gpu_class
+            )
         for result in results:
             if result.outcome is Outcome.WRITTEN and result.path is not None:
-                atomic_text_write(result.path, with_profile_text(result.path.read_text(encoding="utf-8"), item, gpu_class))
+                atomic_text_write(
+                    result.path, with_profile_text(result.path.read_text(encoding="utf-8"), item, gpu_class)
+                )
                 said = f"{result.message}, {'from the HF cache' if cached else 'from the Hub'}, profile {gpu_class}"
                 if item.left_out:
                     said += "; left out: " + "; ".join(item.left_out)

@@ -18,7 +18,6 @@ from resolver import mounts
 from resolver.profiles import Profile, merge_args
 from resolver.views import Layout
 
-
 # what vLLM's dotted-argument parser reads as a number with a unit (its human_readable_int): "80g", "1.5k"
 _SIZE_LIKE = re.compile(r"[0-9.]+\s*[a-zA-Z]{1,3}")
 
@@ -64,23 +63,36 @@ class Resolution:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "hf_repo": self.hf_repo, "revision": self.revision,
-            "load_format": self.load_format.value, "model": self.model, "path": str(self.path),
-            "tokenizer": self.tokenizer, "files": list(self.files), "streamed": list(self.streamed),
-            "bytes": self.bytes, "source": self.source, "sources": dict(self.sources), "layout": self.layout.value,
-            "hub_cache": str(self.hub_cache) if self.hub_cache else None, "weights_uri": self.weights_uri,
-            "filesystem": self.filesystem, "engine_loader": "catalog" if self.verified_loader is not None else "plain",
+            "name": self.name,
+            "hf_repo": self.hf_repo,
+            "revision": self.revision,
+            "load_format": self.load_format.value,
+            "model": self.model,
+            "path": str(self.path),
+            "tokenizer": self.tokenizer,
+            "files": list(self.files),
+            "streamed": list(self.streamed),
+            "bytes": self.bytes,
+            "source": self.source,
+            "sources": dict(self.sources),
+            "layout": self.layout.value,
+            "hub_cache": str(self.hub_cache) if self.hub_cache else None,
+            "weights_uri": self.weights_uri,
+            "filesystem": self.filesystem,
+            "engine_loader": "catalog" if self.verified_loader is not None else "plain",
             "profile": self.profile.to_json() if self.profile else None,
-            "engine_args": engine_args(self) if self.load_format.spec.engine else None, "env": engine_env(self),
+            "engine_args": engine_args(self) if self.load_format.spec.engine else None,
+            "env": engine_env(self),
         }
 
     def from_cache(self) -> Resolution:
         """The same answer as a repeat call gives it: every byte already verified in the cache."""
-        return replace(self, source="cache", sources={f: "cache" for f in self.sources})
+        return replace(self, source="cache", sources=dict.fromkeys(self.sources, "cache"))
 
 
-def engine_target(load_format: LoadFormat, paths: Sequence[str], folder: Path, weights_uri: str | None,
-                  loader: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def engine_target(
+    load_format: LoadFormat, paths: Sequence[str], folder: Path, weights_uri: str | None, loader: Mapping[str, Any]
+) -> tuple[str, dict[str, Any]]:
     """Pure: what the engine's --model gets, and its loader extra config, per the format's EngineTarget.
     `folder` holds the local files, `weights_uri` is the store prefix when the weights stream from it."""
     spec, config = load_format.spec, dict(loader)
@@ -89,8 +101,10 @@ def engine_target(load_format: LoadFormat, paths: Sequence[str], folder: Path, w
         return (weights_uri if weights_uri is not None else str(folder)), config
     weights = spec.weight_files(list(paths))
     if len(weights) != 1:
-        raise NoEngineArguments(f"load_format {load_format.value} hands the engine one weights file, and "
-                                f"{len(weights)} are pinned ({', '.join(weights[:3]) or 'none'})")
+        raise NoEngineArguments(
+            f"load_format {load_format.value} hands the engine one weights file, and "
+            f"{len(weights)} are pinned ({', '.join(weights[:3]) or 'none'})"
+        )
     if spec.engine_target is EngineTarget.FILE:
         return str(folder / weights[0]), config
     assert spec.weights_key is not None
@@ -103,7 +117,9 @@ def engine_args(r: Resolution) -> list[str]:
     cache path or storage URI never becomes the model id the engine reports in its API and metric labels.
     NoEngineArguments for what no engine loads (a dataset)."""
     if not r.load_format.spec.engine:
-        raise NoEngineArguments(f"{r.name} is a {r.load_format.value}: no engine loads it, so it has no engine arguments")
+        raise NoEngineArguments(
+            f"{r.name} is a {r.load_format.value}: no engine loads it, so it has no engine arguments"
+        )
     if r.layout is Layout.HF_CACHE and not r.streams:
         args = ["--model", r.hf_repo, "--revision", r.revision]
     else:
@@ -155,8 +171,12 @@ def _dotted_value(value: object) -> str:
 def prefetch(r: Resolution) -> bool:
     """Local safetensors on a filesystem the engine would read slowly and not prefetch from by itself. Not with
     vLLM's multi-thread loader, which refuses any strategy but the default."""
-    return (not r.streams and r.load_format.spec.load_strategy and mounts.needs_prefetch(r.filesystem)
-            and not r.loader.get("enable_multithread_load"))
+    return (
+        not r.streams
+        and r.load_format.spec.load_strategy
+        and mounts.needs_prefetch(r.filesystem)
+        and not r.loader.get("enable_multithread_load")
+    )
 
 
 def engine_env(r: Resolution) -> dict[str, str]:

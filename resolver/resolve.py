@@ -20,27 +20,34 @@ import contextlib
 import dataclasses
 import errno
 import logging
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
 from catalog import formats, load_plan, naming
-from catalog.errors import (CacheWriteError, CatalogError, IntegrityError, MissingObjectError, NotCachedError,
-                            SnapshotOwnerError, StoreUnavailableError, UnsafePathError, UsageError)
-from catalog.formats import LoadFormat
+from catalog.errors import (
+    CacheWriteError,
+    CatalogError,
+    IntegrityError,
+    MissingObjectError,
+    NotCachedError,
+    SnapshotOwnerError,
+    StoreUnavailableError,
+    UnsafePathError,
+    UsageError,
+)
 from catalog.loading import load_tables
 from catalog.lookup import Catalog
 from catalog.schema import FileEntry, ModelManifest
 from catalog.settings import Settings
 from resolver import capacity, engines, hashing, load_safety, mounts, signatures, stream_check, tiers
 from resolver.cache import Cache, cache_error
-from resolver.views import Layout, ViewSpec, ViewState, changed_files
 from resolver.hub import HubOptions, HubStore
 from resolver.resolution import NoEngineArguments, Resolution, engine_target
 from resolver.stores import Store, bind_models, open_store
 from resolver.transfer import Progress, TransferConfig, Wanted, fetch
+from resolver.views import Layout, ViewSpec, ViewState, changed_files
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +71,9 @@ class ResolveOptions:
     # (check-load) hashes every streamed byte against the pin itself
     verify_stream: str = stream_check.LISTING
     tiers: tuple[Path, ...] = ()  # read-only shared cache tiers, consulted first
-    mirrors: tuple[Store, ...] = ()  # stores tried in order before the primary (from_settings: the settings', else catalog.yaml's)
+    mirrors: tuple[
+        Store, ...
+    ] = ()  # stores tried in order before the primary (from_settings: the settings', else catalog.yaml's)
     max_size: int | None = None  # evict least recently resolved views before fetching, to stay under it
     # "local": a streamed format whose weights are all verified in the cache or a shared tier is answered with its
     # local folder (no byte read from the store, no proof of the streamed objects needed); "stream": the URI always
@@ -75,19 +84,32 @@ class ResolveOptions:
     settings: Settings | None = None  # the command's (signature policy); None: a library caller's defaults
 
     @classmethod
-    def from_settings(cls, settings: Settings, cat: Catalog | None = None, *, mirrors: Sequence[Store] | None = None,
-                      **overrides: object) -> ResolveOptions:
+    def from_settings(
+        cls,
+        settings: Settings,
+        cat: Catalog | None = None,
+        *,
+        mirrors: Sequence[Store] | None = None,
+        **overrides: object,
+    ) -> ResolveOptions:
         """The options a command's settings imply; `overrides` are the command's own (layout, ...). The mirrors are
         `mirrors` when given (the invocation opened them once), else the settings' (--mirror, CATALOG_MIRRORS), else
         `cat`'s catalog.yaml's, opened here."""
         if mirrors is None:
             urls = settings.mirrors or (cat.settings.mirrors if cat is not None else ())
             mirrors = tuple(open_store(url, settings) for url in urls)
-        options = cls(offline=settings.offline, source=Source(settings.source),
-                      transfer=TransferConfig.from_settings(settings), hub=HubOptions.from_settings(settings),
-                      tiers=settings.shared_caches, mirrors=tuple(mirrors),
-                      max_size=settings.cache_max_size, prefer=settings.prefer, engine_loader=settings.engine_loader,
-                      settings=settings)
+        options = cls(
+            offline=settings.offline,
+            source=Source(settings.source),
+            transfer=TransferConfig.from_settings(settings),
+            hub=HubOptions.from_settings(settings),
+            tiers=settings.shared_caches,
+            mirrors=tuple(mirrors),
+            max_size=settings.cache_max_size,
+            prefer=settings.prefer,
+            engine_loader=settings.engine_loader,
+            settings=settings,
+        )
         return dataclasses.replace(options, **overrides)  # type: ignore[arg-type]
 
 
@@ -98,8 +120,6 @@ class Fetched:
     source: str
     from_hub: bool
     sources: dict[str, str]
-
-
 
 
 def mirror_stores(cat: Catalog, options: ResolveOptions) -> tuple[Store, ...]:
@@ -128,12 +148,6 @@ def plan_files(manifest: ModelManifest, materialize_weights: bool) -> FilePlan:
     )
 
 
-
-
-
-
-
-
 @dataclass(frozen=True)
 class Cleared:
     """A command's pre-flight passed for `names` (each with the catalog model serving as its tokenizer): the signature
@@ -144,8 +158,9 @@ class Cleared:
     relied: tuple[Path, ...] = ()
 
 
-def preflight(cat: Catalog, names: Sequence[str], options: ResolveOptions, *,
-              anchors: signatures.Anchors | None = None) -> Cleared:
+def preflight(
+    cat: Catalog, names: Sequence[str], options: ResolveOptions, *, anchors: signatures.Anchors | None = None
+) -> Cleared:
     """The one pre-flight of a command resolving `names`: refuse, before anything is fetched or evicted, a model
     without a signature the policy requires (SignatureError), then models that cannot all fit under the size limit
     together (CacheWriteError). `anchors`: the invocation's, read once (else read here when signatures are required)."""
@@ -155,8 +170,11 @@ def preflight(cat: Catalog, names: Sequence[str], options: ResolveOptions, *,
 
 
 def _named(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else (f"resolving {', '.join(names[:5])}"
-                                              + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
+    return (
+        names[0]
+        if len(names) == 1
+        else (f"resolving {', '.join(names[:5])}" + (f" and {len(names) - 5} more" if len(names) > 5 else ""))
+    )
 
 
 def _with_tokenizer(cat: Catalog, name: str) -> list[str]:
@@ -208,13 +226,19 @@ def check_snapshot_owner(cat: Catalog, manifest: ModelManifest) -> None:
         return
     where = f"{manifest.source.hf_repo}@{manifest.source.revision[:12]}"
     if owner is None:
-        twins = ", ".join(m.name for m in cat.by_repo(manifest.source.hf_repo) if m.source.revision == manifest.source.revision)
-        raise SnapshotOwnerError(f"{manifest.name}: {where} is pinned by {twins}, and in the hf-cache layout one repo id "
-                                 "loads one manifest's files", hint="mark one of them `primary: true`, or resolve "
-                                 f"{manifest.name} with --layout dir")
-    raise SnapshotOwnerError(f"{manifest.name}: in the hf-cache layout {where} holds the files of {owner.name} (primary), "
-                             "the manifest a load by repo id gets",
-                             hint=f"resolve {manifest.name} with --layout dir (its own folder or stream URI)")
+        twins = ", ".join(
+            m.name for m in cat.by_repo(manifest.source.hf_repo) if m.source.revision == manifest.source.revision
+        )
+        raise SnapshotOwnerError(
+            f"{manifest.name}: {where} is pinned by {twins}, and in the hf-cache layout one repo id "
+            "loads one manifest's files",
+            hint=f"mark one of them `primary: true`, or resolve {manifest.name} with --layout dir",
+        )
+    raise SnapshotOwnerError(
+        f"{manifest.name}: in the hf-cache layout {where} holds the files of {owner.name} (primary), "
+        "the manifest a load by repo id gets",
+        hint=f"resolve {manifest.name} with --layout dir (its own folder or stream URI)",
+    )
 
 
 def snapshot_owners(cat: Catalog, names: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -252,15 +276,19 @@ def request_bytes(cat: Catalog, names: Sequence[str], options: ResolveOptions) -
     return sum(blobs.values())
 
 
-
-
-def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Store, options: ResolveOptions,
-             progress: Progress | None) -> Resolution:
+def _resolve(
+    cat: Catalog,
+    manifest: ModelManifest,
+    *,
+    cache: Cache,
+    store: Store,
+    options: ResolveOptions,
+    progress: Progress | None,
+) -> Resolution:
     # A store engines cannot stream from (an OCI registry) gives local weights; so does --prefer local when they
     # are all at hand (see _local_weights for the rest).
     at_hand = _weights_at_hand(manifest, cache, options)
-    plan = plan_files(manifest, _local_weights(options) or not store.engine_streamable
-                      or at_hand is not None)
+    plan = plan_files(manifest, _local_weights(options) or not store.engine_streamable or at_hand is not None)
     spec = ViewSpec.of(manifest, options.layout, plan.local)
     fetched = _ensure_view(cat, manifest, spec, cache, store, options, progress)
     source, from_hub, sources = fetched.source, fetched.from_hub, {**fetched.sources, **(at_hand or {})}
@@ -272,7 +300,9 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
         # The bucket failed us, so the engine cannot stream from it either: bring the weights too.
         plan = plan_files(manifest, materialize_weights=True)
         spec = ViewSpec.of(manifest, options.layout, plan.local)
-        again = _ensure_view(cat, manifest, spec, cache, store, dataclasses.replace(options, source=Source.HF), progress)
+        again = _ensure_view(
+            cat, manifest, spec, cache, store, dataclasses.replace(options, source=Source.HF), progress
+        )
         sources = {**again.sources, **{p: s for p, s in sources.items() if s != "cache"}}
     path = cache.view_dir(spec)
     tokenizer, tokenizer_marker = _tokenizer(cat, manifest, path, bool(plan.streamed), cache, store, options, progress)
@@ -281,28 +311,42 @@ def _resolve(cat: Catalog, manifest: ModelManifest, *, cache: Cache, store: Stor
     verified = verified_handoff(cat, manifest, cache, options) if plan.streamed else None
     if manifest.load_format.spec.engine and verified is None:  # the verified loader takes the folder as --model
         try:
-            model, loader = engine_target(manifest.load_format, [f.path for f in manifest.files], path, weights_uri,
-                                          manifest.loader)
+            model, loader = engine_target(
+                manifest.load_format, [f.path for f in manifest.files], path, weights_uri, manifest.loader
+            )
         except NoEngineArguments as exc:
             raise UsageError(f"{manifest.name}: {exc}", hint="pin exactly one weights file (source.include)") from None
     return Resolution(
         verified_loader=verified,
-        name=manifest.name, hf_repo=manifest.source.hf_repo, revision=manifest.source.revision,
-        load_format=manifest.load_format, model=model, path=path, tokenizer=tokenizer,
-        files=tuple(e.path for e in plan.local), streamed=tuple(e.path for e in plan.streamed),
-        bytes=sum(e.size for e in plan.local), source=source, layout=options.layout,
-        hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None, loader=loader,
+        name=manifest.name,
+        hf_repo=manifest.source.hf_repo,
+        revision=manifest.source.revision,
+        load_format=manifest.load_format,
+        model=model,
+        path=path,
+        tokenizer=tokenizer,
+        files=tuple(e.path for e in plan.local),
+        streamed=tuple(e.path for e in plan.streamed),
+        bytes=sum(e.size for e in plan.local),
+        source=source,
+        layout=options.layout,
+        hub_cache=cache.hub if options.layout is Layout.HF_CACHE else None,
+        loader=loader,
         stream_env=dict(store.stream_target().env) if plan.streamed else {},
         tensor_parallel=formats.tensor_parallel_ranks(manifest.load_format.spec, [f.path for f in manifest.files]),
-        primary=manifest.primary, sources=sources, weights_uri=weights_uri,
-        trust_remote_code=manifest.allow_code is not None and any(f.path.endswith(formats.CODE_SUFFIXES)
-                                                                  for f in manifest.files),
+        primary=manifest.primary,
+        sources=sources,
+        weights_uri=weights_uri,
+        trust_remote_code=manifest.allow_code is not None
+        and any(f.path.endswith(formats.CODE_SUFFIXES) for f in manifest.files),
         markers=(cache.marker_path(spec),) + ((tokenizer_marker,) if tokenizer_marker else ()),
         filesystem=mounts.filesystem_type(path),
     )
 
 
-def verified_handoff(cat: Catalog, manifest: ModelManifest, cache: Cache, options: ResolveOptions) -> dict[str, str] | None:
+def verified_handoff(
+    cat: Catalog, manifest: ModelManifest, cache: Cache, options: ResolveOptions
+) -> dict[str, str] | None:
     """The loader config of `--load-format catalog` for a model whose weights stay in the store, or None for the
     format's own streamer: CATALOG_ENGINE_LOADER=catalog always (UsageError when a tensor has no pinned digest),
     plain never, auto where vLLM (and so the package's plugin) is installed and every tensor is pinned."""
@@ -338,16 +382,23 @@ def _local_weights(options: ResolveOptions) -> bool:
     """Whether a streaming format's weights become local too. The Hub cannot be streamed from: a model fetched
     from it is fully local. Offline, nothing can prove a streamed object is still the verified one (and the
     engine could not reach it). An hf-cache snapshot is loaded by repo id, which finds only local files."""
-    return options.materialize_weights or options.source is Source.HF or options.offline or options.layout is Layout.HF_CACHE
+    return (
+        options.materialize_weights
+        or options.source is Source.HF
+        or options.offline
+        or options.layout is Layout.HF_CACHE
+    )
 
 
-def _verify_streamed(cat: Catalog, manifest: ModelManifest, streamed: tuple[FileEntry, ...], store: Store,
-                     options: ResolveOptions) -> bool:
+def _verify_streamed(
+    cat: Catalog, manifest: ModelManifest, streamed: tuple[FileEntry, ...], store: Store, options: ResolveOptions
+) -> bool:
     """Prove each streamed object is the one whose bytes were verified before its URI is handed out.
     True when it cannot be proven but --source fallback may bring the weights from the Hub instead."""
     try:
-        stream_check.verify_streamed(store, manifest.name, cat.store_key(manifest), streamed,
-                                     mode=options.verify_stream, config=options.transfer)
+        stream_check.verify_streamed(
+            store, manifest.name, cat.store_key(manifest), streamed, mode=options.verify_stream, config=options.transfer
+        )
     except (StoreUnavailableError, MissingObjectError, IntegrityError) as exc:
         if options.source is not Source.FALLBACK:
             raise
@@ -357,7 +408,12 @@ def _verify_streamed(cat: Catalog, manifest: ModelManifest, streamed: tuple[File
 
 
 def _ensure_view(
-    cat: Catalog, manifest: ModelManifest, spec: ViewSpec, cache: Cache, store: Store, options: ResolveOptions,
+    cat: Catalog,
+    manifest: ModelManifest,
+    spec: ViewSpec,
+    cache: Cache,
+    store: Store,
+    options: ResolveOptions,
     progress: Progress | None,
 ) -> Fetched:
     """Make `spec`'s view fresh: nothing to do when its marker still holds; else re-hash what changed,
@@ -377,8 +433,13 @@ def _ensure_view(
 
 
 def _fetch_missing(
-    cat: Catalog, manifest: ModelManifest, missing: list[FileEntry], cache: Cache, store: Store,
-    options: ResolveOptions, progress: Progress | None,
+    cat: Catalog,
+    manifest: ModelManifest,
+    missing: list[FileEntry],
+    cache: Cache,
+    store: Store,
+    options: ResolveOptions,
+    progress: Progress | None,
 ) -> Fetched:
     """Bring `missing` into the cache from the first that has each file: the shared tiers, the mirrors in
     order, the store (or the Hub with --source hf, the store then the Hub with fallback)."""
@@ -389,8 +450,11 @@ def _fetch_missing(
         raise _not_cached(manifest, missing, cache, shared, options)
     if options.max_size is not None:  # every new blob counts, a tier's hard link too (the cache's size counts it)
         capacity.evict_for(cache, options.max_size, sum({e.sha256: e.size for e in missing}.values()))
-    capacity.check_space(cache, tiers.local_bytes(shared, cache, missing, manifest.source),
-                         f"{manifest.name} ({len(missing)} file(s) to copy or download)")
+    capacity.check_space(
+        cache,
+        tiers.local_bytes(shared, cache, missing, manifest.source),
+        f"{manifest.name} ({len(missing)} file(s) to copy or download)",
+    )
     sources: dict[str, str] = dict(tiers.take_from_tiers(shared, cache, manifest.name, missing, manifest.source))
     still = [e for e in missing if not cache.has_blob(e)]
     if still and options.offline:
@@ -401,11 +465,18 @@ def _fetch_missing(
         got = fetch(hub, [Wanted(manifest.name, e, e.path) for e in still], cache, options.transfer, progress)
         sources |= _served(still, got, hub.url)
         return Fetched(_summary(sources), True, sources)
-    still = _from_mirrors(cat, manifest, still, cache, mirror_stores(cat, options), options, progress, sources, store.url)
+    still = _from_mirrors(
+        cat, manifest, still, cache, mirror_stores(cat, options), options, progress, sources, store.url
+    )
     try:
         if still:
-            got = fetch(store, [Wanted(manifest.name, e, cat.store_key(manifest, e.path)) for e in still], cache,
-                        options.transfer, progress)
+            got = fetch(
+                store,
+                [Wanted(manifest.name, e, cat.store_key(manifest, e.path)) for e in still],
+                cache,
+                options.transfer,
+                progress,
+            )
             sources |= _served(still, got, store.url)
             still = []
     except (StoreUnavailableError, MissingObjectError) as exc:
@@ -421,8 +492,9 @@ def _fetch_missing(
     return Fetched(_summary(sources), from_hub, sources)
 
 
-def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cache, shared: Sequence[object],
-                options: ResolveOptions) -> NotCachedError:
+def _not_cached(
+    manifest: ModelManifest, still: Sequence[FileEntry], cache: Cache, shared: Sequence[object], options: ResolveOptions
+) -> NotCachedError:
     listing = ", ".join(e.path for e in still[:5]) + (" ..." if len(still) > 5 else "")
     # Named as the user asked for it (the flag or CATALOG_MODE); a library caller's option is just "offline".
     asked = options.settings.offline_by if options.settings is not None and options.settings.offline_by else "offline"
@@ -431,12 +503,21 @@ def _not_cached(manifest: ModelManifest, still: Sequence[FileEntry], cache: Cach
         f"{' nor in the shared tiers' if shared else ''}: {listing}",
         # A plain resolve of a streamed format leaves its weights in the store: only --materialize-weights brings them.
         hint=f"run `catalog resolve {manifest.name}{' --materialize-weights' if manifest.load_format.streams_weights else ''}` "
-             "once with store access, or point --cache at a warm cache" + ("" if shared else " (or --shared-cache at a tier)"))
+        "once with store access, or point --cache at a warm cache"
+        + ("" if shared else " (or --shared-cache at a tier)"),
+    )
 
 
 def _from_mirrors(
-    cat: Catalog, manifest: ModelManifest, still: list[FileEntry], cache: Cache, mirrors: Sequence[Store],
-    options: ResolveOptions, progress: Progress | None, sources: dict[str, str], primary: str,
+    cat: Catalog,
+    manifest: ModelManifest,
+    still: list[FileEntry],
+    cache: Cache,
+    mirrors: Sequence[Store],
+    options: ResolveOptions,
+    progress: Progress | None,
+    sources: dict[str, str],
+    primary: str,
 ) -> list[FileEntry]:
     """Try each mirror in order for what is still missing; a mirror that lacks a file, fails or serves other
     bytes is skipped for that file (the transfer verified them: nothing wrong was kept). Returns what is left."""
@@ -449,7 +530,13 @@ def _from_mirrors(
         if not still:
             break
         try:
-            fetch(mirror, [Wanted(manifest.name, e, cat.store_key(manifest, e.path)) for e in still], cache, config, progress)
+            fetch(
+                mirror,
+                [Wanted(manifest.name, e, cat.store_key(manifest, e.path)) for e in still],
+                cache,
+                config,
+                progress,
+            )
         except CacheWriteError:
             raise  # our disk, not the mirror: no other store would do better
         except (CatalogError, OSError) as exc:
@@ -478,8 +565,10 @@ def _build_view(cache: Cache, spec: ViewSpec, catalog: str = "") -> None:
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise cache_error(cache, exc, spec.name) from None
-        raise CacheWriteError(f"cannot lay out {spec.name} in the cache at {cache.root}: {exc.strerror or exc}",
-                              hint="free disk space or point --cache / CATALOG_CACHE at a larger disk") from None
+        raise CacheWriteError(
+            f"cannot lay out {spec.name} in the cache at {cache.root}: {exc.strerror or exc}",
+            hint="free disk space or point --cache / CATALOG_CACHE at a larger disk",
+        ) from None
 
 
 def _check_paths(manifest: ModelManifest) -> None:
@@ -492,7 +581,13 @@ def _check_paths(manifest: ModelManifest) -> None:
 
 
 def _tokenizer(
-    cat: Catalog, manifest: ModelManifest, path: Path, streams: bool, cache: Cache, store: Store, options: ResolveOptions,
+    cat: Catalog,
+    manifest: ModelManifest,
+    path: Path,
+    streams: bool,
+    cache: Cache,
+    store: Store,
+    options: ResolveOptions,
     progress: Progress | None,
 ) -> tuple[str | None, Path | None]:
     """An explicit tokenizer (another model's files, or a subfolder), else the local dir when weights stream (`streams`);
@@ -516,7 +611,11 @@ def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
     a blob that no longer matches is removed and refetched. Unchanged files are not re-read."""
     marker = cache.read_marker(spec)
     stamps = cache.current_stamps(spec)
-    changed = list(spec.files) if marker is None else changed_files(spec, marker, stamps, cache.records_for(spec, marker, stamps))
+    changed = (
+        list(spec.files)
+        if marker is None
+        else changed_files(spec, marker, stamps, cache.records_for(spec, marker, stamps))
+    )
     for entry in changed:
         blob = cache.blob_path(entry.sha256)
         if not blob.exists():
@@ -528,8 +627,11 @@ def _recheck_blobs(cache: Cache, spec: ViewSpec) -> None:
         else:
             cache.record_blob(entry.sha256)
     if extras := cache.extra_files(spec):
-        log.warning("%s: the view at %s held files no manifest pins (%s); rebuilding it", spec.name, cache.view_dir(spec),
-                    ", ".join(extras[:5]) + (" ..." if len(extras) > 5 else ""))
+        log.warning(
+            "%s: the view at %s held files no manifest pins (%s); rebuilding it",
+            spec.name,
+            cache.view_dir(spec),
+            ", ".join(extras[:5]) + (" ..." if len(extras) > 5 else ""),
+        )
     # The view itself stays until the rebuild replaces it in one step (Cache.build_view): removing it here would
     # take it from a concurrent resolve that has just rebuilt it and handed it out.
-

@@ -34,11 +34,26 @@ from catalog import bounded, signing
 from catalog.errors import CatalogError, Problem, UsageError
 from catalog.loading import ManifestDoc, display_path, load_manifest
 from catalog.rules import signature_problem
-from catalog.signing import (PAYLOAD_TYPE, SUBJECT_RESOURCE, Bundle, Finding, Flaw, Policy, SignatureError,
-                             SignatureFormatError, Statement, first_difference, parse_bundle, parse_statement,
-                             policy_of, signature_path, signed_statement, subject_difference)
-from resolver.cache import Cache
+from catalog.signing import (
+    PAYLOAD_TYPE,
+    SUBJECT_RESOURCE,
+    Bundle,
+    Finding,
+    Flaw,
+    Policy,
+    SignatureError,
+    SignatureFormatError,
+    Statement,
+    first_difference,
+    parse_bundle,
+    parse_statement,
+    policy_of,
+    signature_path,
+    signed_statement,
+    subject_difference,
+)
 from resolver import ecdsa
+from resolver.cache import Cache
 from resolver.fsutil import atomic_write, pid_alive, staging_owner
 
 if TYPE_CHECKING:
@@ -79,8 +94,10 @@ def load_anchors(policy: Policy) -> Anchors:
     """Read the policy's keys, roots and log keys; TrustConfigError when there is no key or root or one cannot be
     used (named)."""
     if not policy.anchors:
-        raise TrustConfigError(f"signatures cannot be checked: {policy.describe_anchors()}",
-                               hint="list trusted_keys (or trusted_roots) in catalog.yaml, or pass --trusted-key PUB_PEM")
+        raise TrustConfigError(
+            f"signatures cannot be checked: {policy.describe_anchors()}",
+            hint="list trusted_keys (or trusted_roots) in catalog.yaml, or pass --trusted-key PUB_PEM",
+        )
     keys: list[tuple[Path, ecdsa.PublicKey]] = []
     log_keys: list[tuple[Path, ecdsa.PublicKey]] = []
     roots: list[tuple[Path, bytes]] = []
@@ -106,8 +123,10 @@ def _read_anchor(path: Path, kind: str, policy: Policy) -> bytes:
     try:
         return bounded.read_file(path, bounded.MAX_KEY)  # a regular file of PEM size: never a FIFO or /dev/zero
     except OSError as exc:
-        raise TrustConfigError(f"trusted {kind} {path} ({policy.origin}): {exc.strerror or exc}",
-                               hint="paths in catalog.yaml are relative to the manifests folder") from None
+        raise TrustConfigError(
+            f"trusted {kind} {path} ({policy.origin}): {exc.strerror or exc}",
+            hint="paths in catalog.yaml are relative to the manifests folder",
+        ) from None
 
 
 def verify_bundle(bundle: Bundle, anchors: Anchors, now: float | None = None) -> tuple[Statement, str]:
@@ -120,8 +139,10 @@ def verify_bundle(bundle: Bundle, anchors: Anchors, now: float | None = None) ->
     if bundle.certificates:
         key, signer = _certificate_key(bundle, anchors, now)
         if not key.verify(bundle.signature, message):
-            raise Untrusted(f"its signature does not verify with the key of its certificate ({signer}): the payload "
-                            "or the signature was altered")
+            raise Untrusted(
+                f"its signature does not verify with the key of its certificate ({signer}): the payload "
+                "or the signature was altered"
+            )
     else:
         candidates = [(p, k) for p, k in anchors.keys if bundle.key_hint in (None, k.hint)]
         if not candidates:
@@ -129,9 +150,12 @@ def verify_bundle(bundle: Bundle, anchors: Anchors, now: float | None = None) ->
             raise Untrusted(f"it was signed with {which}, which is not trusted; {anchors.describe()}")
         good = next(((p, k) for p, k in candidates if k.verify(bundle.signature, message)), None)
         if good is None:
-            raise Untrusted(f"its signature does not verify with the trusted key {candidates[0][0]}: the payload or the "
-                            "signature was altered" if len(candidates) == 1 else
-                            f"its signature verifies with no trusted key; {anchors.describe()}")
+            raise Untrusted(
+                f"its signature does not verify with the trusted key {candidates[0][0]}: the payload or the "
+                "signature was altered"
+                if len(candidates) == 1
+                else f"its signature verifies with no trusted key; {anchors.describe()}"
+            )
         signer = f"key {good[0]}"
         if bundle.log_entries:  # a key-signed bundle that was logged: its entries are checked all the same
             _log_time(bundle, anchors, base64.b64encode(good[1].pem()).decode())
@@ -143,12 +167,16 @@ def _certificate_key(bundle: Bundle, anchors: Anchors, now: float) -> tuple[ecds
     times), its usage allows code signing, and it names a trusted identity and issuer."""
     policy = anchors.policy
     if not anchors.roots:
-        raise Untrusted(f"it was signed with a certificate, and no trusted root is configured; {anchors.describe()}; "
-                        "list trusted_roots in catalog.yaml, or pass --trusted-root CA_PEM")
+        raise Untrusted(
+            f"it was signed with a certificate, and no trusted root is configured; {anchors.describe()}; "
+            "list trusted_roots in catalog.yaml, or pass --trusted-root CA_PEM"
+        )
     if not policy.identities:
-        raise Untrusted("it was signed with a certificate, and no identity is configured: a root vouches for everyone "
-                        f"it issues to ({policy.describe_identities()}); list trusted_identities (identity and issuer) in "
-                        "catalog.yaml, or pass --trusted-identity 'IDENTITY|ISSUER'")
+        raise Untrusted(
+            "it was signed with a certificate, and no identity is configured: a root vouches for everyone "
+            f"it issues to ({policy.describe_identities()}); list trusted_identities (identity and issuer) in "
+            "catalog.yaml, or pass --trusted-identity 'IDENTITY|ISSUER'"
+        )
     try:
         import datetime as dt
 
@@ -156,8 +184,9 @@ def _certificate_key(bundle: Bundle, anchors: Anchors, now: float) -> tuple[ecds
         from cryptography.hazmat.primitives import serialization
         from cryptography.x509 import verification
     except ImportError:
-        raise CatalogError("verifying a certificate-signed model needs the `cryptography` package",
-                           hint=INSTALL_HINT) from None
+        raise CatalogError(
+            "verifying a certificate-signed model needs the `cryptography` package", hint=INSTALL_HINT
+        ) from None
     try:
         leaf = x509.load_der_x509_certificate(bundle.certificates[0])
         intermediates = [x509.load_der_x509_certificate(c) for c in bundle.certificates[1:]]
@@ -167,9 +196,11 @@ def _certificate_key(bundle: Bundle, anchors: Anchors, now: float) -> tuple[ecds
     when = dt.datetime.fromtimestamp(now, dt.timezone.utc)
     for issuer in intermediates:  # an issuer's validity is not the signer's to choose: now, whatever the leaf's dates
         if not issuer.not_valid_before_utc <= when <= issuer.not_valid_after_utc:
-            raise Untrusted(f"its issuing certificate {issuer.subject.rfc4514_string()} is not valid now (valid "
-                            f"{_utc(issuer.not_valid_before_utc)} to {_utc(issuer.not_valid_after_utc)}): issuing "
-                            "certificates are checked at verification time")
+            raise Untrusted(
+                f"its issuing certificate {issuer.subject.rfc4514_string()} is not valid now (valid "
+                f"{_utc(issuer.not_valid_before_utc)} to {_utc(issuer.not_valid_after_utc)}): issuing "
+                "certificates are checked at verification time"
+            )
     verifier_pem = base64.b64encode(leaf.public_bytes(serialization.Encoding.PEM)).decode()
     signed_at = _log_time(bundle, anchors, verifier_pem) if bundle.log_entries else None
     at = dt.datetime.fromtimestamp(signed_at if signed_at is not None else now, dt.timezone.utc)
@@ -177,26 +208,38 @@ def _certificate_key(bundle: Bundle, anchors: Anchors, now: float) -> tuple[ecds
     # Web PKI rules for the CAs (basic constraints, key usage), except that their extended key usage may name code
     # signing; the signing certificate's use is checked below, as Sigstore's verifiers check it.
     ca_policy = verification.ExtensionPolicy.webpki_defaults_ca().may_be_present(
-        x509.ExtendedKeyUsage, verification.Criticality.AGNOSTIC, None)
-    verifier = (verification.PolicyBuilder().store(store).time(at)
-                .extension_policies(ca_policy=ca_policy, ee_policy=verification.ExtensionPolicy.permit_all())
-                .build_client_verifier())
+        x509.ExtendedKeyUsage, verification.Criticality.AGNOSTIC, None
+    )
+    verifier = (
+        verification.PolicyBuilder()
+        .store(store)
+        .time(at)
+        .extension_policies(ca_policy=ca_policy, ee_policy=verification.ExtensionPolicy.permit_all())
+        .build_client_verifier()
+    )
     try:
         chain = verifier.verify(leaf, intermediates).chain
     except verification.VerificationError as exc:
         expired = not leaf.not_valid_before_utc <= at <= leaf.not_valid_after_utc
-        why = (f"its {signer} was not valid at {_utc(at)} (valid {_utc(leaf.not_valid_before_utc)} to "
-               f"{_utc(leaf.not_valid_after_utc)})" if expired else
-               f"its {signer} does not chain to a trusted root ({exc}); {anchors.describe()}")
+        why = (
+            f"its {signer} was not valid at {_utc(at)} (valid {_utc(leaf.not_valid_before_utc)} to "
+            f"{_utc(leaf.not_valid_after_utc)})"
+            if expired
+            else f"its {signer} does not chain to a trusted root ({exc}); {anchors.describe()}"
+        )
         if expired and signed_at is None:
-            why += ("; no transparency-log entry proves when it signed, so it is checked now (a short-lived "
-                    "certificate verifies only with a log entry a trusted log key checks: trusted_log_keys)")
+            why += (
+                "; no transparency-log entry proves when it signed, so it is checked now (a short-lived "
+                "certificate verifies only with a log entry a trusted log key checks: trusted_log_keys)"
+            )
         raise Untrusted(why) from None
     for issuer in chain[1:]:  # and the root (the intermediates were checked above)
         if not issuer.not_valid_before_utc <= when <= issuer.not_valid_after_utc:
-            raise Untrusted(f"its issuing certificate {issuer.subject.rfc4514_string()} is not valid now (valid "
-                            f"{_utc(issuer.not_valid_before_utc)} to {_utc(issuer.not_valid_after_utc)}): issuing "
-                            "certificates are checked at verification time")
+            raise Untrusted(
+                f"its issuing certificate {issuer.subject.rfc4514_string()} is not valid now (valid "
+                f"{_utc(issuer.not_valid_before_utc)} to {_utc(issuer.not_valid_after_utc)}): issuing "
+                "certificates are checked at verification time"
+            )
     _check_usage(leaf, signer)
     _check_identity(leaf, policy)
     pem = leaf.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -218,21 +261,29 @@ def _log_time(bundle: Bundle, anchors: Anchors, verifier: str) -> int | None:
     if not anchors.log_keys:
         if policy.unchecked_log_entries:
             return None
-        raise Untrusted(f"it carries transparency-log entries, and log entries are not checkable here: no log key is "
-                        f"configured ({policy.origin}); list trusted_log_keys (the log's public key, PEM) in catalog.yaml "
-                        "or pass --trusted-log-key, or set `log_entries: accept-unchecked` to accept them unchecked")
+        raise Untrusted(
+            f"it carries transparency-log entries, and log entries are not checkable here: no log key is "
+            f"configured ({policy.origin}); list trusted_log_keys (the log's public key, PEM) in catalog.yaml "
+            "or pass --trusted-log-key, or set `log_entries: accept-unchecked` to accept them unchecked"
+        )
     times: list[int] = []
     for entry in bundle.log_entries:
         key = next((k for _, k in anchors.log_keys if hashlib.sha256(k.der()).digest() == entry.log_id), None)
         if key is None:
-            raise Untrusted(f"its log entry {entry.log_index} is from a log whose key is not trusted (log id "
-                            f"{entry.log_id.hex()}); trusted log keys: {', '.join(str(p) for p, _ in anchors.log_keys)}")
+            raise Untrusted(
+                f"its log entry {entry.log_index} is from a log whose key is not trusted (log id "
+                f"{entry.log_id.hex()}); trusted log keys: {', '.join(str(p) for p, _ in anchors.log_keys)}"
+            )
         if entry.promise is None or entry.integrated_time is None:
-            raise Untrusted(f"its log entry {entry.log_index} carries no signed entry timestamp, and log entries are not "
-                            "checkable here without one (inclusion proofs are not checked)")
+            raise Untrusted(
+                f"its log entry {entry.log_index} carries no signed entry timestamp, and log entries are not "
+                "checkable here without one (inclusion proofs are not checked)"
+            )
         if not key.verify(entry.promise, entry.set_payload()):
-            raise Untrusted(f"the signed entry timestamp of its log entry {entry.log_index} does not verify with the "
-                            "trusted log key: the entry was altered")
+            raise Untrusted(
+                f"the signed entry timestamp of its log entry {entry.log_index} does not verify with the "
+                "trusted log key: the entry was altered"
+            )
         _check_entry_body(entry, bundle, verifier)
         times.append(entry.integrated_time)
     return min(times)
@@ -241,8 +292,10 @@ def _log_time(bundle: Bundle, anchors: Anchors, verifier: str) -> int | None:
 def _check_entry_body(entry: signing.LogEntry, bundle: Bundle, verifier: str) -> None:
     """A logged entry vouches for this bundle only if it records this payload, this signature and this signer."""
     if (entry.kind, entry.version) != ("dsse", "0.0.1"):
-        raise Untrusted(f"its log entry {entry.log_index} is of kind {entry.kind} {entry.version}; log entries are not "
-                        "checkable here except dsse 0.0.1 (what model-signing logs)")
+        raise Untrusted(
+            f"its log entry {entry.log_index} is of kind {entry.kind} {entry.version}; log entries are not "
+            "checkable here except dsse 0.0.1 (what model-signing logs)"
+        )
     try:
         body: Any = json.loads(entry.body)
         spec = body["spec"]
@@ -250,10 +303,13 @@ def _check_entry_body(entry: signing.LogEntry, bundle: Bundle, verifier: str) ->
         recorded = spec["signatures"]
     except (ValueError, KeyError, TypeError) as exc:
         raise Untrusted(f"its log entry {entry.log_index} has no readable dsse body ({exc})") from None
-    if body.get("kind") != "dsse" or payload_hash != {"algorithm": "sha256",
-                                                      "value": hashlib.sha256(bundle.payload).hexdigest()}:
-        raise Untrusted(f"its log entry {entry.log_index} is for other bytes: the payload it records is not this "
-                        "bundle's")
+    if body.get("kind") != "dsse" or payload_hash != {
+        "algorithm": "sha256",
+        "value": hashlib.sha256(bundle.payload).hexdigest(),
+    }:
+        raise Untrusted(
+            f"its log entry {entry.log_index} is for other bytes: the payload it records is not this bundle's"
+        )
     if recorded != [{"signature": base64.b64encode(bundle.signature).decode(), "verifier": verifier}]:
         raise Untrusted(f"its log entry {entry.log_index} records another signature or signer than this bundle's")
 
@@ -301,8 +357,11 @@ def names_and_issuer(certificate: object) -> tuple[list[str], str]:
     names = [subject] if (subject := certificate.subject.rfc4514_string()) else []
     try:
         alternative = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        names += [str(n.value) for n in alternative
-                  if isinstance(n, (x509.RFC822Name, x509.UniformResourceIdentifier, x509.DNSName))]
+        names += [
+            str(n.value)
+            for n in alternative
+            if isinstance(n, (x509.RFC822Name, x509.UniformResourceIdentifier, x509.DNSName))
+        ]
     except x509.ExtensionNotFound:
         pass
     issuer = certificate.issuer.rfc4514_string()
@@ -328,26 +387,32 @@ def _check_identity(certificate: object, policy: Policy) -> None:
     names, issuer = names_and_issuer(certificate)
     named = [i for i in policy.identities if i.identity in names]
     if not named:
-        raise Untrusted(f"its certificate names {', '.join(names) or 'nobody'} (issuer {issuer}), none of them a trusted "
-                        f"identity; {policy.describe_identities()}")
+        raise Untrusted(
+            f"its certificate names {', '.join(names) or 'nobody'} (issuer {issuer}), none of them a trusted "
+            f"identity; {policy.describe_identities()}"
+        )
     if not any(i.issuer == issuer for i in named):
-        raise Untrusted(f"its certificate for {named[0].identity} was issued through {issuer}, not a trusted issuer "
-                        f"of that identity ({', '.join(i.issuer for i in named)}); {policy.describe_identities()}")
+        raise Untrusted(
+            f"its certificate for {named[0].identity} was issued through {issuer}, not a trusted issuer "
+            f"of that identity ({', '.join(i.issuer for i in named)}); {policy.describe_identities()}"
+        )
 
 
 _VERIFIED: dict[tuple[str, str], tuple[Statement, str]] = {}  # (signature sha256, anchors digest) -> verdict
 
 
-def vouched(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
-            data: bytes | None = None) -> tuple[Statement | None, Finding | None]:
+def vouched(
+    manifest: ModelManifest, manifest_path: Path, anchors: Anchors, data: bytes | None = None
+) -> tuple[Statement | None, Finding | None]:
     """The model's signed statement when a trusted anchor vouches for it and it covers exactly the pins and the
     manifest's subject; else (None, why not). `data`: the signature file's bytes when the caller has read them."""
     statement, _, finding = vouched_by(manifest, manifest_path, anchors, data)
     return statement, finding
 
 
-def vouched_by(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
-               data: bytes | None = None) -> tuple[Statement | None, str | None, Finding | None]:
+def vouched_by(
+    manifest: ModelManifest, manifest_path: Path, anchors: Anchors, data: bytes | None = None
+) -> tuple[Statement | None, str | None, Finding | None]:
     """`vouched`, with who signed (None when not vouched for)."""
     signature = signature_path(manifest_path)
     shown = display_path(signature)
@@ -368,7 +433,11 @@ def vouched_by(manifest: ModelManifest, manifest_path: Path, anchors: Anchors,
         return None, None, Finding(Flaw.UNTRUSTED, f"{shown} is not trusted: {exc}")
     difference = first_difference(statement, manifest.files)
     if difference is not None:
-        return None, None, Finding(Flaw.DIFFERS, f"{shown} does not match the pins: {difference.describe()}", difference)
+        return (
+            None,
+            None,
+            Finding(Flaw.DIFFERS, f"{shown} does not match the pins: {difference.describe()}", difference),
+        )
     uncovered = subject_difference(statement, manifest)
     if uncovered is not None:
         flaw, what, where = uncovered
@@ -386,8 +455,14 @@ def check(manifest: ModelManifest, manifest_path: Path, anchors: Anchors) -> Fin
     return vouched(manifest, manifest_path, anchors)[1]
 
 
-def require(cat: Catalog, names: Iterable[str], *, settings: Settings | None, anchors: Anchors | None = None,
-            cache_root: Path | None = None) -> tuple[Path, ...]:
+def require(
+    cat: Catalog,
+    names: Iterable[str],
+    *,
+    settings: Settings | None,
+    anchors: Anchors | None = None,
+    cache_root: Path | None = None,
+) -> tuple[Path, ...]:
     """The resolve gate: when the policy requires signatures, every model in `names` must have one that a trusted
     anchor vouches for and that covers exactly its pins and its subject; else SignatureError (before any byte is
     fetched). Returns the files the answer now rests on (signatures and anchors), for the warm index. `anchors`: the
@@ -405,8 +480,13 @@ def require(cat: Catalog, names: Iterable[str], *, settings: Settings | None, an
         _, finding = vouched(manifest, manifest_path, anchors)
         if finding is not None:
             problem = signature_problem(_doc(manifest_path), finding)
-            raise SignatureError(name, str(sig), finding.flaw, f"{name}: {problem}; refused before any download",
-                                 hint=_hint(name, finding))
+            raise SignatureError(
+                name,
+                str(sig),
+                finding.flaw,
+                f"{name}: {problem}; refused before any download",
+                hint=_hint(name, finding),
+            )
     return tuple(relied)
 
 
@@ -433,13 +513,17 @@ def _doc(manifest_path: Path) -> ManifestDoc:
 
 def _hint(name: str, finding: Finding) -> str:
     if finding.flaw is Flaw.UNTRUSTED:
-        return ("sign with a trusted key, or trust its signer: catalog.yaml trusted_keys / trusted_roots and "
-                "trusted_identities, or --trusted-key PUB_PEM")
+        return (
+            "sign with a trusted key, or trust its signer: catalog.yaml trusted_keys / trusted_roots and "
+            "trusted_identities, or --trusted-key PUB_PEM"
+        )
     if finding.flaw is Flaw.DIFFERS:
         return f"the manifest changed after it was signed: restore it, or {signing.sign_hint(name)}"
     if finding.flaw is Flaw.UNCOVERED:
-        return (f"{signing.sign_hint(name)}; or, signing a folder with another tool, put the file `catalog sign {name} "
-                f"--subject-into DIR` writes ({SUBJECT_RESOURCE}) among the files it signs")
+        return (
+            f"{signing.sign_hint(name)}; or, signing a folder with another tool, put the file `catalog sign {name} "
+            f"--subject-into DIR` writes ({SUBJECT_RESOURCE}) among the files it signs"
+        )
     return signing.sign_hint(name)
 
 
@@ -451,8 +535,16 @@ def problems(docs: Sequence[ManifestDoc], catalog_settings_path: Path, policy: P
         return []
     shown = display_path(catalog_settings_path)
     if not policy.anchors:
-        return [Problem(shown, 0, "signatures", f"{len(wanted)} model(s) have or need signatures but "
-                        f"{policy.describe_anchors()}; list trusted_keys or trusted_roots", "signature")]
+        return [
+            Problem(
+                shown,
+                0,
+                "signatures",
+                f"{len(wanted)} model(s) have or need signatures but "
+                f"{policy.describe_anchors()}; list trusted_keys or trusted_roots",
+                "signature",
+            )
+        ]
     try:
         anchors = load_anchors(policy)
     except TrustConfigError as exc:
@@ -466,14 +558,17 @@ def problems(docs: Sequence[ManifestDoc], catalog_settings_path: Path, policy: P
             finding = Finding(Flaw.UNTRUSTED, f"{exc.message}; {exc.hint or ''}".rstrip("; "))
         if finding is not None:
             if finding.flaw is Flaw.MISSING:
-                finding = Finding(finding.flaw, f"{finding.message} and signatures are required; "
-                                                f"{signing.sign_hint(doc.manifest.name)}")
+                finding = Finding(
+                    finding.flaw,
+                    f"{finding.message} and signatures are required; {signing.sign_hint(doc.manifest.name)}",
+                )
             found.append(signature_problem(doc, finding))
     return found
 
 
-def sign(manifest: ModelManifest, private_key: Path, certificate: Path | None = None,
-         password: bytes | None = None) -> Bundle:
+def sign(
+    manifest: ModelManifest, private_key: Path, certificate: Path | None = None, password: bytes | None = None
+) -> Bundle:
     """A model-signing v1.0 bundle over the manifest's pins, signed with an EC private key (PEM), with the
     certificate chain (PEM, signing certificate first) when given. Reads no weight byte."""
     try:
@@ -487,15 +582,22 @@ def sign(manifest: ModelManifest, private_key: Path, certificate: Path | None = 
     except OSError as exc:
         raise UsageError(f"--private-key {private_key}: {exc.strerror or exc}") from None
     except TypeError:
-        raise UsageError(f"--private-key {private_key} is encrypted", hint="run on a terminal to be asked for its "
-                         "password, or decrypt it into a file only the signing job can read") from None
+        raise UsageError(
+            f"--private-key {private_key} is encrypted",
+            hint="run on a terminal to be asked for its "
+            "password, or decrypt it into a file only the signing job can read",
+        ) from None
     except ValueError as exc:
         raise UsageError(f"--private-key {private_key} is not a PEM private key ({exc})") from None
     hashes_by_curve = {"secp256r1": hashes.SHA256(), "secp384r1": hashes.SHA384(), "secp521r1": hashes.SHA512()}
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name not in hashes_by_curve:
-        raise UsageError(f"--private-key {private_key} is not an EC key on P-256, P-384 or P-521 (what model-signing "
-                         "supports)", hint="make one with `openssl ecparam -name prime256v1 -genkey -noout -out KEY`")
-    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        raise UsageError(
+            f"--private-key {private_key} is not an EC key on P-256, P-384 or P-521 (what model-signing supports)",
+            hint="make one with `openssl ecparam -name prime256v1 -genkey -noout -out KEY`",
+        )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     chain: tuple[bytes, ...] = ()
     if certificate is not None:
         try:
@@ -504,16 +606,26 @@ def sign(manifest: ModelManifest, private_key: Path, certificate: Path | None = 
             raise UsageError(f"--certificate {certificate}: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise UsageError(f"--certificate {certificate} holds no PEM certificate ({exc})") from None
-        leaf_pem = certificates[0].public_key().public_bytes(serialization.Encoding.PEM,
-                                                             serialization.PublicFormat.SubjectPublicKeyInfo)
+        leaf_pem = (
+            certificates[0]
+            .public_key()
+            .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         if leaf_pem != public_pem:
-            raise UsageError(f"the first certificate in {certificate} is not for the key in {private_key}",
-                             hint="put the signing certificate first, then its intermediates")
+            raise UsageError(
+                f"the first certificate in {certificate} is not for the key in {private_key}",
+                hint="put the signing certificate first, then its intermediates",
+            )
         chain = tuple(c.public_bytes(serialization.Encoding.DER) for c in certificates)
     payload = signed_statement(manifest).payload()
     signature = key.sign(signing.pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes_by_curve[key.curve.name]))
-    return Bundle(payload, PAYLOAD_TYPE, signature, key_hint=None if chain else hashlib.sha256(public_pem).hexdigest(),
-                  certificates=chain)
+    return Bundle(
+        payload,
+        PAYLOAD_TYPE,
+        signature,
+        key_hint=None if chain else hashlib.sha256(public_pem).hexdigest(),
+        certificates=chain,
+    )
 
 
 def write_subject(manifest: ModelManifest, folder: Path) -> Path:
@@ -540,5 +652,6 @@ def stale_records(cache_root: Path, now: float) -> list[Path]:
     root = Cache(cache_root).signature_checks
     if not root.is_dir():
         return []
-    return [path for path in sorted(root.glob("*/*"))
-            if (owner := staging_owner(path.name)) is None or not pid_alive(owner)]
+    return [
+        path for path in sorted(root.glob("*/*")) if (owner := staging_owner(path.name)) is None or not pid_alive(owner)
+    ]

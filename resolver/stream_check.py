@@ -74,7 +74,7 @@ def check(
     state (path -> {size, sha256, etag}). With `digests` (path -> sha256 of the streamed bytes, deep mode)
     the hash itself is the proof and the records are not consulted.
     """
-    objects = {o.key[len(prefix):]: o for o in listing if o.key.startswith(prefix)}
+    objects = {o.key[len(prefix) :]: o for o in listing if o.key.startswith(prefix)}
     problems: list[StreamProblem] = []
     for entry in files:
         obj = objects.get(entry.path)
@@ -105,14 +105,21 @@ class StreamIntegrityError(IntegrityError):
     def __init__(self, model: str, problem: StreamProblem, cause: str, hint: str, more: str = "") -> None:
         super().__init__(model, problem.path, _WHAT[problem.kind], problem.expected, problem.got, cause)
         self.kind = problem.kind
-        self.message = (f"expected {self.what} {problem.expected} but got {problem.got} for {model}/{problem.path} "
-                        f"in the store; {cause}; nothing was handed out{more}")
+        self.message = (
+            f"expected {self.what} {problem.expected} but got {problem.got} for {model}/{problem.path} "
+            f"in the store; {cause}; nothing was handed out{more}"
+        )
         self.args = (self.message,)
         self.hint = hint
 
 
-_WHAT = {Kind.MISSING: "object", Kind.SIZE: "size", Kind.REWRITTEN: "ETag", Kind.UNVERIFIED: "sync record",
-         Kind.SHA256: "sha256"}
+_WHAT = {
+    Kind.MISSING: "object",
+    Kind.SIZE: "size",
+    Kind.REWRITTEN: "ETag",
+    Kind.UNVERIFIED: "sync record",
+    Kind.SHA256: "sha256",
+}
 
 
 def to_error(model: str, problems: Sequence[StreamProblem], where: str) -> CatalogError:
@@ -130,16 +137,36 @@ def to_error(model: str, problems: Sequence[StreamProblem], where: str) -> Catal
         error.args = (error.message,)
         return error
     if first.kind is Kind.SIZE:
-        return StreamIntegrityError(model, first, "the object in the store was resized since the manifest was pinned",
-                                    f"{sync}, or fix the manifest", more)
+        return StreamIntegrityError(
+            model,
+            first,
+            "the object in the store was resized since the manifest was pinned",
+            f"{sync}, or fix the manifest",
+            more,
+        )
     if first.kind is Kind.REWRITTEN:
-        return StreamIntegrityError(model, first, "the object was rewritten since sync verified it",
-                                    f"{sync}, or pass --verify-stream deep to hash it now", more)
+        return StreamIntegrityError(
+            model,
+            first,
+            "the object was rewritten since sync verified it",
+            f"{sync}, or pass --verify-stream deep to hash it now",
+            more,
+        )
     if first.kind is Kind.UNVERIFIED:
-        return StreamIntegrityError(model, first, "the object was never verified by `catalog sync`",
-                                    f"{sync}, or pass --verify-stream deep to hash it now", more)
-    return StreamIntegrityError(model, first, "the object in the store is corrupt or the manifest is stale",
-                                f"repair the object ({sync} replaces it) or fix the manifest", more)
+        return StreamIntegrityError(
+            model,
+            first,
+            "the object was never verified by `catalog sync`",
+            f"{sync}, or pass --verify-stream deep to hash it now",
+            more,
+        )
+    return StreamIntegrityError(
+        model,
+        first,
+        "the object in the store is corrupt or the manifest is stale",
+        f"repair the object ({sync} replaces it) or fix the manifest",
+        more,
+    )
 
 
 # -- I/O ----------------------------------------------------------------------------------------------
@@ -212,8 +239,10 @@ def read_small(store: Store, key: str, limit: int = bounded.MAX_RECORD) -> bytes
             chunks.append(bytes(buffer[:count]))
             size += count
             if size > limit:
-                raise UsageError(f"{store.url}: {key} is larger than the {bounded.human(limit)} a record may be; not read",
-                                 hint="remove or repair it: sync and audit-upstream write it again")
+                raise UsageError(
+                    f"{store.url}: {key} is larger than the {bounded.human(limit)} a record may be; not read",
+                    hint="remove or repair it: sync and audit-upstream write it again",
+                )
     finally:
         stream.close()
     return b"".join(chunks)

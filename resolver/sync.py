@@ -16,8 +16,8 @@ import dataclasses
 import hashlib
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -32,8 +32,8 @@ from resolver import hashing
 from resolver.cache import Cache
 from resolver.hub import HubOptions, HubStore
 from resolver.last_copy import refuse_last_copy_deletion
-from resolver.stream_check import STATE_PREFIX, cached_state, parse_state, read_small, remember_state, write_state
 from resolver.stores import LocalStore, ObjectInfo, Store
+from resolver.stream_check import STATE_PREFIX, cached_state, parse_state, read_small, remember_state, write_state
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest, fetch_digest_etag
 from resolver.upload import provenance
 
@@ -85,18 +85,34 @@ class SyncPlan:
 
     @property
     def deletions(self) -> list[PlanItem]:
-        return [i for i in self.items if (i.action is Action.EXTRA and self.prune) or (i.action is Action.ORPHAN and self.delete_orphans)]
+        return [
+            i
+            for i in self.items
+            if (i.action is Action.EXTRA and self.prune) or (i.action is Action.ORPHAN and self.delete_orphans)
+        ]
 
     @property
     def drift(self) -> bool:
         return any(i.action in DRIFT for i in self.items)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": PLAN_VERSION, "store": self.store, "fingerprint": self.fingerprint, "catalog": self.catalog,
-                "names": list(self.names), "prune": self.prune, "delete_orphans": self.delete_orphans, "requests": dict(self.requests),
-                "from_dir": self.from_dir, "from_hf_cache": self.from_hf_cache,
-                "summary": {a.value: {"count": len(self.by_action(a)), "bytes": sum(i.size for i in self.by_action(a))} for a in Action},
-                "items": [{**asdict(i), "action": i.action.value} for i in self.items]}
+        return {
+            "version": PLAN_VERSION,
+            "store": self.store,
+            "fingerprint": self.fingerprint,
+            "catalog": self.catalog,
+            "names": list(self.names),
+            "prune": self.prune,
+            "delete_orphans": self.delete_orphans,
+            "requests": dict(self.requests),
+            "from_dir": self.from_dir,
+            "from_hf_cache": self.from_hf_cache,
+            "summary": {
+                a.value: {"count": len(self.by_action(a)), "bytes": sum(i.size for i in self.by_action(a))}
+                for a in Action
+            },
+            "items": [{**asdict(i), "action": i.action.value} for i in self.items],
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> SyncPlan:
@@ -118,8 +134,17 @@ class SyncPlan:
             if not isinstance(data.get(key, ""), str):
                 raise UsageError(f"not a sync plan: `{key}` is not text", hint=_NEW_PLAN)
         items = tuple(_item_from_json(n, raw) for n, raw in enumerate(items_raw))
-        return cls(data["store"], items, data["fingerprint"], tuple(names), data["prune"], data["delete_orphans"],
-                   catalog=data["catalog"], from_dir=data.get("from_dir", ""), from_hf_cache=data.get("from_hf_cache", ""))
+        return cls(
+            data["store"],
+            items,
+            data["fingerprint"],
+            tuple(names),
+            data["prune"],
+            data["delete_orphans"],
+            catalog=data["catalog"],
+            from_dir=data.get("from_dir", ""),
+            from_hf_cache=data.get("from_hf_cache", ""),
+        )
 
 
 _NEW_PLAN = "make a new one with `catalog sync --out plan.json`"
@@ -204,17 +229,21 @@ def check_items(plan_: SyncPlan, cat: Catalog) -> None:
         if held is None or held[0] != item.model:
             return f"{item.model} pins no file {item.path!r}"
         if (held[1].size, held[1].sha256) != (item.size, item.sha256):
-            return (f"the plan says {item.size} bytes, sha256 {item.sha256}; the manifest pins {held[1].size} bytes, "
-                    f"sha256 {held[1].sha256}")
+            return (
+                f"the plan says {item.size} bytes, sha256 {item.sha256}; the manifest pins {held[1].size} bytes, "
+                f"sha256 {held[1].sha256}"
+            )
         return None
 
     acted = {id(i) for i in plan_.deletions}
     for index, item in enumerate(plan_.items):
         if item.action in (Action.UPLOAD, Action.REPLACE, Action.VERIFY) or id(item) in acted:
             if (why := problem(item)) is not None:
-                raise UsageError(f"plan item {index} ({item.action.value} {item.key}) does not follow from the catalog: "
-                                 f"{why}; nothing was done",
-                                 hint="make a new plan with `catalog sync --out plan.json` and apply it unedited")
+                raise UsageError(
+                    f"plan item {index} ({item.action.value} {item.key}) does not follow from the catalog: "
+                    f"{why}; nothing was done",
+                    hint="make a new plan with `catalog sync --out plan.json` and apply it unedited",
+                )
 
 
 def plan(
@@ -245,8 +274,8 @@ def plan(
         not one comparison a model: 2,000 models and 6,000 objects were 12 million)."""
         end = len(key)
         while (end := key.rfind("/", 0, end)) >= 0:
-            if key[:end + 1] in prefixes:
-                return key[:end + 1]
+            if key[: end + 1] in prefixes:
+                return key[: end + 1]
         return "" if "" in prefixes else None  # a model at the store's root owns what no deeper prefix does
 
     owned: dict[str | None, list[str]] = {}
@@ -261,15 +290,25 @@ def plan(
             items.append(_decide(m.name, key, entry, objects.get(key), state.get(entry.path), deep_hashes))
         for key in sorted(owned.get(prefix, ())):
             if key not in wanted:
-                items.append(PlanItem(Action.EXTRA, key, objects[key].size, m.name, key[len(prefix):], reason="not in the manifest"))
+                items.append(
+                    PlanItem(
+                        Action.EXTRA, key, objects[key].size, m.name, key[len(prefix) :], reason="not in the manifest"
+                    )
+                )
     if whole_store and manifests:
         for key in sorted(owned.get(None, ())):
             items.append(PlanItem(Action.ORPHAN, key, objects[key].size, reason="under no manifest's prefix"))
     return SyncPlan(store, tuple(items), fingerprint(listing), prune=prune, delete_orphans=delete_orphans)
 
 
-def _decide(name: str, key: str, entry: FileEntry, obj: ObjectInfo | None, record: Mapping[str, Any] | None,
-            deep_hashes: Mapping[str, str] | None) -> PlanItem:
+def _decide(
+    name: str,
+    key: str,
+    entry: FileEntry,
+    obj: ObjectInfo | None,
+    record: Mapping[str, Any] | None,
+    deep_hashes: Mapping[str, str] | None,
+) -> PlanItem:
     def item(action: Action, reason: str = "") -> PlanItem:
         return PlanItem(action, key, entry.size, name, entry.path, entry.sha256, reason)
 
@@ -279,7 +318,11 @@ def _decide(name: str, key: str, entry: FileEntry, obj: ObjectInfo | None, recor
         return item(Action.REPLACE, f"{obj.size} bytes in the store, the manifest pins {entry.size}")
     if deep_hashes is not None and key in deep_hashes:
         got = deep_hashes[key]
-        return item(Action.OK) if got == entry.sha256 else item(Action.REPLACE, f"sha256 {got} in the store, the manifest pins {entry.sha256}")
+        return (
+            item(Action.OK)
+            if got == entry.sha256
+            else item(Action.REPLACE, f"sha256 {got} in the store, the manifest pins {entry.sha256}")
+        )
     if record is not None and record.get("sha256") == entry.sha256 and record.get("etag") == obj.etag and obj.etag:
         return item(Action.OK)
     if record is not None and record.get("sha256") == entry.sha256:
@@ -300,8 +343,12 @@ class SyncScope:
 
 def scope_of(cat: Catalog, names: Sequence[str]) -> SyncScope:
     manifests = [cat.get(n) for n in names] if names else list(cat)
-    return SyncScope(manifests, {m.name: cat.store_key(m) for m in manifests}, whole_store=not names,
-                     all_prefixes=[cat.store_key(m) for m in cat])
+    return SyncScope(
+        manifests,
+        {m.name: cat.store_key(m) for m in manifests},
+        whole_store=not names,
+        all_prefixes=[cat.store_key(m) for m in cat],
+    )
 
 
 def list_scope(store: Store, scope: SyncScope) -> list[ObjectInfo]:
@@ -310,7 +357,9 @@ def list_scope(store: Store, scope: SyncScope) -> list[ObjectInfo]:
     return [o for prefix in sorted(scope.key_of.values()) for o in store.list(prefix)]
 
 
-def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], cache: Cache | None = None) -> dict[str, dict[str, Any]]:
+def read_states(
+    store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], cache: Cache | None = None
+) -> dict[str, dict[str, Any]]:
     """Each model's recorded state: from the local cache when the listing shows the same ETag, else one
     small GET (so a no-op sync on a runner that synced before costs just the listing)."""
     present = {o.key: o for o in listing}
@@ -323,16 +372,28 @@ def read_states(store: Store, scope: SyncScope, listing: Sequence[ObjectInfo], c
         if obj is None:
             continue
         local = cached_state(cache, store, m.name, obj.etag)
-        data = bounded.read_file(local, bounded.MAX_RECORD) if local is not None and local.is_file() \
+        data = (
+            bounded.read_file(local, bounded.MAX_RECORD)
+            if local is not None and local.is_file()
             else read_small(store, key)
+        )
         if local is not None and not local.is_file():
             remember_state(local, data)
         states[m.name] = parse_state(data)
     return states
 
 
-def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, delete_orphans: bool, deep: bool,
-              config: TransferConfig, cache: Cache | None = None) -> SyncPlan:
+def make_plan(
+    cat: Catalog,
+    names: Sequence[str],
+    store: Store,
+    *,
+    prune: bool,
+    delete_orphans: bool,
+    deep: bool,
+    config: TransferConfig,
+    cache: Cache | None = None,
+) -> SyncPlan:
     scope = scope_of(cat, names)
     listing = list_scope(store, scope)
     states = read_states(store, scope, listing, cache)
@@ -346,9 +407,21 @@ def make_plan(cat: Catalog, names: Sequence[str], store: Store, *, prune: bool, 
                 key = scope.key_of[m.name] + e.path
                 if key in objects and objects[key].size == e.size:
                     deep_hashes[key] = fetch_digest(store, Wanted(m.name, e, key), config)
-    result = plan(scope.manifests, scope.key_of, listing, states, whole_store=scope.whole_store, deep_hashes=deep_hashes,
-                  prune=prune, delete_orphans=delete_orphans, store=store.url, other_prefixes=scope.all_prefixes)
-    return dataclasses.replace(result, names=tuple(names), requests=dict(store.requests), catalog=catalog_fingerprint(cat))
+    result = plan(
+        scope.manifests,
+        scope.key_of,
+        listing,
+        states,
+        whole_store=scope.whole_store,
+        deep_hashes=deep_hashes,
+        prune=prune,
+        delete_orphans=delete_orphans,
+        store=store.url,
+        other_prefixes=scope.all_prefixes,
+    )
+    return dataclasses.replace(
+        result, names=tuple(names), requests=dict(store.requests), catalog=catalog_fingerprint(cat)
+    )
 
 
 @dataclass
@@ -370,7 +443,9 @@ class SourceOfBytes:
     nothing reaches the bucket that was not hashed against the manifest.
     """
 
-    def __init__(self, cat: Catalog, cache: Cache, hub: HubOptions, from_dir: Path | None, config: TransferConfig) -> None:
+    def __init__(
+        self, cat: Catalog, cache: Cache, hub: HubOptions, from_dir: Path | None, config: TransferConfig
+    ) -> None:
         self.cat = cat
         self.cache = cache
         self.hub = hub
@@ -409,15 +484,31 @@ class SourceOfBytes:
                 break
             temp.unlink(missing_ok=True)
             if direct is not None:  # the folder's file is not the pinned one: said as the transfer from it said it
-                what, want, got = ("size", str(item.size), str(size)) if size != item.size else ("sha256", item.sha256, sha256)
-                raise IntegrityError(item.model, item.path, what, want, got,
-                                     f"the file in {direct.parent} differs; nothing was uploaded")
+                what, want, got = (
+                    ("size", str(item.size), str(size)) if size != item.size else ("sha256", item.sha256, sha256)
+                )
+                raise IntegrityError(
+                    item.model, item.path, what, want, got, f"the file in {direct.parent} differs; nothing was uploaded"
+                )
             if attempt == 2:
-                raise IntegrityError(item.model, item.path, "sha256", item.sha256, sha256,
-                                     "the bytes fetched again differ from the pin too; nothing was uploaded")
-            log.warning("%s/%s: the cached blob is corrupt (%d bytes, sha256 %s; the pin is %d bytes, sha256 %s): "
-                        "deleted it and fetching it again; nothing corrupt was uploaded",
-                        item.model, item.path, size, sha256, item.size, item.sha256)
+                raise IntegrityError(
+                    item.model,
+                    item.path,
+                    "sha256",
+                    item.sha256,
+                    sha256,
+                    "the bytes fetched again differ from the pin too; nothing was uploaded",
+                )
+            log.warning(
+                "%s/%s: the cached blob is corrupt (%d bytes, sha256 %s; the pin is %d bytes, sha256 %s): "
+                "deleted it and fetching it again; nothing corrupt was uploaded",
+                item.model,
+                item.path,
+                size,
+                sha256,
+                item.size,
+                item.sha256,
+            )
             source.unlink(missing_ok=True)
         uploaded = False
         try:
@@ -449,31 +540,49 @@ class SourceOfBytes:
         return self.cache.blob_path(entry.sha256)
 
 
-def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *, max_delete: int,
-          check_fresh: bool, config: TransferConfig, allow_last_copy: Sequence[str] = ()) -> ApplyReport:
+def apply(
+    plan_: SyncPlan,
+    cat: Catalog,
+    store: Store,
+    source: SourceOfBytes,
+    *,
+    max_delete: int,
+    check_fresh: bool,
+    config: TransferConfig,
+    allow_last_copy: Sequence[str] = (),
+) -> ApplyReport:
     """Execute exactly `plan_`. Deletions beyond `max_delete`, or of a pin whose upstream is gone and that
     `allow_last_copy` does not name (resolver/last_copy.py), abort before anything is done."""
     deletions = plan_.deletions
     if deletions and len(deletions) > max_delete:
-        raise UsageError(f"the plan deletes {len(deletions)} objects, more than --max-delete {max_delete}; nothing was deleted",
-                         hint="review the plan, then raise --max-delete if it is right")
+        raise UsageError(
+            f"the plan deletes {len(deletions)} objects, more than --max-delete {max_delete}; nothing was deleted",
+            hint="review the plan, then raise --max-delete if it is right",
+        )
     if deletions and not len(cat):
         raise UsageError("refusing to delete with an empty catalog")
     if check_fresh:
         if plan_.store != store.url:
             raise UsageError(f"the plan is for {plan_.store}, not {store.url}; nothing was done")
         if plan_.catalog != catalog_fingerprint(cat):
-            raise UsageError("the catalog changed since the plan was made (a manifest added, removed or re-pinned); nothing was done",
-                             hint="make a new plan (catalog sync --out plan.json) and review it")
+            raise UsageError(
+                "the catalog changed since the plan was made (a manifest added, removed or re-pinned); nothing was done",
+                hint="make a new plan (catalog sync --out plan.json) and review it",
+            )
         listing = list_scope(store, scope_of(cat, plan_.names))
         if fingerprint(listing) != plan_.fingerprint:
-            raise UsageError("the bucket changed since the plan was made; nothing was done",
-                             hint="make a new plan (catalog sync --out plan.json) and review it")
+            raise UsageError(
+                "the bucket changed since the plan was made; nothing was done",
+                hint="make a new plan (catalog sync --out plan.json) and review it",
+            )
         listed, acted = {o.key for o in listing}, {id(i) for i in deletions}
         for index, item in enumerate(plan_.items):  # an edited key naming a folder, or nothing: never "deleted"
             if id(item) in acted and item.key not in listed:
-                raise UsageError(f"plan item {index} ({item.action.value} {item.key}) names no object in the store; "
-                                 "nothing was done", hint="make a new plan with `catalog sync --out plan.json` and apply it unedited")
+                raise UsageError(
+                    f"plan item {index} ({item.action.value} {item.key}) names no object in the store; "
+                    "nothing was done",
+                    hint="make a new plan with `catalog sync --out plan.json` and apply it unedited",
+                )
     check_items(plan_, cat)
     refuse_last_copy_deletion(store, [i.key for i in deletions], allow_last_copy)
     report = ApplyReport()
@@ -504,13 +613,16 @@ def apply(plan_: SyncPlan, cat: Catalog, store: Store, source: SourceOfBytes, *,
     for name, files in recorded.items():
         if not store.content_addressed:
             write_state(store, name, files, source.cache)
-        elif name not in broken:  # oci://: the model's manifest, pushed after its blobs, is the record; never a partial one
+        elif (
+            name not in broken
+        ):  # oci://: the model's manifest, pushed after its blobs, is the record; never a partial one
             store.publish_model(name)
     return report
 
 
-def _carry_out(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes,
-               config: TransferConfig) -> tuple[bool, ObjectInfo | None, CatalogError | None]:
+def _carry_out(
+    item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes, config: TransferConfig
+) -> tuple[bool, ObjectInfo | None, CatalogError | None]:
     """One upload/replace/verify item: (whether bytes were uploaded, the object now there, the error if any)."""
     try:
         if item.action is Action.VERIFY:
@@ -520,7 +632,13 @@ def _carry_out(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes
             got, etag = fetch_digest_etag(store, Wanted(item.model, entry, item.key), config)
             if got == item.sha256:
                 return False, ObjectInfo(item.key, item.size, etag=etag), None
-            log.warning("%s/%s: sha256 %s in the store, the manifest pins %s: replacing it", item.model, item.path, got, item.sha256)
+            log.warning(
+                "%s/%s: sha256 %s in the store, the manifest pins %s: replacing it",
+                item.model,
+                item.path,
+                got,
+                item.sha256,
+            )
         return True, _upload(item, cat, store, source), None
     except CatalogError as exc:
         return False, None, exc
@@ -536,9 +654,21 @@ def _upload(item: PlanItem, cat: Catalog, store: Store, source: SourceOfBytes) -
     with source.verified_copy(item) as copy:  # the bytes sent are the bytes just hashed against the pin
         put = store.put(item.key, copy, provenance(manifest, entry), sha256=item.sha256)
     info = store.head(item.key)
-    if info is None or info.size != item.size or info.metadata.get("sha256") != item.sha256 \
-            or (put.etag and info.etag and put.etag != info.etag):
-        got = "nothing" if info is None else f"{info.size} bytes, sha256 {info.metadata.get('sha256')}, ETag {info.etag}"
-        raise IntegrityError(item.model, item.path, "object", f"{item.size} bytes, sha256 {item.sha256}, ETag {put.etag}",
-                             got, "the store did not keep what was uploaded (or it was replaced at once)")
+    if (
+        info is None
+        or info.size != item.size
+        or info.metadata.get("sha256") != item.sha256
+        or (put.etag and info.etag and put.etag != info.etag)
+    ):
+        got = (
+            "nothing" if info is None else f"{info.size} bytes, sha256 {info.metadata.get('sha256')}, ETag {info.etag}"
+        )
+        raise IntegrityError(
+            item.model,
+            item.path,
+            "object",
+            f"{item.size} bytes, sha256 {item.sha256}, ETag {put.etag}",
+            got,
+            "the store did not keep what was uploaded (or it was replaced at once)",
+        )
     return dataclasses.replace(info, etag=put.etag or info.etag)  # the ETag of the bytes this sync sent

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 class HfCacheBytes(SourceOfBytes):
     """Uploads read from an HF cache first (zero Hub requests when it holds every file)."""
 
-    def __init__(self, cat: Catalog, cache: Cache, hub: HubOptions, from_dir: Path | None, config: TransferConfig,
-                 hf_cache: Path) -> None:
+    def __init__(
+        self, cat: Catalog, cache: Cache, hub: HubOptions, from_dir: Path | None, config: TransferConfig, hf_cache: Path
+    ) -> None:
         super().__init__(cat, cache, hub, from_dir, config)
         self.tier = HfTier(hf_cache.expanduser().absolute())
 
@@ -43,8 +44,13 @@ class HfCacheBytes(SourceOfBytes):
         if not self.cache.has_blob(entry):
             take_from_tiers((self.tier,), self.cache, item.model, [entry], self.cat.get(item.model).source)
             if not self.cache.has_blob(entry):
-                log.warning("%s/%s is not in the HF cache %s (or not with the pinned bytes); fetching it from %s",
-                            item.model, item.path, self.tier.root, "--from-dir or the Hub" if self.from_dir else "the Hub")
+                log.warning(
+                    "%s/%s is not in the HF cache %s (or not with the pinned bytes); fetching it from %s",
+                    item.model,
+                    item.path,
+                    self.tier.root,
+                    "--from-dir or the Hub" if self.from_dir else "the Hub",
+                )
         return super().blob(item)
 
 
@@ -63,11 +69,14 @@ class StoreBytes(SourceOfBytes):
         return self.cache.blob_path(entry.sha256)
 
 
-def replicate(cat: Catalog, names: Sequence[str], origin: Store, target: Store, cache: Cache,
-              config: TransferConfig) -> tuple[SyncPlan, ApplyReport]:
+def replicate(
+    cat: Catalog, names: Sequence[str], origin: Store, target: Store, cache: Cache, config: TransferConfig
+) -> tuple[SyncPlan, ApplyReport]:
     """Make `target` hold the pins of `names` (all: ()) as verified copies of `origin`'s, and the upstream record
     with them (which pins are the last copy); nothing is deleted."""
     plan = make_plan(cat, names, target, prune=False, delete_orphans=False, deep=False, config=config, cache=cache)
-    report = apply(plan, cat, target, StoreBytes(cat, cache, origin, config), max_delete=0, check_fresh=False, config=config)
+    report = apply(
+        plan, cat, target, StoreBytes(cat, cache, origin, config), max_delete=0, check_fresh=False, config=config
+    )
     copy_record(origin, target)
     return plan, report

@@ -30,14 +30,39 @@ TENSORIZER_SUFFIX = ".tensors"
 
 # numpy's dtype strings (what tensorizer records) -> the safetensors names the tables use
 _NUMPY_DTYPES = {
-    "<f4": "F32", "<f2": "F16", "<f8": "F64", "<i8": "I64", "<i4": "I32", "<i2": "I16", "|i1": "I8", "|u1": "U8",
-    "<u2": "U16", "<u4": "U32", "<u8": "U64", "|b1": "BOOL", "<c8": "C64",
+    "<f4": "F32",
+    "<f2": "F16",
+    "<f8": "F64",
+    "<i8": "I64",
+    "<i4": "I32",
+    "<i2": "I16",
+    "|i1": "I8",
+    "|u1": "U8",
+    "<u2": "U16",
+    "<u4": "U32",
+    "<u8": "U64",
+    "|b1": "BOOL",
+    "<c8": "C64",
 }
 # torch's dtype names -> the safetensors names (tensorizer stores bfloat16 and float8 opaquely; torch names them)
 _TORCH_DTYPES = {
-    "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64", "int32": "I32",
-    "int16": "I16", "int8": "I8", "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "bool": "BOOL",
-    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0", "complex64": "C64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float64": "F64",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "float8_e8m0fnu": "F8_E8M0",
+    "complex64": "C64",
 }
 
 
@@ -97,7 +122,9 @@ def hash_file_spans(path: Path, spans: Sequence[Span]) -> FilePins:
         if span.start == span.end and span.end <= position:
             digests[span.name] = hashlib.sha256().hexdigest()
         else:
-            raise TensorPinError(f"{path.name}: tensor {span.name!r} ends at byte {span.end}, past the file's {position}")
+            raise TensorPinError(
+                f"{path.name}: tensor {span.name!r} ends at byte {span.end}, past the file's {position}"
+            )
     return FilePins(position, whole.hexdigest(), digests)
 
 
@@ -113,13 +140,17 @@ def tensorizer_table(path: Path, where: str) -> tuple[tuple[Row, ...], dict[str,
     try:
         from tensorizer import TensorDeserializer
     except ImportError:
-        raise TensorPinError(f"{where}: pinning a tensorizer file's tensors needs tensorizer",
-                             hint="install the loaders extra: pip install 'model-catalog[loaders]'") from None
+        raise TensorPinError(
+            f"{where}: pinning a tensorizer file's tensors needs tensorizer",
+            hint="install the loaders extra: pip install 'model-catalog[loaders]'",
+        ) from None
     try:
         deserializer = TensorDeserializer(str(path), lazy_load=True, device="cpu", verify_hash=False)
     except Exception as exc:  # noqa: BLE001 - whatever tensorizer refuses, the file is not one of its
-        raise TensorPinError(f"{where}: not a tensorizer file: {' '.join(str(exc).split())[:200]}",
-                             hint="fix the file at its source, or the manifest's load_format") from None
+        raise TensorPinError(
+            f"{where}: not a tensorizer file: {' '.join(str(exc).split())[:200]}",
+            hint="fix the file at its source, or the manifest's load_format",
+        ) from None
     try:
         entries = sorted(deserializer._metadata.values(), key=lambda e: e.data_offset)  # noqa: SLF001 - its index
         rows: list[Row] = []

@@ -26,6 +26,7 @@ from resolver.stores import ObjectNotFound, Store, StreamTarget
 if TYPE_CHECKING:
     import torch
 
+
 class ReadFailed(CatalogError, OSError):
     """A source could not deliver (the rest): missing, shorter than pinned, stalled, refused."""
 
@@ -100,8 +101,10 @@ class LocalReader:
         while got < len(buffer):
             count = os.preadv(fd, [view[got:]], tensor.start + got)
             if count == 0:
-                raise ReadFailed(f"{self.where} ends at byte {tensor.start + got}, inside tensor {tensor.name} "
-                                 f"(bytes {tensor.start}-{tensor.end - 1}): shorter than pinned")
+                raise ReadFailed(
+                    f"{self.where} ends at byte {tensor.start + got}, inside tensor {tensor.name} "
+                    f"(bytes {tensor.start}-{tensor.end - 1}): shorter than pinned"
+                )
             got += count
         return buffer
 
@@ -179,9 +182,11 @@ class StreamerReader:
 
     def environment(self) -> tuple[dict[str, str], dict[str, str]]:
         """(what must be set, what is set only where the user set nothing): the store's target, the rate floor."""
-        defaults = {"RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(self.min_rate),
-                    "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(int(self.rate_window * 1000)),
-                    "RUNAI_STREAMER_S3_MAX_RETRIES": "2"}
+        defaults = {
+            "RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(self.min_rate),
+            "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(int(self.rate_window * 1000)),
+            "RUNAI_STREAMER_S3_MAX_RETRIES": "2",
+        }
         return dict(self.target.env), defaults
 
     def stream(self, tensors: Sequence[PinnedTensor]) -> Iterator[tuple[PinnedTensor, bytearray | torch.Tensor]]:
@@ -201,8 +206,11 @@ class StreamerReader:
         with scoped_environ(values, {**quiet_defaults(), **defaults}):
             try:
                 with FileStreamer() as streamer:
-                    streamer.stream_files([FileChunks(0, self.uri, [t.start for t in wanted], [t.nbytes for t in wanted])],
-                                          device="cpu", memory_limit=window)
+                    streamer.stream_files(
+                        [FileChunks(0, self.uri, [t.start for t in wanted], [t.nbytes for t in wanted])],
+                        device="cpu",
+                        memory_limit=window,
+                    )
                     for _, index, chunk in streamer.get_chunks():
                         yield wanted[index], chunk
             except ReadFailed:

@@ -16,9 +16,9 @@ from catalog.formats import LoadFormat
 from catalog.lookup import Catalog
 from catalog.schema import ModelManifest
 from resolver.cache import Cache
-from resolver.view_stamps import staging_name
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import Store
+from resolver.view_stamps import staging_name
 
 TENSORS_FILE = "model.tensors"
 
@@ -32,9 +32,13 @@ def tensorize(cat: Catalog, name: str, out: Path, *, cache: Cache, store: Store,
     source = manifest if manifest is not target else _twin(cat, manifest)
     shards = sorted(f.path for f in source.weight_files if f.path.endswith(".safetensors"))
     if not shards:
-        raise UsageError(f"{source.name} pins no *.safetensors weights to tensorize",
-                         hint="name the model whose safetensors hold the weights (the tensorizer manifest's twin)")
-    result = resolve(cat, source.name, cache=cache, store=store, options=dataclasses.replace(options, materialize_weights=True))
+        raise UsageError(
+            f"{source.name} pins no *.safetensors weights to tensorize",
+            hint="name the model whose safetensors hold the weights (the tensorizer manifest's twin)",
+        )
+    result = resolve(
+        cat, source.name, cache=cache, store=store, options=dataclasses.replace(options, materialize_weights=True)
+    )
     from safetensors.torch import load_file
     from tensorizer import TensorSerializer
 
@@ -53,8 +57,11 @@ def tensorize(cat: Catalog, name: str, out: Path, *, cache: Cache, store: Store,
         if entry in (target or source).weight_files or entry.path == TENSORS_FILE:
             continue
         if entry.path not in held:
-            raise UsageError(f"{entry.path}, which {target.name if target else source.name} pins, is not among "
-                             f"{source.name}'s files to copy from", hint="pin it in both manifests, or drop it")
+            raise UsageError(
+                f"{entry.path}, which {target.name if target else source.name} pins, is not among "
+                f"{source.name}'s files to copy from",
+                hint="pin it in both manifests, or drop it",
+            )
         destination = out / entry.path
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(result.path / entry.path, destination)
@@ -63,8 +70,14 @@ def tensorize(cat: Catalog, name: str, out: Path, *, cache: Cache, store: Store,
 
 def _tensorizer_of(cat: Catalog, manifest: ModelManifest) -> ModelManifest | None:
     """The tensorizer manifest pinning the same repo and revision, whose non-weight files `out` must hold."""
-    return next((m for m in cat.by_repo(manifest.source.hf_repo) if m.load_format is LoadFormat.TENSORIZER
-                 and m.source.revision == manifest.source.revision), None)
+    return next(
+        (
+            m
+            for m in cat.by_repo(manifest.source.hf_repo)
+            if m.load_format is LoadFormat.TENSORIZER and m.source.revision == manifest.source.revision
+        ),
+        None,
+    )
 
 
 def _twin(cat: Catalog, manifest: ModelManifest) -> ModelManifest:
@@ -72,7 +85,9 @@ def _twin(cat: Catalog, manifest: ModelManifest) -> ModelManifest:
 
     twin = safetensors_twin(cat, manifest)
     if twin is None:
-        raise UsageError(f"{manifest.name} is a tensorizer manifest and no safetensors model pins "
-                         f"{manifest.source.hf_repo}@{manifest.source.revision[:12]} to take its weights from",
-                         hint="add the safetensors model of that repo and revision, then `catalog tensorize` it")
+        raise UsageError(
+            f"{manifest.name} is a tensorizer manifest and no safetensors model pins "
+            f"{manifest.source.hf_repo}@{manifest.source.revision[:12]} to take its weights from",
+            hint="add the safetensors model of that repo and revision, then `catalog tensorize` it",
+        )
     return twin

@@ -81,8 +81,12 @@ class SharedTier(Protocol):
 
 def tiers_of(paths: Sequence[Path]) -> tuple[SharedTier, ...]:
     """The tier kind by prefix: `hf:DIR` is a Hugging Face cache, anything else a catalog tier."""
-    return tuple(HfTier(Path(str(p)[len(HF_TIER):]).expanduser().absolute()) if str(p).startswith(HF_TIER)
-                 else Tier(Path(p).expanduser().absolute()) for p in paths)
+    return tuple(
+        HfTier(Path(str(p)[len(HF_TIER) :]).expanduser().absolute())
+        if str(p).startswith(HF_TIER)
+        else Tier(Path(p).expanduser().absolute())
+        for p in paths
+    )
 
 
 class CheckRecord:
@@ -102,8 +106,10 @@ class CheckRecord:
         except (OSError, ValueError):
             return {"good": [], "bad": []}
         data = data if isinstance(data, dict) else {}
-        return {verdict: [i for i in map(FileIdentity.from_list, data.get(verdict) or []) if i is not None]
-                for verdict in ("good", "bad")}
+        return {
+            verdict: [i for i in map(FileIdentity.from_list, data.get(verdict) or []) if i is not None]
+            for verdict in ("good", "bad")
+        }
 
     def verdict(self, sha256: str, st: os.stat_result) -> bool | None:
         """True: this very file hashed right before; False: it hashed wrong; None: never hashed here."""
@@ -116,10 +122,12 @@ class CheckRecord:
     def remember(self, sha256: str, st: os.stat_result, good: bool = True) -> None:
         known, identity = self._read(sha256), FileIdentity.of(st)
         verdict, other = ("good", "bad") if good else ("bad", "good")
-        known[verdict] = [i for i in known[verdict] if i != identity][-(MAX_IDENTITIES - 1):] + [identity]
+        known[verdict] = [i for i in known[verdict] if i != identity][-(MAX_IDENTITIES - 1) :] + [identity]
         known[other] = [i for i in known[other] if i != identity]
         try:
-            atomic_write(self._path(sha256), json.dumps({k: [i.as_list() for i in v] for k, v in known.items()}).encode())
+            atomic_write(
+                self._path(sha256), json.dumps({k: [i.as_list() for i in v] for k, v in known.items()}).encode()
+            )
         except OSError:
             log.debug("could not record the tier check of %s", sha256, exc_info=True)
 
@@ -139,11 +147,15 @@ def usable(tier: SharedTier) -> bool:
     with _SAID_LOCK:
         if tier.root not in _SAID:
             _SAID.add(tier.root)
-            log.warning("shared tier %s %s; ignoring it (every file it would serve comes from the stores)", tier.root, why)
+            log.warning(
+                "shared tier %s %s; ignoring it (every file it would serve comes from the stores)", tier.root, why
+            )
     return False
 
 
-def local_bytes(tiers: Sequence[SharedTier], cache: Cache, entries: Sequence[FileEntry], where: Source | None = None) -> int:
+def local_bytes(
+    tiers: Sequence[SharedTier], cache: Cache, entries: Sequence[FileEntry], where: Source | None = None
+) -> int:
     """Bytes of `entries` that would take new disk space in the cache: all but those a tier on the cache's own
     filesystem holds with the pinned size (a hard link costs nothing). A tier on another filesystem is copied,
     so its bytes count like a download's (the free-space check and the size limit see them)."""
@@ -170,8 +182,9 @@ def _linkable(path: Path, entry: FileEntry, device: int) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == entry.size and st.st_dev == device
 
 
-def take_from_tiers(tiers: Sequence[SharedTier], cache: Cache, model: str, entries: Sequence[FileEntry],
-                    where: Source | None = None) -> dict[str, str]:
+def take_from_tiers(
+    tiers: Sequence[SharedTier], cache: Cache, model: str, entries: Sequence[FileEntry], where: Source | None = None
+) -> dict[str, str]:
     """Bring every entry some tier holds (verified) into the cache; returns path -> the tier that served it.
     Entries no tier holds, or holds with other bytes, are left for the stores. `where` (the manifest's
     source) lets an HF cache tier find a file by revision and path."""
@@ -196,17 +209,33 @@ def _take_one(tier: SharedTier, source: Path, cache: Cache, record: CheckRecord,
     except OSError:
         return False
     if not stat.S_ISREG(st.st_mode):
-        log.warning("shared tier %s: %s/%s is not a regular file there (%s); fetching it from the stores instead",
-                    tier.root, model, entry.path, source)
+        log.warning(
+            "shared tier %s: %s/%s is not a regular file there (%s); fetching it from the stores instead",
+            tier.root,
+            model,
+            entry.path,
+            source,
+        )
         return False
     if st.st_size != entry.size:
-        log.warning("shared tier %s: %s/%s has %d bytes, the pin says %d; fetching it from the stores instead",
-                    tier.root, model, entry.path, st.st_size, entry.size)
+        log.warning(
+            "shared tier %s: %s/%s has %d bytes, the pin says %d; fetching it from the stores instead",
+            tier.root,
+            model,
+            entry.path,
+            st.st_size,
+            entry.size,
+        )
         return False
     verdict = record.verdict(entry.sha256, st)
     if verdict is False:
-        log.warning("shared tier %s: %s/%s is the file that hashed wrong here before (unchanged since); fetching it "
-                    "from the stores instead", tier.root, model, entry.path)
+        log.warning(
+            "shared tier %s: %s/%s is the file that hashed wrong here before (unchanged since); fetching it "
+            "from the stores instead",
+            tier.root,
+            model,
+            entry.path,
+        )
         return False
 
     def check(local: Path) -> bool:
@@ -218,8 +247,15 @@ def _take_one(tier: SharedTier, source: Path, cache: Cache, record: CheckRecord,
             return True
         size, digest = hash_file(local)
         if (size, digest) != (entry.size, entry.sha256):
-            log.warning("shared tier %s: %s/%s hashes to %s, the pin says %s; skipped it (the tier is left as it is) "
-                        "and fetching it from the stores instead", tier.root, model, entry.path, digest, entry.sha256)
+            log.warning(
+                "shared tier %s: %s/%s hashes to %s, the pin says %s; skipped it (the tier is left as it is) "
+                "and fetching it from the stores instead",
+                tier.root,
+                model,
+                entry.path,
+                digest,
+                entry.sha256,
+            )
             failed.append(True)
             return False
         if linked or _unchanged(source, st):
@@ -230,8 +266,13 @@ def _take_one(tier: SharedTier, source: Path, cache: Cache, record: CheckRecord,
     try:
         taken = cache.adopt_blob(source, entry.sha256, entry.size, check)
     except OSError as exc:
-        log.warning("shared tier %s: cannot take %s/%s (%s); fetching it from the stores instead",
-                    tier.root, model, entry.path, exc.strerror or exc)
+        log.warning(
+            "shared tier %s: cannot take %s/%s (%s); fetching it from the stores instead",
+            tier.root,
+            model,
+            entry.path,
+            exc.strerror or exc,
+        )
         return False
     if failed:
         _remember_failure(record, entry.sha256, source, st)
@@ -252,7 +293,12 @@ def _remember_failure(record: CheckRecord, sha256: str, source: Path, st: os.sta
         again = os.stat(source)
     except OSError:
         return
-    if (again.st_dev, again.st_ino, again.st_size, again.st_mtime_ns) == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns):
+    if (again.st_dev, again.st_ino, again.st_size, again.st_mtime_ns) == (
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+    ):
         record.remember(sha256, again, good=False)
 
 

@@ -75,7 +75,9 @@ class TransferConfig:
     concurrency: int = DEFAULT_CONCURRENCY
     attempts: int = 5  # per part, on transient errors
     backoff: float = 0.25  # seconds, doubled each attempt, with jitter
-    read_size: int = 256 * 1024  # per read call: fits the CPU cache between recv, hash and pwrite (4 MiB cost 2x the sys time)
+    read_size: int = (
+        256 * 1024
+    )  # per read call: fits the CPU cache between recv, hash and pwrite (4 MiB cost 2x the sys time)
     auto_part_size: bool = False
     auto_concurrency: bool = False
     lock_threshold: int = SMALL_FILE  # files at least this large take the per-blob download lock
@@ -86,16 +88,21 @@ class TransferConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TransferConfig:
-        return cls(part_size=settings.part_size or DEFAULT_PART_SIZE, concurrency=settings.concurrency or DEFAULT_CONCURRENCY,
-                   auto_part_size=settings.part_size is None, auto_concurrency=settings.concurrency is None,
-                   max_wait=float(settings.hub_max_wait))
+        return cls(
+            part_size=settings.part_size or DEFAULT_PART_SIZE,
+            concurrency=settings.concurrency or DEFAULT_CONCURRENCY,
+            auto_part_size=settings.part_size is None,
+            auto_concurrency=settings.concurrency is None,
+            max_wait=float(settings.hub_max_wait),
+        )
 
     def for_sizes(self, sizes: Sequence[int]) -> TransferConfig:
         """Pure: this config with its auto values chosen for files of `sizes` (fixed values kept)."""
         concurrency = choose_concurrency(sizes) if self.auto_concurrency else self.concurrency
         part_size = choose_part_size(sizes, concurrency) if self.auto_part_size else self.part_size
-        return dataclasses.replace(self, part_size=part_size, concurrency=max(1, concurrency),
-                                   auto_part_size=False, auto_concurrency=False)
+        return dataclasses.replace(
+            self, part_size=part_size, concurrency=max(1, concurrency), auto_part_size=False, auto_concurrency=False
+        )
 
     def needs_lock(self, size: int) -> bool:
         """Pure: whether a file of `size` takes the per-blob lock. The lock only avoids duplicate work, and
@@ -168,8 +175,14 @@ class _Rate:
         if elapsed < self.window:
             return
         if self.count < self.floor:
-            log.warning("%s: %s delivered %d bytes in %.0fs, below %d bytes/s; abandoning this request", self.label,
-                        self.source, self.count, elapsed, int(self.floor / self.window))
+            log.warning(
+                "%s: %s delivered %d bytes in %.0fs, below %d bytes/s; abandoning this request",
+                self.label,
+                self.source,
+                self.count,
+                elapsed,
+                int(self.floor / self.window),
+            )
             raise _TooSlow(f"{self.source} delivered {self.count} bytes of {self.label} in {elapsed:.0f}s")
         self.began, self.count = time.monotonic(), 0
 
@@ -201,7 +214,9 @@ class _FileJob:
     file's task calls `follow`, which hashes behind the contiguous frontier of written bytes, reading
     them back from the temp file."""
 
-    def __init__(self, wanted: Wanted, cache: Cache, parts: list[tuple[int, int]], stop: threading.Event | None = None) -> None:
+    def __init__(
+        self, wanted: Wanted, cache: Cache, parts: list[tuple[int, int]], stop: threading.Event | None = None
+    ) -> None:
         self.wanted = wanted
         self.stop = stop if stop is not None else threading.Event()
         self.cache_root = cache.root
@@ -271,9 +286,11 @@ class _FileJob:
             while self.hashed < frontier:
                 count = _pread_into(self.fd, view[: min(len(view), frontier - self.hashed)], self.hashed)
                 if count <= 0:
-                    raise CacheWriteError(f"the partial download of {self.wanted.label} in the cache at {self.cache_root} "
-                                          f"is shorter than what was written to it; it was deleted",
-                                          hint="something else truncated files in the cache's tmp folder")
+                    raise CacheWriteError(
+                        f"the partial download of {self.wanted.label} in the cache at {self.cache_root} "
+                        f"is shorter than what was written to it; it was deleted",
+                        hint="something else truncated files in the cache's tmp folder",
+                    )
                 self.hasher.update(view[:count])
                 self.hashed += count
 
@@ -330,8 +347,10 @@ def fetch(
     workers = max(1, config.concurrency)
     # GETs run on one pool of `concurrency` threads. A file cut into parts has a task of its own on a
     # second pool that queues its parts and hashes behind them; it waits only on GETs, GETs wait on nothing.
-    with ThreadPoolExecutor(workers, thread_name_prefix="catalog-get") as gets, \
-            ThreadPoolExecutor(workers, thread_name_prefix="catalog-file") as files:
+    with (
+        ThreadPoolExecutor(workers, thread_name_prefix="catalog-get") as gets,
+        ThreadPoolExecutor(workers, thread_name_prefix="catalog-file") as files,
+    ):
         futures: list[Future[bool]] = []
         try:
             for item in unique.values():
@@ -363,14 +382,16 @@ def _prepare(store: Store) -> None:
     def run() -> None:
         try:
             store.prepare()
-        except Exception:  # noqa: BLE001 - the first real request builds it again and reports the error
+        except Exception:
             log.debug("preparing %s failed", store.url, exc_info=True)
 
     threading.Thread(target=run, name="catalog-prepare", daemon=True).start()
 
 
 @contextlib.contextmanager
-def _lock_if_large(cache: Cache, item: Wanted, config: TransferConfig, stop: threading.Event | None = None) -> Iterator[bool]:
+def _lock_if_large(
+    cache: Cache, item: Wanted, config: TransferConfig, stop: threading.Event | None = None
+) -> Iterator[bool]:
     """The per-blob lock for a large file (yields whether it is held); nothing at all for a small one.
 
     Waiting on another process's download is said once after a few seconds, and given up after
@@ -389,18 +410,32 @@ def _lock_if_large(cache: Cache, item: Wanted, config: TransferConfig, stop: thr
             waited += took
             if held or (stop is not None and stop.is_set()) or waited >= config.lock_wait or took < step / 2:
                 if not held and waited >= config.lock_wait:
-                    log.warning("gave up waiting after %.0fs for another process's download of %s; downloading it here",
-                                waited, item.label)
+                    log.warning(
+                        "gave up waiting after %.0fs for another process's download of %s; downloading it here",
+                        waited,
+                        item.label,
+                    )
                 yield held  # took < step / 2 without the lock: the lock cannot be used here at all
                 return
         if not said and waited >= min(LOCK_NOTICE_SECONDS, config.lock_wait / 2):
             said = True
-            log.warning("waiting for another process's download of %s (its lock in %s); giving up after %.0fs",
-                        item.label, cache.locks, config.lock_wait)
+            log.warning(
+                "waiting for another process's download of %s (its lock in %s); giving up after %.0fs",
+                item.label,
+                cache.locks,
+                config.lock_wait,
+            )
 
 
-def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
-                 sleep: Callable[[float], None], stop: threading.Event | None = None) -> bool:
+def _fetch_whole(
+    store: Store,
+    item: Wanted,
+    cache: Cache,
+    config: TransferConfig,
+    progress: Progress | None,
+    sleep: Callable[[float], None],
+    stop: threading.Event | None = None,
+) -> bool:
     """A file that is one GET: streamed, hashed as it arrives, verified, published. False: another process brought
     it while this one waited."""
     if not config.needs_lock(item.entry.size):
@@ -415,8 +450,15 @@ def _fetch_whole(store: Store, item: Wanted, cache: Cache, config: TransferConfi
     return True
 
 
-def _whole_job(store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
-               sleep: Callable[[float], None], stop: threading.Event | None) -> None:
+def _whole_job(
+    store: Store,
+    item: Wanted,
+    cache: Cache,
+    config: TransferConfig,
+    progress: Progress | None,
+    sleep: Callable[[float], None],
+    stop: threading.Event | None,
+) -> None:
     """The file in one GET (one part whatever its size), verified, published."""
     job = _FileJob(item, cache, [(0, item.entry.size)], stop)
     try:
@@ -427,8 +469,14 @@ def _whole_job(store: Store, item: Wanted, cache: Cache, config: TransferConfig,
 
 
 def _fetch_parts(
-    store: Store, item: Wanted, cache: Cache, config: TransferConfig, progress: Progress | None,
-    sleep: Callable[[float], None], gets: ThreadPoolExecutor, stop: threading.Event | None = None,
+    store: Store,
+    item: Wanted,
+    cache: Cache,
+    config: TransferConfig,
+    progress: Progress | None,
+    sleep: Callable[[float], None],
+    gets: ThreadPoolExecutor,
+    stop: threading.Event | None = None,
 ) -> bool:
     """A file in parts: lock (best effort), re-check, queue every part, hash behind them, verify, publish. False:
     another process brought it while this one waited."""
@@ -462,7 +510,11 @@ def _fetch_parts(
 
 
 def _fetch_part(
-    store: Store, job: _FileJob, index: int, config: TransferConfig, progress: Progress | None,
+    store: Store,
+    job: _FileJob,
+    index: int,
+    config: TransferConfig,
+    progress: Progress | None,
     sleep: Callable[[float], None],
 ) -> None:
     start, end = job.parts[index]
@@ -484,15 +536,21 @@ def _fetch_part(
                 rate = _Rate(config, job.wanted.label, store.url)
                 try:
                     if stream.total != expected:
-                        raise IntegrityError(job.wanted.model, job.wanted.entry.path, "size", str(expected), str(stream.total),
-                                             "the object in the store has another size: it is truncated or replaced, or the manifest is stale")
+                        raise IntegrityError(
+                            job.wanted.model,
+                            job.wanted.entry.path,
+                            "size",
+                            str(expected),
+                            str(stream.total),
+                            "the object in the store has another size: it is truncated or replaced, or the manifest is stale",
+                        )
                     while position < end:
                         if job.stop.is_set():
                             raise _Stopped(job.wanted.label)
                         if direct is not None:  # written and hashed from the stream's own buffer
                             got = direct(min(config.read_size, end - position))
                         else:
-                            got = view[:stream.readinto(view[: min(len(view), end - position)])]
+                            got = view[: stream.readinto(view[: min(len(view), end - position)])]
                         count = len(got)
                         if count == 0:
                             raise _Transient(f"connection closed at byte {position} of {job.wanted.label}")
@@ -519,7 +577,9 @@ def _fetch_part(
         raise
 
 
-def _retry_delay(store: Store, wanted: Wanted, exc: Exception, attempt: int, config: TransferConfig, position: int) -> float:
+def _retry_delay(
+    store: Store, wanted: Wanted, exc: Exception, attempt: int, config: TransferConfig, position: int
+) -> float:
     """Seconds before the next attempt after `exc` (attempt `attempt`, counting from 0), or raise: a failure that
     is final, the last attempt spent, or a server hint beyond `config.max_wait` (said, and final for this source)."""
     transient = _is_transient(store, exc)
@@ -531,18 +591,21 @@ def _retry_delay(store: Store, wanted: Wanted, exc: Exception, attempt: int, con
             hint=store.unreachable_hint,
         ) from None
     asked = waits.hinted_delay(getattr(exc, "retry_after", None), config.max_wait, f"{store.url} ({wanted.label})")
-    delay = asked if asked is not None else config.backoff * (2 ** attempt) * (0.5 + random.random())
+    delay = asked if asked is not None else config.backoff * (2**attempt) * (0.5 + random.random())
     log.info("retrying %s from byte %d in %.2fs (%s)", wanted.label, position, delay, _describe(exc))
     return delay
 
 
-def fetch_digest(store: Store, item: Wanted, config: TransferConfig, sleep: Callable[[float], None] = time.sleep) -> str:
+def fetch_digest(
+    store: Store, item: Wanted, config: TransferConfig, sleep: Callable[[float], None] = time.sleep
+) -> str:
     """Stream one (small) object and return its sha256, writing nothing; resumes and retries like `fetch`."""
     return fetch_digest_etag(store, item, config, sleep)[0]
 
 
-def fetch_digest_etag(store: Store, item: Wanted, config: TransferConfig,
-                      sleep: Callable[[float], None] = time.sleep) -> tuple[str, str | None]:
+def fetch_digest_etag(
+    store: Store, item: Wanted, config: TransferConfig, sleep: Callable[[float], None] = time.sleep
+) -> tuple[str, str | None]:
     """The sha256 of one object's bytes and the ETag of the GET that read them (None where the store gives none),
     writing nothing. A resume whose GET reads another ETag (the object was replaced meanwhile) starts over from
     byte 0: the digest is always of one object, the one the ETag names."""
@@ -558,14 +621,19 @@ def fetch_digest_etag(store: Store, item: Wanted, config: TransferConfig,
             try:
                 got = stream.etag
                 if position and got != etag:
-                    log.warning("%s changed in %s while it was read (ETag %s -> %s); reading it again from the start",
-                                item.label, store.url, etag, got)
+                    log.warning(
+                        "%s changed in %s while it was read (ETag %s -> %s); reading it again from the start",
+                        item.label,
+                        store.url,
+                        etag,
+                        got,
+                    )
                     digest, position = hashlib.sha256(), 0
                     raise _Transient(f"{item.label} was replaced while it was read")
                 etag = got
                 rate = _Rate(config, item.label, store.url)
                 direct = stream.read_view if isinstance(stream, ViewStream) else None
-                while chunk := (direct(config.read_size) if direct is not None else buffer[:stream.readinto(buffer)]):
+                while chunk := (direct(config.read_size) if direct is not None else buffer[: stream.readinto(buffer)]):
                     count = len(chunk)
                     digest.update(chunk)
                     position += count
@@ -574,10 +642,16 @@ def fetch_digest_etag(store: Store, item: Wanted, config: TransferConfig,
             finally:
                 stream.close()
             if position != item.entry.size:
-                raise IntegrityError(item.model, item.entry.path, "size", str(item.entry.size), str(position),
-                                     "the source's listing and its bytes disagree")
+                raise IntegrityError(
+                    item.model,
+                    item.entry.path,
+                    "size",
+                    str(item.entry.size),
+                    str(position),
+                    "the source's listing and its bytes disagree",
+                )
             return digest.hexdigest(), etag
-        except Exception as exc:  # noqa: BLE001 - classified just below
+        except Exception as exc:
             if isinstance(exc, (IntegrityError, MissingObjectError)):
                 raise
             attempt = 0 if progressed and not isinstance(exc, _TooSlow) else attempt
@@ -613,12 +687,24 @@ def _describe(exc: BaseException) -> str:
 def _verify_and_publish(job: _FileJob, cache: Cache, config: TransferConfig) -> Path:
     entry = job.wanted.entry
     if job.received != entry.size or job.hashed != entry.size:
-        raise IntegrityError(job.wanted.model, entry.path, "size", str(entry.size), str(job.received),
-                             "the store sent a different number of bytes")
+        raise IntegrityError(
+            job.wanted.model,
+            entry.path,
+            "size",
+            str(entry.size),
+            str(job.received),
+            "the store sent a different number of bytes",
+        )
     got = job.hasher.hexdigest()
     if got != entry.sha256:
-        raise IntegrityError(job.wanted.model, entry.path, "sha256", entry.sha256, got,
-                             "the object in the store is corrupt or the manifest is stale")
+        raise IntegrityError(
+            job.wanted.model,
+            entry.path,
+            "sha256",
+            entry.sha256,
+            got,
+            "the object in the store is corrupt or the manifest is stale",
+        )
     # The fd (and its flock: gc keeps off) stays open until named. A file too small for the download lock is too small
     # for its stamp record to pay before the view links it (and records it): see Cache.publish_blob.
     path = cache.publish_blob(job.temp, entry.sha256, persist_stamp=config.needs_lock(entry.size))

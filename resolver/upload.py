@@ -45,8 +45,12 @@ class UploadReport:
 
 def provenance(manifest: ModelManifest, entry: FileEntry) -> dict[str, str]:
     """Object metadata: the hash the object must have, and where its bytes came from."""
-    return {SHA256_META: entry.sha256, "hf-repo": manifest.source.hf_repo,
-            "revision": manifest.source.revision, "path": metadata_text(entry.path)}
+    return {
+        SHA256_META: entry.sha256,
+        "hf-repo": manifest.source.hf_repo,
+        "revision": manifest.source.revision,
+        "path": metadata_text(entry.path),
+    }
 
 
 def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> UploadReport:
@@ -57,7 +61,11 @@ def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> Uplo
         for entry in manifest.files:
             key = cat.store_key(manifest, entry.path)
             existing = store.head(key)
-            if existing is not None and existing.size == entry.size and existing.metadata.get(SHA256_META) == entry.sha256:
+            if (
+                existing is not None
+                and existing.size == entry.size
+                and existing.metadata.get(SHA256_META) == entry.sha256
+            ):
                 report.skipped.append(entry.path)
                 continue
             path = safe_join(source, entry.path)
@@ -67,10 +75,23 @@ def upload_from_dir(cat: Catalog, name: str, source: Path, store: Store) -> Uplo
             try:
                 size, digest = hashing.copy_hashing(path, fd)  # the bytes sent are the bytes hashed here
                 if size != entry.size:
-                    raise IntegrityError(name, entry.path, "size", str(entry.size), str(size), f"the file in {source} differs; nothing was uploaded")
+                    raise IntegrityError(
+                        name,
+                        entry.path,
+                        "size",
+                        str(entry.size),
+                        str(size),
+                        f"the file in {source} differs; nothing was uploaded",
+                    )
                 if digest != entry.sha256:
-                    raise IntegrityError(name, entry.path, "sha256", entry.sha256, digest,
-                                         f"the file in {source} differs; nothing was uploaded")
+                    raise IntegrityError(
+                        name,
+                        entry.path,
+                        "sha256",
+                        entry.sha256,
+                        digest,
+                        f"the file in {source} differs; nothing was uploaded",
+                    )
                 info = store.put(key, Path(temp), provenance(manifest, entry), sha256=entry.sha256)
             finally:
                 Path(temp).unlink(missing_ok=True)

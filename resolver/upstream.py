@@ -102,32 +102,53 @@ def classify(status: int, headers: Mapping[str, str], body: Any, source: Source,
     if status == 200:
         sha = body.get("sha") if isinstance(body, dict) else None
         if sha is not None and sha != source.revision:
-            return Finding(Upstream.UNREACHABLE, f"the Hub answered for commit {sha}, not {source.revision}; not its answer about this pin")
+            return Finding(
+                Upstream.UNREACHABLE,
+                f"the Hub answered for commit {sha}, not {source.revision}; not its answer about this pin",
+            )
         gated = body.get("gated") if isinstance(body, dict) else None
         if gated and not authenticated:
-            return Finding(Upstream.GATED, f"gated ({gated}): its files need a token granted access, and none was given")
+            return Finding(
+                Upstream.GATED, f"gated ({gated}): its files need a token granted access, and none was given"
+            )
         if gated:
             return Finding(Upstream.GATED, f"gated ({gated}): this token's access to its files is not proven", True)
         return Finding(Upstream.OK, "the pinned commit resolves")
     if status in _REDIRECTS:
         new = _moved_to(_header(headers, "Location"), source.repo_type)
-        return Finding(Upstream.MOVED, f"renamed to {new}" if new else f"redirected ({status}) to {_header(headers, 'Location')}")
+        return Finding(
+            Upstream.MOVED, f"renamed to {new}" if new else f"redirected ({status}) to {_header(headers, 'Location')}"
+        )
     if status in (401, 403):
         if message == _INVALID_TOKEN:
-            return Finding(Upstream.UNREACHABLE, f"the Hub refused the token ({status}): check HF_TOKEN; nothing was learned about the repo")
+            return Finding(
+                Upstream.UNREACHABLE,
+                f"the Hub refused the token ({status}): check HF_TOKEN; nothing was learned about the repo",
+            )
         if code == "GatedRepo":
             return Finding(Upstream.GATED, f"gated ({status} GatedRepo): a token granted access is needed")
         if code == "RepoNotFound" and not authenticated:
-            return Finding(Upstream.PRIVATE, f"private, or deleted ({status} RepoNotFound): the Hub answers anonymous callers alike; "
-                                             "set HF_TOKEN to tell them apart")
+            return Finding(
+                Upstream.PRIVATE,
+                f"private, or deleted ({status} RepoNotFound): the Hub answers anonymous callers alike; "
+                "set HF_TOKEN to tell them apart",
+            )
         return Finding(Upstream.PRIVATE, f"access denied ({status}{' ' + code if code else ''})")
     if status == 404 and code == "RevisionNotFound":
-        return Finding(Upstream.REVISION_GONE, f"the repo is there, commit {source.revision[:12]} no longer resolves (404 RevisionNotFound)")
+        return Finding(
+            Upstream.REVISION_GONE,
+            f"the repo is there, commit {source.revision[:12]} no longer resolves (404 RevisionNotFound)",
+        )
     if status == 404 and code in ("RepoNotFound", ""):
         if code == "":
             # A 404 without the Hub's error code is a proxy's or a wrong endpoint's answer, not the Hub's word.
-            return Finding(Upstream.UNREACHABLE, "404 without the Hub's X-Error-Code: not the Hub's answer about this repo; check HF_ENDPOINT")
-        return Finding(Upstream.DELETED, "deleted (404 RepoNotFound)" + (", or private to others" if authenticated else ""))
+            return Finding(
+                Upstream.UNREACHABLE,
+                "404 without the Hub's X-Error-Code: not the Hub's answer about this repo; check HF_ENDPOINT",
+            )
+        return Finding(
+            Upstream.DELETED, "deleted (404 RepoNotFound)" + (", or private to others" if authenticated else "")
+        )
     if status == 404:
         return Finding(Upstream.DELETED, f"gone (404 {code})")
     return Finding(Upstream.UNREACHABLE, f"the Hub answered {status}")
@@ -142,7 +163,9 @@ def classify_grant(status: int | str, gated: Finding, path: str) -> Finding:
         return Finding(Upstream.OK, f"{said}; this token was granted access (HEAD {path}: {status})")
     if status in (401, 403):
         return Finding(Upstream.GATED, f"{said}: this token is not granted access ({status} on HEAD {path})")
-    return Finding(Upstream.UNREACHABLE, f"{said}: the Hub answered {status} on HEAD {path}; this token's access is not proven")
+    return Finding(
+        Upstream.UNREACHABLE, f"{said}: the Hub answered {status} on HEAD {path}; this token's access is not proven"
+    )
 
 
 def metadata_url(source: Source, options: HubOptions) -> str:
@@ -163,7 +186,9 @@ def _ask(source: Source, probe: str | None, options: HubOptions, sleep: Callable
     if probe is None:
         return Finding(Upstream.GATED, f"{finding.detail}: no pinned file to prove it with")
     what = f"proving access to {source.hf_repo}@{source.revision[:12]}"
-    response = api_get(file_url(source, probe, options), None, what, options, sleep, follow_redirects=False, method="HEAD")
+    response = api_get(
+        file_url(source, probe, options), None, what, options, sleep, follow_redirects=False, method="HEAD"
+    )
     return classify_grant(response if isinstance(response, str) else response.status_code, finding, probe)
 
 
@@ -175,7 +200,9 @@ def _ask_metadata(source: Source, options: HubOptions, sleep: Callable[[float], 
         return Finding(Upstream.UNREACHABLE, f"{response} after {options.attempts} attempts at {options.endpoint}")
     status = response.status_code
     if status == 429 or status >= 500:
-        return Finding(Upstream.UNREACHABLE, f"the Hub answered {status} after {options.attempts} attempts at {options.endpoint}")
+        return Finding(
+            Upstream.UNREACHABLE, f"the Hub answered {status} after {options.attempts} attempts at {options.endpoint}"
+        )
     try:
         body = response.json() if status == 200 else None
     except ValueError:
@@ -183,8 +210,12 @@ def _ask_metadata(source: Source, options: HubOptions, sleep: Callable[[float], 
     return classify(status, response.headers, body, source, authenticated=options.token is not None)
 
 
-def audit(pins: Sequence[Pin], options: HubOptions, sleep: Callable[[float], None] = time.sleep,
-          on_done: Callable[[PinAudit], None] | None = None) -> list[PinAudit]:
+def audit(
+    pins: Sequence[Pin],
+    options: HubOptions,
+    sleep: Callable[[float], None] = time.sleep,
+    on_done: Callable[[PinAudit], None] | None = None,
+) -> list[PinAudit]:
     """Ask the Hub about each (name, source, prefix, probe) once per distinct repo+revision; in the given order."""
     asked: dict[tuple[str, str, str], Finding] = {}
     stopped: Finding | None = None

@@ -54,9 +54,22 @@ DEFAULT_WINDOW = 128 * MiB  # tensors copied and being hashed at once (the strea
 
 # safetensors dtype names -> torch's (str(torch.float32) == "torch.float32")
 TORCH_DTYPES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "I32": "int32",
-    "U32": "uint32", "I64": "int64", "U64": "uint64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-    "F64": "float64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
     "C64": "complex64",
 }
 
@@ -65,13 +78,17 @@ class TensorRefused(CatalogError, ValueError):
     """A tensor whose bytes no source had as pinned: never delivered."""
 
     def __init__(self, model: str, tensor: PinnedTensor, got: str, where: str, tried: Sequence[str]) -> None:
-        others = f"; the other sources did not have them either ({'; '.join(tried)})" if tried else \
-            "; no other source was configured to fetch it from"
+        others = (
+            f"; the other sources did not have them either ({'; '.join(tried)})"
+            if tried
+            else "; no other source was configured to fetch it from"
+        )
         super().__init__(
             f"{model}/{tensor.file}: tensor {tensor.name} (bytes {tensor.start}-{tensor.end - 1}) has sha256 {got} in "
             f"{where}, pinned {tensor.sha256}; refused before the model saw it{others}",
             hint=f"the object changed under its pin: repair it (`catalog sync {model}` re-uploads the pinned bytes) and "
-                 "find out who wrote it")
+            "find out who wrote it",
+        )
         self.model = model
         self.tensor = tensor
         self.got = got
@@ -94,9 +111,17 @@ class FileRecord:
     hash_seconds: float = 0.0  # CPU seconds the hashing threads spent on this file's tensors
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "tensors": self.tensors, "delivered": self.delivered,
-                "bytes": self.bytes, "by_source": dict(self.by_source), "refused": list(self.refused),
-                "failures": list(self.failures), "hash_seconds": round(self.hash_seconds, 3)}
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "tensors": self.tensors,
+            "delivered": self.delivered,
+            "bytes": self.bytes,
+            "by_source": dict(self.by_source),
+            "refused": list(self.refused),
+            "failures": list(self.failures),
+            "hash_seconds": round(self.hash_seconds, 3),
+        }
 
 
 @dataclass
@@ -119,17 +144,26 @@ class LoadRecord:
         return sum(f.bytes for f in self.files)
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "rank": self.rank, "ok": self.ok, "error": self.error,
-                "seconds": round(self.seconds, 3), "tensors": self.delivered, "bytes": self.bytes,
-                "hash_seconds": round(sum(f.hash_seconds for f in self.files), 3), "files": [f.to_json() for f in self.files]}
+        return {
+            "model": self.model,
+            "rank": self.rank,
+            "ok": self.ok,
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+            "tensors": self.delivered,
+            "bytes": self.bytes,
+            "hash_seconds": round(sum(f.hash_seconds for f in self.files), 3),
+            "files": [f.to_json() for f in self.files],
+        }
 
     def summary(self) -> str:
         sources = sorted({s for f in self.files for s in f.by_source})
         refused = sum(len(f.refused) for f in self.files)
-        return (f"{self.model}: {self.delivered} tensors ({self.bytes / MiB:.1f} MiB) verified against their pins and "
-                f"delivered in {self.seconds:.2f} s (hashing: {sum(f.hash_seconds for f in self.files):.2f} CPU s) from "
-                f"{', '.join(sources) or 'nowhere'}"
-                + (f"; {refused} refused and fetched again" if refused else ""))
+        return (
+            f"{self.model}: {self.delivered} tensors ({self.bytes / MiB:.1f} MiB) verified against their pins and "
+            f"delivered in {self.seconds:.2f} s (hashing: {sum(f.hash_seconds for f in self.files):.2f} CPU s) from "
+            f"{', '.join(sources) or 'nowhere'}" + (f"; {refused} refused and fetched again" if refused else "")
+        )
 
     def append_to(self, path: Path) -> None:
         """One JSON line per load (a job's record of what it loaded); best effort, never fails a load."""
@@ -141,9 +175,19 @@ class LoadRecord:
 
 
 # -- where a file's bytes can come from -------------------------------------------------------------------
-def sources_for(manifest: ModelManifest, entry: FileEntry, key: str, *, cache: Cache | None,
-                tiers: Sequence[SharedTier], stores: Sequence[Store], window: int = DEFAULT_WINDOW,
-                min_rate: int = 32 * 1024, rate_window: float = 30.0, max_wait: float = 60.0) -> list[Source]:
+def sources_for(
+    manifest: ModelManifest,
+    entry: FileEntry,
+    key: str,
+    *,
+    cache: Cache | None,
+    tiers: Sequence[SharedTier],
+    stores: Sequence[Store],
+    window: int = DEFAULT_WINDOW,
+    min_rate: int = 32 * 1024,
+    rate_window: float = 30.0,
+    max_wait: float = 60.0,
+) -> list[Source]:
     """The places to read `entry` from, in order: the cache's verified blob, the shared tiers, then `stores` (the
     mirrors, then the primary store). Local copies are taken by size only: every tensor is hashed anyway."""
     out: list[Source] = []
@@ -183,8 +227,15 @@ def _streamer_installed() -> bool:
 
 
 # -- the load ---------------------------------------------------------------------------------------------
-def verified_tensors(model: str, load: FileLoad, sources: Sequence[Source], record: FileRecord, *,
-                     window: int = DEFAULT_WINDOW, workers: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def verified_tensors(
+    model: str,
+    load: FileLoad,
+    sources: Sequence[Source],
+    record: FileRecord,
+    *,
+    window: int = DEFAULT_WINDOW,
+    workers: int | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every pinned tensor of `load`, each only after its bytes hashed to its pin."""
     pending = {t.name: t for t in load.tensors}
     workers = workers or min(4, os.cpu_count() or 1)
@@ -192,9 +243,11 @@ def verified_tensors(model: str, load: FileLoad, sources: Sequence[Source], reco
         for position, source in enumerate(sources):
             if not pending:
                 break
-            later = sources[position + 1:]
+            later = sources[position + 1 :]
             try:
-                for tensor, owned, digest in _hashed(source.stream.stream(list(pending.values())), pool, window, record):
+                for tensor, owned, digest in _hashed(
+                    source.stream.stream(list(pending.values())), pool, window, record
+                ):
                     if tensor.name not in pending:
                         continue
                     if digest != tensor.sha256:
@@ -204,13 +257,20 @@ def verified_tensors(model: str, load: FileLoad, sources: Sequence[Source], reco
                     _count(record, tensor, source if digest == tensor.sha256 else None)
             except ReadFailed as exc:
                 record.failures.append(exc.message)
-                log.warning("%s/%s: %s; %s", model, load.entry.path, exc.message,
-                            f"{len(pending)} tensor(s) left for the next source" if later else "no source left")
+                log.warning(
+                    "%s/%s: %s; %s",
+                    model,
+                    load.entry.path,
+                    exc.message,
+                    f"{len(pending)} tensor(s) left for the next source" if later else "no source left",
+                )
     if pending:
         names = ", ".join(sorted(pending)[:3]) + (f" and {len(pending) - 3} more" if len(pending) > 3 else "")
-        raise LoadIncomplete(f"{model}/{load.entry.path}: {len(pending)} of {len(load.tensors)} tensors could not be read "
-                             f"({names}): {'; '.join(record.failures) or 'no source holds the file'}",
-                             hint="check the store and its endpoint (`catalog resolve` says which), or add a mirror")
+        raise LoadIncomplete(
+            f"{model}/{load.entry.path}: {len(pending)} of {len(load.tensors)} tensors could not be read "
+            f"({names}): {'; '.join(record.failures) or 'no source holds the file'}",
+            hint="check the store and its endpoint (`catalog resolve` says which), or add a mirror",
+        )
 
 
 def _count(record: FileRecord, tensor: PinnedTensor, source: Source | None) -> None:
@@ -220,12 +280,20 @@ def _count(record: FileRecord, tensor: PinnedTensor, source: Source | None) -> N
         record.by_source[source.where] = record.by_source.get(source.where, 0) + 1
 
 
-def _refetch(model: str, tensor: PinnedTensor, got: str, source: Source, later: Sequence[Source],
-             record: FileRecord) -> torch.Tensor:
+def _refetch(
+    model: str, tensor: PinnedTensor, got: str, source: Source, later: Sequence[Source], record: FileRecord
+) -> torch.Tensor:
     """The span alone from the next sources, until one has the pinned bytes; TensorRefused if none does."""
     record.refused.append({"tensor": tensor.name, "from": source.where, "got": got})
-    log.warning("%s/%s: tensor %s from %s has sha256 %s, pinned %s: refused, fetching it again", model, tensor.file,
-                tensor.name, source.where, got, tensor.sha256)
+    log.warning(
+        "%s/%s: tensor %s from %s has sha256 %s, pinned %s: refused, fetching it again",
+        model,
+        tensor.file,
+        tensor.name,
+        source.where,
+        got,
+        tensor.sha256,
+    )
     tried = []
     for other in later:
         try:
@@ -243,8 +311,9 @@ def _refetch(model: str, tensor: PinnedTensor, got: str, source: Source, later: 
     raise TensorRefused(model, tensor, got, source.where, tried)
 
 
-def _hashed(stream: Iterator[tuple[PinnedTensor, Any]], pool: ThreadPoolExecutor, window: int,
-            record: FileRecord) -> Iterator[tuple[PinnedTensor, torch.Tensor, str]]:
+def _hashed(
+    stream: Iterator[tuple[PinnedTensor, Any]], pool: ThreadPoolExecutor, window: int, record: FileRecord
+) -> Iterator[tuple[PinnedTensor, torch.Tensor, str]]:
     """The reader's tensors, each copied out of its buffer here (before the reader reuses it), hashed in `pool`,
     yielded in arrival order with its digest; at most `window` bytes (or one tensor) copied and not yet yielded."""
     queue: deque[tuple[PinnedTensor, torch.Tensor, Future[tuple[str, float]]]] = deque()
@@ -297,10 +366,11 @@ def _typed(owned: torch.Tensor, tensor: PinnedTensor) -> torch.Tensor:
 
     name = TORCH_DTYPES.get(tensor.dtype)
     if name is None:
-        raise LoadIncomplete(f"{tensor.file}: tensor {tensor.name} is {tensor.dtype}, which torch cannot hold",
-                             hint="load it with the format's own loader (CATALOG_ENGINE_LOADER=plain)")
+        raise LoadIncomplete(
+            f"{tensor.file}: tensor {tensor.name} is {tensor.dtype}, which torch cannot hold",
+            hint="load it with the format's own loader (CATALOG_ENGINE_LOADER=plain)",
+        )
     dtype = getattr(torch, name)
     if not owned.numel():
         return torch.empty(tensor.shape, dtype=dtype)
     return owned.view(dtype).reshape(tensor.shape)
-

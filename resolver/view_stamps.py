@@ -75,8 +75,9 @@ def blob_record(cache_root: str, sha256: str) -> list[int] | None:
         return None
 
 
-def view_holds(cache_root: str, view_path: str, files: Mapping[str, Sequence[Any]],
-               dirs: Mapping[str, Sequence[int]]) -> bool:
+def view_holds(
+    cache_root: str, view_path: str, files: Mapping[str, Sequence[Any]], dirs: Mapping[str, Sequence[int]]
+) -> bool:
     """Every file of the view under `cache_root/view_path` is unchanged since it was verified, and no folder of it
     changed (a file dropped in would have changed one). Stats only; a moved ctime reads one small record."""
     base = os.path.join(cache_root, view_path)

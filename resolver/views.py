@@ -46,7 +46,9 @@ class ViewSpec:
     @classmethod
     def of(cls, manifest: ModelManifest, layout: Layout, files: tuple[FileEntry, ...]) -> ViewSpec:
         """The view of these files of `manifest`."""
-        return cls(manifest.name, manifest.source.hf_repo, manifest.source.revision, layout, files, manifest.source.repo_type)
+        return cls(
+            manifest.name, manifest.source.hf_repo, manifest.source.revision, layout, files, manifest.source.repo_type
+        )
 
     @functools.cached_property  # a hash over every file's pin: a resolve asks for it about seven times
     def view_id(self) -> str:
@@ -88,7 +90,12 @@ class FileStamp:
 
     def holds_for(self, st: os.stat_result) -> bool:
         """The file behind `st` is still the one this stamp was taken of (ctime included)."""
-        return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (self.size, self.mtime_ns, self.inode, self.ctime_ns)
+        return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (
+            self.size,
+            self.mtime_ns,
+            self.inode,
+            self.ctime_ns,
+        )
 
 
 def stamp_holds(then: FileStamp | None, now: FileStamp | None, record: FileStamp | None = None) -> bool:
@@ -128,12 +135,23 @@ class Marker:
         return max(self.resolved_at, self.verified_at)
 
     def to_json(self) -> bytes:
-        return json.dumps({
-            "version": self.version, "view": self.view, "name": self.name, "hf_repo": self.hf_repo,
-            "revision": self.revision, "layout": self.layout, "path": self.path, "verified_at": self.verified_at,
-            "resolved_at": self.resolved_at, "files": {p: stamp.as_list() for p, stamp in self.files.items()},
-            "catalog": self.catalog, "dirs": {d: list(i) for d, i in self.dirs.items()},
-        }, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "version": self.version,
+                "view": self.view,
+                "name": self.name,
+                "hf_repo": self.hf_repo,
+                "revision": self.revision,
+                "layout": self.layout,
+                "path": self.path,
+                "verified_at": self.verified_at,
+                "resolved_at": self.resolved_at,
+                "files": {p: stamp.as_list() for p, stamp in self.files.items()},
+                "catalog": self.catalog,
+                "dirs": {d: list(i) for d, i in self.dirs.items()},
+            },
+            sort_keys=True,
+        ).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> Marker | None:
@@ -145,10 +163,19 @@ class Marker:
             files = {str(p): FileStamp.from_list(v) for p, v in dict(data["files"]).items()}
             if any(v is None for v in files.values()):
                 return None
-            return cls(str(data["view"]), str(data["name"]), str(data["hf_repo"]), str(data["revision"]),
-                       str(data["layout"]), str(data["path"]), {p: v for p, v in files.items() if v is not None},
-                       float(data.get("verified_at", 0.0)), resolved_at=float(data.get("resolved_at", 0.0)),
-                       catalog=str(data.get("catalog", "")), dirs=_dirs(data.get("dirs", {})))
+            return cls(
+                str(data["view"]),
+                str(data["name"]),
+                str(data["hf_repo"]),
+                str(data["revision"]),
+                str(data["layout"]),
+                str(data["path"]),
+                {p: v for p, v in files.items() if v is not None},
+                float(data.get("verified_at", 0.0)),
+                resolved_at=float(data.get("resolved_at", 0.0)),
+                catalog=str(data.get("catalog", "")),
+                dirs=_dirs(data.get("dirs", {})),
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -173,8 +200,12 @@ class ViewState(Enum):
     MISSING = "missing"  # never built (or its marker is unreadable)
 
 
-def judge_view(spec: ViewSpec, marker: Marker | None, stamps: Mapping[str, FileStamp | None],
-               records: Mapping[str, FileStamp | None] | None = None) -> ViewState:
+def judge_view(
+    spec: ViewSpec,
+    marker: Marker | None,
+    stamps: Mapping[str, FileStamp | None],
+    records: Mapping[str, FileStamp | None] | None = None,
+) -> ViewState:
     """Pure: is the view still what was verified? `stamps` are the current stats of the files, `records` the
     blobs' own stamps (by sha256) for files whose ctime moved."""
     if marker is None or marker.view != spec.view_id:
@@ -182,14 +213,21 @@ def judge_view(spec: ViewSpec, marker: Marker | None, stamps: Mapping[str, FileS
     return ViewState.FRESH if not changed_files(spec, marker, stamps, records) else ViewState.STALE
 
 
-def changed_files(spec: ViewSpec, marker: Marker, stamps: Mapping[str, FileStamp | None],
-                  records: Mapping[str, FileStamp | None] | None = None) -> list[FileEntry]:
+def changed_files(
+    spec: ViewSpec,
+    marker: Marker,
+    stamps: Mapping[str, FileStamp | None],
+    records: Mapping[str, FileStamp | None] | None = None,
+) -> list[FileEntry]:
     """Pure: the files of `spec` whose current stamp differs from the recorded one (or is missing)."""
     changed = []
     for entry in spec.files:
         then = marker.files.get(entry.path)
-        if then is None or then.sha256 != entry.sha256 or \
-                not stamp_holds(then, stamps.get(entry.path), (records or {}).get(entry.sha256)):
+        if (
+            then is None
+            or then.sha256 != entry.sha256
+            or not stamp_holds(then, stamps.get(entry.path), (records or {}).get(entry.sha256))
+        ):
             changed.append(entry)
     return changed
 
@@ -198,8 +236,12 @@ def worth_rehash(then: FileStamp | None, now: FileStamp | None) -> bool:
     """Pure: a file of the same size whose stamp moved: a link or unlink elsewhere, a `touch`, an edit, or a
     copy of the whole cache (`cp -a` to a read-only mount: every inode and ctime new, every byte there).
     Re-hashing tells which, without fetching anything (and without writing, in a read-only cache)."""
-    return (then is not None and now is not None and then.size == now.size
-            and (then.inode, then.mtime_ns, then.ctime_ns) != (now.inode, now.mtime_ns, now.ctime_ns))
+    return (
+        then is not None
+        and now is not None
+        and then.size == now.size
+        and (then.inode, then.mtime_ns, then.ctime_ns) != (now.inode, now.mtime_ns, now.ctime_ns)
+    )
 
 
 def extra_paths(pinned: set[str], present: set[str]) -> list[str]:

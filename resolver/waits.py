@@ -69,9 +69,12 @@ class WaitTooLongError(StoreUnavailableError):
         at = datetime.fromtimestamp(time.time() + clamp(asked), timezone.utc)
         self.asked = asked
         self.retry_at = at
-        super().__init__(f"{what} asked to retry in {asked:.0f}s (at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}), longer than "
-                         f"the {cap:g}s waited for a remote's hint",
-                         hint=f"retry then; or {envparse.max_wait_hint(asked)}", transient=False)
+        super().__init__(
+            f"{what} asked to retry in {asked:.0f}s (at {at.strftime('%Y-%m-%dT%H:%M:%SZ')}), longer than "
+            f"the {cap:g}s waited for a remote's hint",
+            hint=f"retry then; or {envparse.max_wait_hint(asked)}",
+            transient=False,
+        )
 
 
 def hinted_delay(asked: float | None, cap: float, what: str) -> float | None:
@@ -114,8 +117,9 @@ class Bounds:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Bounds:
-        return cls(connect=settings.s3.connect_timeout, answer=settings.s3.read_timeout,
-                   max_wait=float(settings.hub_max_wait))
+        return cls(
+            connect=settings.s3.connect_timeout, answer=settings.s3.read_timeout, max_wait=float(settings.hub_max_wait)
+        )
 
     def request_deadline(self, body_size: int = 0) -> float:
         """Seconds from sending a request to its answer's last header."""

@@ -54,7 +54,9 @@ def write_models() -> None:
     MODELS.mkdir(parents=True)
     for name in GENERATORS:
         if lacking := missing_modules(name):
-            sys.exit(f"error: {name} needs {', '.join(lacking)}: run the demo through `python3 dev.py demo`, which installs them")
+            sys.exit(
+                f"error: {name} needs {', '.join(lacking)}: run the demo through `python3 dev.py demo`, which installs them"
+            )
         write_model(name, MODELS)
     (MODELS / MODEL).symlink_to(minilm_dir(), target_is_directory=True)
     print(f"\nwrote the bundled models' files to {MODELS}", flush=True)
@@ -64,22 +66,51 @@ def main() -> None:
     run("every manifest, every rule", "validate")
     run("the bundled models", "list")
     write_models()
-    run("fill the embedded store: every file hashed against its pin first", "sync", "--store", str(STORE),
-        "--from-dir", str(MODELS))
+    run(
+        "fill the embedded store: every file hashed against its pin first",
+        "sync",
+        "--store",
+        str(STORE),
+        "--from-dir",
+        str(MODELS),
+    )
     shutil.rmtree(CACHE, ignore_errors=True)
     timings = []
     for label in ("cold", "warm"):
         started = time.perf_counter()
-        path = run(f"{label}: an empty cache" if label == "cold" else "warm: stat the verified files only",
-                   "resolve", MODEL, "--store", str(STORE), "--cache", str(CACHE), capture=True)
+        path = run(
+            f"{label}: an empty cache" if label == "cold" else "warm: stat the verified files only",
+            "resolve",
+            MODEL,
+            "--store",
+            str(STORE),
+            "--cache",
+            str(CACHE),
+            capture=True,
+        )
         timings.append(time.perf_counter() - started)
         print(path)
-    print(f"\n{MODEL}: cold resolve {timings[0]:.2f} s (copy + sha256 of every byte), "
-          f"warm resolve {timings[1]:.2f} s (the whole CLI process)")
-    run("the same model as engine arguments", "resolve", MODEL, "--store", str(STORE), "--cache", str(CACHE),
-        "--format", "vllm-args")
-    print("\nNext, from the repository's root (README.md: First steps):\n\n" + "\n".join(f"  {line}" for line in next_steps())
-          + "\n", flush=True)
+    print(
+        f"\n{MODEL}: cold resolve {timings[0]:.2f} s (copy + sha256 of every byte), "
+        f"warm resolve {timings[1]:.2f} s (the whole CLI process)"
+    )
+    run(
+        "the same model as engine arguments",
+        "resolve",
+        MODEL,
+        "--store",
+        str(STORE),
+        "--cache",
+        str(CACHE),
+        "--format",
+        "vllm-args",
+    )
+    print(
+        "\nNext, from the repository's root (README.md: First steps):\n\n"
+        + "\n".join(f"  {line}" for line in next_steps())
+        + "\n",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ def many_shards(folder: Path, count: int = 100, long_header: int = 0) -> Path:
     longer than `long_header` bytes (0: none)."""
     shards: dict[str, dict[str, Tensor]] = {}
     for i in range(1, count + 1):
-        shards[shard_name(i, count)] = {f"model.layers.{i}.weight": Tensor("F32", (2, 2), bytes(range(16))),
-                                        f"model.layers.{i}.bias": u8(i % 256, 7)}
+        shards[shard_name(i, count)] = {
+            f"model.layers.{i}.weight": Tensor("F32", (2, 2), bytes(range(16))),
+            f"model.layers.{i}.bias": u8(i % 256, 7),
+        }
     first = shards[shard_name(1, count)]
     n = 0
     while long_header and len(json.dumps({k: [0] * 12 for k in first})) < long_header:

@@ -23,20 +23,30 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # helpers.py, servers.py
 
-from hubdouble import HubDouble  # noqa: E402
-from oci_registry import RegistryServer  # noqa: E402
-from servers import MotoServer, SeaweedServer, new_bucket, s3_env  # noqa: E402
+from hubdouble import HubDouble
+from oci_registry import RegistryServer
+from servers import MotoServer, SeaweedServer, new_bucket, s3_env
 
-import catalog  # noqa: E402
-from catalog.lookup import Catalog  # noqa: E402
+import catalog
+from catalog.lookup import Catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "manifests"
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "tiny-llama-tensorizer", "tiny-sts")
 BUNDLED_MODELS = ("all-minilm-l6-v2", *TINY)  # what manifests/ ships: the suite has or makes each one's files
 _HERMETIC: list[Path] = []
-_DROPPED = ("S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY", "S3_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "XDG_CACHE_HOME", "HF_TOKEN", "DOCKER_CONFIG")
+_DROPPED = (
+    "S3_ACCESS_KEY_ID",
+    "S3_SECRET_ACCESS_KEY",
+    "S3_ENDPOINT_URL",
+    "AWS_PROFILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "XDG_CACHE_HOME",
+    "HF_TOKEN",
+    "DOCKER_CONFIG",
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,9 +66,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     there rather than in a scratch catalog) would fail tests all over, its files nowhere; said once, up front."""
     extra = sorted(p.name for p in BUNDLED.glob("*.yaml") if p.stem not in (*BUNDLED_MODELS, "catalog"))
     if extra:
-        pytest.exit(f"{BUNDLED} holds {', '.join(extra)} beside the bundled models, and the tests check exactly the "
-                    "bundled set: move what you added to a catalog of your own (the README's First steps: CATALOG_DIR), "
-                    "then run the tests again", returncode=pytest.ExitCode.USAGE_ERROR)
+        pytest.exit(
+            f"{BUNDLED} holds {', '.join(extra)} beside the bundled models, and the tests check exactly the "
+            "bundled set: move what you added to a catalog of your own (the README's First steps: CATALOG_DIR), "
+            "then run the tests again",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

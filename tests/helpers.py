@@ -24,19 +24,26 @@ def files_yaml(*entries: tuple[str, int, str]) -> str:
     return "".join(f"  - path: {path}\n    size: {size}\n    sha256: {sha}\n" for path, size, sha in entries)
 
 
-def manifest_text(name: str = "tiny", *, prefix: str | None = None, fmt: str = "safetensors",
-                  revision: str = REV, files: str | None = None, extra: str = "") -> str:
+def manifest_text(
+    name: str = "tiny",
+    *,
+    prefix: str | None = None,
+    fmt: str = "safetensors",
+    revision: str = REV,
+    files: str | None = None,
+    extra: str = "",
+) -> str:
     """A valid manifest (one key per line, so tests can name exact lines), with overrides."""
     if files is None:
         files = files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "b" * 64))
     return (
-        f"name: {name}\n"                                  # line 1
-        "source:\n"                                        # line 2
-        f"  hf_repo: org/{name}\n"                         # line 3
-        f"  revision: {revision}\n"                        # line 4
+        f"name: {name}\n"  # line 1
+        "source:\n"  # line 2
+        f"  hf_repo: org/{name}\n"  # line 3
+        f"  revision: {revision}\n"  # line 4
         f"s3_prefix: {prefix or f's3://ci-bucket/org/{name}/'}\n"  # line 5
-        f"load_format: {fmt}\n"                            # line 6
-        "gpu: {class: cpu}\n"                              # line 7
+        f"load_format: {fmt}\n"  # line 6
+        "gpu: {class: cpu}\n"  # line 7
         f"{extra}"
         "files:\n"
         f"{files}"
@@ -61,5 +68,10 @@ def tree_state(root: Path) -> dict[str, tuple[int, int, int, int]]:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             st = os.lstat(os.path.join(dirpath, name))
-            found[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+            found[os.path.relpath(os.path.join(dirpath, name), root)] = (
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_mode,
+            )
     return found

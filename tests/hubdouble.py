@@ -98,13 +98,20 @@ class HubDouble:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     # -- set-up -----------------------------------------------------------------------------
-    def add_repo(self, repo_id: str, revision: str, folder: Path, refs: tuple[str, ...] = ("main",),
-                 repo_type: str | None = None) -> None:
+    def add_repo(
+        self, repo_id: str, revision: str, folder: Path, refs: tuple[str, ...] = ("main",), repo_type: str | None = None
+    ) -> None:
         files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
         self.add_files(repo_id, revision, files, refs, repo_type)
 
-    def add_files(self, repo_id: str, revision: str, files: dict[str, bytes], refs: tuple[str, ...] = ("main",),
-                  repo_type: str | None = None) -> None:
+    def add_files(
+        self,
+        repo_id: str,
+        revision: str,
+        files: dict[str, bytes],
+        refs: tuple[str, ...] = ("main",),
+        repo_type: str | None = None,
+    ) -> None:
         """`repo_type` None: the repo answers under /api/models/ and /api/datasets/ alike."""
         repo = self.repos.setdefault(repo_id, Repo())
         if repo_type is not None:
@@ -113,15 +120,36 @@ class HubDouble:
         for ref in refs:
             repo.refs[ref] = revision
 
-    def fail(self, status: int, times: int = 1, retry_after: float | None = None, path_contains: str = "",
-             headers: dict[str, str] | None = None) -> None:
+    def fail(
+        self,
+        status: int,
+        times: int = 1,
+        retry_after: float | None = None,
+        path_contains: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.faults.append(Fault(status, times, retry_after, path_contains, headers=dict(headers or {})))
 
-    def rate_limit(self, reset: int, times: int = 1, path_contains: str = "", policy: str = "api",
-                   quota: int = 1000, window: int = 300) -> None:
+    def rate_limit(
+        self,
+        reset: int,
+        times: int = 1,
+        path_contains: str = "",
+        policy: str = "api",
+        quota: int = 1000,
+        window: int = 300,
+    ) -> None:
         """Answer 429 the way the Hub does when a limit is spent: `RateLimit: "api";r=0;t=<reset>`."""
-        self.fail(429, times, None, path_contains, {"RateLimit": f'"{policy}";r=0;t={reset}',
-                                                     "RateLimit-Policy": f'"fixed window";"{policy}";q={quota};w={window}'})
+        self.fail(
+            429,
+            times,
+            None,
+            path_contains,
+            {
+                "RateLimit": f'"{policy}";r=0;t={reset}',
+                "RateLimit-Policy": f'"fixed window";"{policy}";q={quota};w={window}',
+            },
+        )
 
     def truncate(self, path_contains: str, after_bytes: int, times: int = 1) -> None:
         self.faults.append(Fault(200, times, None, path_contains, truncate=after_bytes))
@@ -189,19 +217,35 @@ class HubDouble:
             extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
             return self._send(h, fault.status, b'{"error": "try again later"}', head, extra | fault.headers)
         body_in = h.rfile.read(int(h.headers.get("Content-Length") or 0)) if h.command == "POST" else b""
-        named = re.fullmatch(r"/(?:api/(?:models|datasets)/|datasets/)?([^/]+/[^/]+)/(?:revision|tree|paths-info|resolve)/.*", path)
+        named = re.fullmatch(
+            r"/(?:api/(?:models|datasets)/|datasets/)?([^/]+/[^/]+)/(?:revision|tree|paths-info|resolve)/.*", path
+        )
         if named and named.group(1) in self.moved:
             old = named.group(1)
             target = h.path.replace(f"/{old}/", f"/{self.moved[old]}/", 1)
             return self._send(h, 307, b"", head, {"Location": target})
         lost = self.lost.get(named.group(1)) if named else None
         if lost in ("deleted", "private"):
-            return self._send(h, 404 if lost == "deleted" else 401, b'{"error": "Repository not found"}', head,
-                              {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
+            return self._send(
+                h,
+                404 if lost == "deleted" else 401,
+                b'{"error": "Repository not found"}',
+                head,
+                {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"},
+            )
         token = (h.headers.get("Authorization") or "").removeprefix("Bearer ")
-        if lost == "gated" and "/resolve/" in path and token not in self.granted.get(named.group(1) if named else "", ()):
-            return self._send(h, 401, b'{"error": "Access to this repo is restricted"}', head,
-                              {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to this repo is restricted"})
+        if (
+            lost == "gated"
+            and "/resolve/" in path
+            and token not in self.granted.get(named.group(1) if named else "", ())
+        ):
+            return self._send(
+                h,
+                401,
+                b'{"error": "Access to this repo is restricted"}',
+                head,
+                {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access to this repo is restricted"},
+            )
         api = re.fullmatch(r"/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree|paths-info)/([^/]+)(?:/(.*))?", path)
         if api:
             plural, repo_id, kind, ref, _sub = api.groups()
@@ -214,8 +258,13 @@ class HubDouble:
             files = repo.files[revision]
             query = parse_qs(parsed.query)
             if kind == "revision":
-                body: object = {"id": repo_id, "sha": revision, "private": False, "gated": "manual" if lost == "gated" else False,
-                                "siblings": [self._sibling(p, d) for p, d in sorted(files.items())]}
+                body: object = {
+                    "id": repo_id,
+                    "sha": revision,
+                    "private": False,
+                    "gated": "manual" if lost == "gated" else False,
+                    "siblings": [self._sibling(p, d) for p, d in sorted(files.items())],
+                }
                 if plural == "models":
                     body = {**body, "modelId": repo_id}  # type: ignore[dict-item]
             elif kind == "paths-info":
@@ -249,7 +298,7 @@ class HubDouble:
                     end = int(m.group(2)) if m.group(2) else len(data) - 1
                     if start >= len(data):
                         return self._send(h, 416, b"", head, {"Content-Range": f"bytes */{len(data)}"})
-                    body = data[start:end + 1]
+                    body = data[start : end + 1]
                     status = 206
                     headers["Content-Range"] = f"bytes {start}-{start + len(body) - 1}/{len(data)}"
             truncate = fault.truncate if fault is not None else None
@@ -262,14 +311,22 @@ class HubDouble:
     def _sibling(path: str, data: bytes) -> dict[str, object]:
         entry: dict[str, object] = {"rfilename": path, "size": len(data), "blobId": blob_id(path, data)}
         if is_lfs(path):
-            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(lfs_pointer(data))}
+            entry["lfs"] = {
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+                "pointerSize": len(lfs_pointer(data)),
+            }
         return entry
 
     @staticmethod
     def _tree_item(path: str, data: bytes) -> dict[str, object]:
         item: dict[str, object] = {"type": "file", "oid": blob_id(path, data), "size": len(data), "path": path}
         if is_lfs(path):
-            item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": len(lfs_pointer(data))}
+            item["lfs"] = {
+                "oid": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+                "pointerSize": len(lfs_pointer(data)),
+            }
             item["xetHash"] = xet_hash(data)
         return item
 
@@ -286,8 +343,14 @@ class HubDouble:
         return out
 
     @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, body: bytes, head: bool, headers: dict[str, str] | None = None,
-              truncate: int | None = None) -> None:
+    def _send(
+        h: BaseHTTPRequestHandler,
+        status: int,
+        body: bytes,
+        head: bool,
+        headers: dict[str, str] | None = None,
+        truncate: int | None = None,
+    ) -> None:
         h.send_response(status)
         for k, v in (headers or {}).items():
             h.send_header(k, v)

@@ -35,7 +35,9 @@ REGISTRY_BINARY = "docker-registry"
 
 
 def registry_binary() -> str:
-    found = shutil.which(REGISTRY_BINARY) or (f"/usr/bin/{REGISTRY_BINARY}" if Path(f"/usr/bin/{REGISTRY_BINARY}").exists() else None)
+    found = shutil.which(REGISTRY_BINARY) or (
+        f"/usr/bin/{REGISTRY_BINARY}" if Path(f"/usr/bin/{REGISTRY_BINARY}").exists() else None
+    )
     if found is None:
         raise RuntimeError("Debian's docker-registry is not installed (`python3 dev.py test` installs it, as root)")
     return found
@@ -53,8 +55,14 @@ class RegistryServer:
 
     START_TIMEOUT = 30.0
 
-    def __init__(self, root: Path | None = None, *, users: dict[str, str] | None = None, token_realm: str | None = None,
-                 token_cert: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        users: dict[str, str] | None = None,
+        token_realm: str | None = None,
+        token_cert: Path | None = None,
+    ) -> None:
         self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="registry-"))
         self.storage = self.root / "storage"
         self.config = self.root / "config.yml"
@@ -68,16 +76,34 @@ class RegistryServer:
         self.url = f"http://{self.host}"
 
     def _write_config(self) -> None:
-        lines = ["version: 0.1", "log:", "  level: warn", "  accesslog:", "    disabled: true",
-                 "storage:", "  filesystem:", f"    rootdirectory: {self.storage}", "  delete:", "    enabled: true",
-                 "http:", f"  addr: {self.host}", f"  secret: {secrets.token_hex(16)}"]
+        lines = [
+            "version: 0.1",
+            "log:",
+            "  level: warn",
+            "  accesslog:",
+            "    disabled: true",
+            "storage:",
+            "  filesystem:",
+            f"    rootdirectory: {self.storage}",
+            "  delete:",
+            "    enabled: true",
+            "http:",
+            f"  addr: {self.host}",
+            f"  secret: {secrets.token_hex(16)}",
+        ]
         if self.users is not None:
             htpasswd = self.root / "htpasswd"
             htpasswd.write_text("".join(htpasswd_line(u, p) for u, p in self.users.items()))
             lines += ["auth:", "  htpasswd:", "    realm: test-registry", f"    path: {htpasswd}"]
         elif self.token_realm is not None and self.token_cert is not None:
-            lines += ["auth:", "  token:", f"    realm: {self.token_realm}", f"    service: {TokenServer.SERVICE}",
-                      f"    issuer: {TokenServer.ISSUER}", f"    rootcertbundle: {self.token_cert}"]
+            lines += [
+                "auth:",
+                "  token:",
+                f"    realm: {self.token_realm}",
+                f"    service: {TokenServer.SERVICE}",
+                f"    issuer: {TokenServer.ISSUER}",
+                f"    rootcertbundle: {self.token_cert}",
+            ]
         self.config.write_text("\n".join(lines) + "\n")
 
     def start(self) -> RegistryServer:
@@ -85,10 +111,16 @@ class RegistryServer:
             self.storage.mkdir(parents=True, exist_ok=True)
             self._write_config()
             with open(self.log_path, "wb") as log:
-                self.process = subprocess.Popen([registry_binary(), "serve", str(self.config)], stdin=subprocess.DEVNULL,
-                                                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True,
-                                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                                                preexec_fn=_die_with_parent)
+                self.process = subprocess.Popen(
+                    [registry_binary(), "serve", str(self.config)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.root,
+                    start_new_session=True,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                    preexec_fn=_die_with_parent,
+                )
             deadline = time.monotonic() + self.START_TIMEOUT
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
@@ -163,18 +195,24 @@ class TokenServer:
         self._key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test token signer")])
         now = datetime.datetime.now(datetime.timezone.utc)
-        self._cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(self._key.public_key())
-                      .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                      .not_valid_after(now + datetime.timedelta(days=1))
-                      .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                      .sign(self._key, hashes.SHA256()))
+        self._cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self._key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(self._key, hashes.SHA256())
+        )
         self.cert_path = root / "token-cert.pem"
         self.cert_path.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         self._der = self._cert.public_bytes(serialization.Encoding.DER)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 server._answer(self)
 
             def log_message(self, *args: object) -> None:
@@ -207,8 +245,16 @@ class TokenServer:
             granted = [a for a in actions.split(",") if user or a == "pull"]
             access.append({"type": kind, "name": repo, "actions": granted})
         now = int(time.time())
-        claims = {"iss": self.ISSUER, "sub": user or "", "aud": query.get("service", [""])[0], "exp": now + 300,
-                  "nbf": now - 10, "iat": now, "jti": secrets.token_hex(8), "access": access}
+        claims = {
+            "iss": self.ISSUER,
+            "sub": user or "",
+            "aud": query.get("service", [""])[0],
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": secrets.token_hex(8),
+            "access": access,
+        }
         self.issued.append(claims)
         body = json.dumps({"token": self._sign(claims), "expires_in": 300}).encode()
         handler.send_response(200)
@@ -246,10 +292,10 @@ class BlobHost:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 host._serve(self, head=False)
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 host._serve(self, head=True)
 
             def log_message(self, *args: object) -> None:
@@ -311,10 +357,10 @@ class RegistryDouble:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 double._forward(self)
 
-            do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_GET  # noqa: N815
+            do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_GET
 
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._http.daemon_threads = True
@@ -331,10 +377,14 @@ class RegistryDouble:
         asked = re.fullmatch(r"/v2/(.+)/referrers/(sha256:[0-9a-f]{64})", path)
         if self.referrers_api and asked is not None and h.command == "GET":
             wanted = urllib.parse.parse_qs(urllib.parse.urlsplit(h.path).query).get("artifactType")
-            listed = [d for d in self.referrers.get((asked.group(1), asked.group(2)), [])
-                      if not wanted or d.get("artifactType") in wanted]
-            index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                                "manifests": listed}).encode()
+            listed = [
+                d
+                for d in self.referrers.get((asked.group(1), asked.group(2)), [])
+                if not wanted or d.get("artifactType") in wanted
+            ]
+            index = json.dumps(
+                {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": listed}
+            ).encode()
             h.send_response(200)
             h.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
             h.send_header("Content-Length", str(len(index)))
@@ -342,8 +392,13 @@ class RegistryDouble:
             h.wfile.write(index)
             return
         with urllib3.HTTPConnectionPool("127.0.0.1", self.upstream.port, retries=False, timeout=60) as upstream:
-            answer = upstream.urlopen(h.command, h.path, body=body if body or h.command in ("PUT", "POST", "PATCH") else None,
-                                      headers=headers, redirect=False)
+            answer = upstream.urlopen(
+                h.command,
+                h.path,
+                body=body if body or h.command in ("PUT", "POST", "PATCH") else None,
+                headers=headers,
+                redirect=False,
+            )
             data = answer.data
         extra: dict[str, str] = {}
         pushed = re.fullmatch(r"/v2/(.+)/manifests/[^/]+", path)
@@ -354,8 +409,13 @@ class RegistryDouble:
                 import hashlib
 
                 self.referrers.setdefault((pushed.group(1), subject["digest"]), []).append(
-                    {"mediaType": manifest.get("mediaType"), "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
-                     "size": len(body), "artifactType": manifest.get("artifactType")})
+                    {
+                        "mediaType": manifest.get("mediaType"),
+                        "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                        "size": len(body),
+                        "artifactType": manifest.get("artifactType"),
+                    }
+                )
                 extra["OCI-Subject"] = subject["digest"]
         blob = re.fullmatch(r"/v2/.+/blobs/(sha256:[0-9a-f]{64})", path)
         if self.redirect_blobs and blob is not None and h.command in ("GET", "HEAD") and answer.status in (200, 206):
@@ -370,7 +430,9 @@ class RegistryDouble:
                 h.send_header(key, value)
         for key, value in extra.items():
             h.send_header(key, value)
-        h.send_header("Content-Length", answer.headers.get("Content-Length", "0") if h.command == "HEAD" else str(len(data)))
+        h.send_header(
+            "Content-Length", answer.headers.get("Content-Length", "0") if h.command == "HEAD" else str(len(data))
+        )
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)

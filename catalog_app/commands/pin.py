@@ -8,11 +8,10 @@ from pathlib import Path
 import click
 
 from catalog.errors import InvalidCatalogError, UnknownModelError, UsageError
-from catalog_app.context import Invocation, cache_option, invocation
 from catalog.loading import load_dir
 from catalog.rules import LOCK_FIXES
 from catalog.schema import ModelManifest
-from catalog.tensor_tables import sidecar_path
+from catalog_app.context import Invocation, cache_option, invocation
 from resolver.hub import HubOptions
 from resolver.lock import LockResult, diff_files, lock_manifest
 from resolver.stores import Store
@@ -36,18 +35,36 @@ def lockable(root: Path, names: list[str] | None) -> list[tuple[ModelManifest, P
 @click.command("lock")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every manifest in the catalog.")
-@click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False), help="Pin from a local folder instead of the Hub.")
+@click.option(
+    "--from-dir", type=click.Path(path_type=Path, file_okay=False), help="Pin from a local folder instead of the Hub."
+)
 @click.option("--check", is_flag=True, help="Change nothing; exit 1 if the pinned files differ from the source.")
-@click.option("--from-store", is_flag=True, help="Keep the pins; read the safetensors headers from the store's verified copies.")
+@click.option(
+    "--from-store", is_flag=True, help="Keep the pins; read the safetensors headers from the store's verified copies."
+)
 @click.option("--store", metavar="URL", help="With --from-store: override catalog.yaml's store (env CATALOG_STORE).")
-@click.option("--tensor-digests", is_flag=True,
-              help="Also pin every tensor's sha256 (what --load-format catalog checks): reads every weight byte, verified "
-                   "against the pins on the way, from the cache, the tiers, the store or the Hub as resolve would (a lock "
-                   "--from-dir always pins them).")
-@click.option("--cache", "cache_dir", metavar="DIR", help="With --tensor-digests: the cache the weights are verified into.")
+@click.option(
+    "--tensor-digests",
+    is_flag=True,
+    help="Also pin every tensor's sha256 (what --load-format catalog checks): reads every weight byte, verified "
+    "against the pins on the way, from the cache, the tiers, the store or the Hub as resolve would (a lock "
+    "--from-dir always pins them).",
+)
+@click.option(
+    "--cache", "cache_dir", metavar="DIR", help="With --tensor-digests: the cache the weights are verified into."
+)
 @click.pass_context
-def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, from_dir: Path | None, check: bool,
-                 from_store: bool, store: str | None, tensor_digests: bool, cache_dir: str | None) -> int:
+def lock_command(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    all_models: bool,
+    from_dir: Path | None,
+    check: bool,
+    from_store: bool,
+    store: str | None,
+    tensor_digests: bool,
+    cache_dir: str | None,
+) -> int:
     """Fill in `files` (path, size, sha256, safetensors headers) from the Hub at the pinned revision, or from a folder."""
     if bool(names) == all_models:
         raise UsageError("name one or more models, or pass --all")
@@ -64,8 +81,14 @@ def lock_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, f
     for manifest, path in lockable(inv.settings.find_catalog_dir(), list(names) or None):
         try:
             folder = _model_dir(from_dir, manifest.name, single=len(names) == 1)
-            result: LockResult = lock_manifest(manifest, path, from_dir=folder, hub=hub, write=not check,
-                                               store=(bucket[0], manifest.s3_prefix[len(bucket[1]):]) if bucket else None)
+            result: LockResult = lock_manifest(
+                manifest,
+                path,
+                from_dir=folder,
+                hub=hub,
+                write=not check,
+                store=(bucket[0], manifest.s3_prefix[len(bucket[1]) :]) if bucket else None,
+            )
             if tensor_digests and folder is None:
                 result = _with_tensor_digests(inv, manifest.name, path, result)
         except UsageError as exc:
@@ -100,7 +123,9 @@ def _with_tensor_digests(inv: Invocation, name: str, path: Path, first: LockResu
     cat = load(current.find_catalog_dir(), only=[name])
     options = ResolveOptions.from_settings(current, cat, materialize_weights=True)
     resolved = resolve(cat, name, cache=inv.cache, store=open_catalog_store(cat, current), options=options)
-    again = lock_manifest(cat.get(name), path, from_dir=resolved.path, hub=HubOptions.from_settings(current), write=True)
+    again = lock_manifest(
+        cat.get(name), path, from_dir=resolved.path, hub=HubOptions.from_settings(current), write=True
+    )
     return LockResult(first.name, first.manifest_path, first.old, again.new, again.tables)
 
 
@@ -110,8 +135,10 @@ def _model_dir(from_dir: Path | None, name: str, *, single: bool) -> Path | None
         return from_dir / name if from_dir is not None else None
     if single:
         return from_dir
-    raise UsageError(f"{name}: no folder {from_dir / name} to lock it from",
-                     hint="with several models, --from-dir DIR reads each one's files from DIR/<name>/")
+    raise UsageError(
+        f"{name}: no folder {from_dir / name} to lock it from",
+        hint="with several models, --from-dir DIR reads each one's files from DIR/<name>/",
+    )
 
 
 def _store(inv: Invocation) -> tuple[Store, str]:
@@ -122,21 +149,35 @@ def _store(inv: Invocation) -> tuple[Store, str]:
     current = inv.settings
     catalog_settings = load_dir(current.find_catalog_dir()).settings
     if catalog_settings is None:
-        raise UsageError(f"{current.find_catalog_dir()}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
+        raise UsageError(
+            f"{current.find_catalog_dir()}/catalog.yaml is missing or invalid", hint="run `catalog validate`"
+        )
     return open_store(current.store or catalog_settings.store, current), catalog_settings.store
 
 
 @click.command("add")
 @click.argument("repo")
-@click.option("--revision", default="main", show_default=True, help="A branch, tag or commit; turned into its commit now.")
+@click.option(
+    "--revision", default="main", show_default=True, help="A branch, tag or commit; turned into its commit now."
+)
 @click.option("--name", help="Logical name (default: from the repo name).")
 @click.option("--load-format", help="Default: safetensors when the repo has safetensors weights.")
 @click.option("--gpu", "gpu_class", metavar="CLASS", help="GPU class (default: the catalog's default).")
-@click.option("--from-dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Pin the files of this folder (no Hub request; --revision must be the full commit they were taken from).")
+@click.option(
+    "--from-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Pin the files of this folder (no Hub request; --revision must be the full commit they were taken from).",
+)
 @click.pass_context
-def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, load_format: str | None, gpu_class: str | None,
-                from_dir: Path | None) -> int:
+def add_command(
+    ctx: click.Context,
+    repo: str,
+    revision: str,
+    name: str | None,
+    load_format: str | None,
+    gpu_class: str | None,
+    from_dir: Path | None,
+) -> int:
     """Scaffold and lock a manifest for a Hub repo (or a folder of its files): one command, one file for the PR."""
     from resolver.add import add_model
 
@@ -146,8 +187,17 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
     catalog_settings = load_dir(root).settings
     if catalog_settings is None:
         raise UsageError(f"{root}/catalog.yaml is missing or invalid", hint="run `catalog validate`")
-    new = add_model(repo, revision, name=name, load_format=load_format, gpu=gpu_class, settings=catalog_settings,
-                    catalog_dir=root, hub=hub, from_dir=from_dir)
+    new = add_model(
+        repo,
+        revision,
+        name=name,
+        load_format=load_format,
+        gpu=gpu_class,
+        settings=catalog_settings,
+        catalog_dir=root,
+        hub=hub,
+        from_dir=from_dir,
+    )
     problems = load_dir(root, [new.path]).problems
     for problem in problems:
         click.echo(f"{problem}  [{problem.rule}]")
@@ -157,7 +207,9 @@ def add_command(ctx: click.Context, repo: str, revision: str, name: str | None, 
 
 @click.command("tensorize")
 @click.argument("name")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Folder to write model.tensors into.")
+@click.option(
+    "--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Folder to write model.tensors into."
+)
 @click.option("--store", metavar="URL", help="Override the catalog's store.")
 @cache_option
 @click.pass_context

@@ -17,18 +17,39 @@ from catalog_app.context import invocation
 @click.command("sign")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_models", is_flag=True, help="Every model in the catalog.")
-@click.option("--private-key", type=click.Path(path_type=Path), metavar="PEM",
-              help="The EC private key (P-256 or P-384; PEM) to sign with (required unless --subject-into).")
-@click.option("--certificate", type=click.Path(path_type=Path), metavar="CHAIN",
-              help="The key's certificate chain (PEM: the signing certificate first, then intermediates), for keys "
-                   "an organisation's CA issued; verifiers then trust its root instead of the key.")
-@click.option("--subject-into", type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
-              help="Sign nothing: write the model's signed subject (the manifest fields that change what is loaded) "
-                   "into DIR as .model-catalog-subject.json, for a folder another tool (model_signing sign) signs.")
-@click.option("--no-push", is_flag=True, help="Write the .sig files only: push no signature to an oci:// store or mirror.")
+@click.option(
+    "--private-key",
+    type=click.Path(path_type=Path),
+    metavar="PEM",
+    help="The EC private key (P-256 or P-384; PEM) to sign with (required unless --subject-into).",
+)
+@click.option(
+    "--certificate",
+    type=click.Path(path_type=Path),
+    metavar="CHAIN",
+    help="The key's certificate chain (PEM: the signing certificate first, then intermediates), for keys "
+    "an organisation's CA issued; verifiers then trust its root instead of the key.",
+)
+@click.option(
+    "--subject-into",
+    type=click.Path(path_type=Path, file_okay=False),
+    metavar="DIR",
+    help="Sign nothing: write the model's signed subject (the manifest fields that change what is loaded) "
+    "into DIR as .model-catalog-subject.json, for a folder another tool (model_signing sign) signs.",
+)
+@click.option(
+    "--no-push", is_flag=True, help="Write the .sig files only: push no signature to an oci:// store or mirror."
+)
 @click.pass_context
-def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, private_key: Path | None,
-                 certificate: Path | None, subject_into: Path | None, no_push: bool) -> int:
+def sign_command(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    all_models: bool,
+    private_key: Path | None,
+    certificate: Path | None,
+    subject_into: Path | None,
+    no_push: bool,
+) -> int:
     """Sign the pins of NAMES (or --all): writes <name>.sig beside each <name>.yaml (OpenSSF model-signing
     format, verifiable with `model_signing verify` against a resolved view) and, where the store or a mirror is
     oci://, pushes it as a referrer of the model's artifact (`oras discover` lists it)."""
@@ -73,8 +94,10 @@ def sign_command(ctx: click.Context, names: tuple[str, ...], all_models: bool, p
                 continue
             click.echo(f"pushed {name}'s signature to {registry.url} as a referrer of its artifact ({digest})")
     if failed:
-        click.echo("hint: the .sig files are written; run `catalog sign` again with registry access, or pass --no-push",
-                   err=True)
+        click.echo(
+            "hint: the .sig files are written; run `catalog sign` again with registry access, or pass --no-push",
+            err=True,
+        )
     return 1 if failed else 0
 
 

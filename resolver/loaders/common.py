@@ -63,10 +63,19 @@ class LoadReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "load_format": self.load_format.value, "ok": self.ok, "tensors": self.tensors,
-            "bytes": self.bytes, "seconds": round(self.seconds, 6), "throughput_mib_s": round(self.throughput_mib_s, 1),
-            "uri": self.uri, "compared_with": self.compared_with, "skipped": self.skipped, "engine": self.engine,
-            "problems": list(self.problems), "notes": list(self.notes),
+            "name": self.name,
+            "load_format": self.load_format.value,
+            "ok": self.ok,
+            "tensors": self.tensors,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 6),
+            "throughput_mib_s": round(self.throughput_mib_s, 1),
+            "uri": self.uri,
+            "compared_with": self.compared_with,
+            "skipped": self.skipped,
+            "engine": self.engine,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
         }
 
 
@@ -145,8 +154,9 @@ def scoped_environ(values: Mapping[str, str], defaults: Mapping[str, str] | None
 # comparing tensors
 
 
-def compare_tensors(got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Tensor], *, what: str,
-                    reference: str) -> list[str]:
+def compare_tensors(
+    got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Tensor], *, what: str, reference: str
+) -> list[str]:
     """Exact equality, tensor by tensor: names, dtypes, shapes and every element."""
     import torch
 
@@ -155,7 +165,9 @@ def compare_tensors(got: Mapping[str, torch.Tensor], want: Mapping[str, torch.Te
     for n in sorted(set(got) & set(want)):
         a, b = got[n], want[n]
         if a.dtype != b.dtype or a.shape != b.shape:
-            problems.append(f"{what}: tensor {n} is {a.dtype} {tuple(a.shape)} but {b.dtype} {tuple(b.shape)} in {reference}")
+            problems.append(
+                f"{what}: tensor {n} is {a.dtype} {tuple(a.shape)} but {b.dtype} {tuple(b.shape)} in {reference}"
+            )
         elif not torch.equal(a, b):
             problems.append(f"{what}: tensor {n} differs from {reference}'s")
     return problems
@@ -173,9 +185,12 @@ def read_header(cat: Catalog, manifest: ModelManifest, entry: FileEntry, store: 
     at most two ranged reads (a streaming loader then proves those bytes with its hash of the whole file)."""
     try:
         if cache.has_blob(entry):
-            return read_file_header(cache.blob_path(entry.sha256), model=manifest.name, path=entry.path, size=entry.size)
-        return read_store_header(store, cat.store_key(manifest, entry.path), model=manifest.name, path=entry.path,
-                                 size=entry.size)
+            return read_file_header(
+                cache.blob_path(entry.sha256), model=manifest.name, path=entry.path, size=entry.size
+            )
+        return read_store_header(
+            store, cat.store_key(manifest, entry.path), model=manifest.name, path=entry.path, size=entry.size
+        )
     except HeaderError as exc:
         where = f"{manifest.name}/{entry.path}"
         raise _unreadable(where, exc.message.removeprefix(where + ": ")) from None
@@ -189,8 +204,10 @@ def parse_header(model: str, entry: FileEntry, raw: bytes) -> Header:
 
 
 def _unreadable(where: str, what: str) -> LoadError:
-    return LoadError(f"{where}: unreadable safetensors header: {what}",
-                     hint="the pinned file is not safetensors; fix the manifest's load_format or the file")
+    return LoadError(
+        f"{where}: unreadable safetensors header: {what}",
+        hint="the pinned file is not safetensors; fix the manifest's load_format or the file",
+    )
 
 
 def pinned_tables(cat: Catalog, manifest: ModelManifest) -> TensorTables | None:
@@ -212,17 +229,30 @@ def header_problems(model: str, entry: FileEntry, header: Header, tables: Tensor
     if rows is not None:
         want = {name: (dtype, shape) for name, dtype, shape in rows}
         got = {t.name: (t.dtype, t.shape) for t in header.tensors}
-        problems += [f"{where}: tensor {n} is pinned as {want[n][0]} {list(want[n][1])} but the file has no such tensor"
-                     for n in sorted(want.keys() - got.keys())]
-        problems += [f"{where}: tensor {n} ({got[n][0]} {list(got[n][1])}) is in the file but not pinned"
-                     for n in sorted(got.keys() - want.keys())]
-        problems += [f"{where}: tensor {n} is {got[n][0]} {list(got[n][1])} in the file, pinned as {want[n][0]} {list(want[n][1])}"
-                     for n in sorted(want.keys() & got.keys()) if want[n] != got[n]]
+        problems += [
+            f"{where}: tensor {n} is pinned as {want[n][0]} {list(want[n][1])} but the file has no such tensor"
+            for n in sorted(want.keys() - got.keys())
+        ]
+        problems += [
+            f"{where}: tensor {n} ({got[n][0]} {list(got[n][1])}) is in the file but not pinned"
+            for n in sorted(got.keys() - want.keys())
+        ]
+        problems += [
+            f"{where}: tensor {n} is {got[n][0]} {list(got[n][1])} in the file, pinned as {want[n][0]} {list(want[n][1])}"
+            for n in sorted(want.keys() & got.keys())
+            if want[n] != got[n]
+        ]
     if header.sha256 != pin.sha256:
-        problems.append(f"{where}: the header is not the pinned one (sha256 {header.sha256}, pinned {pin.sha256}"
-                        + ("" if problems or rows is None else "; every tensor's dtype and shape still match: its metadata "
-                           "or layout changed") + "): the file changed under its pin (`catalog sync` re-uploads the "
-                        f"pinned bytes) or the pin is stale (`catalog lock --check {model}`)")
+        problems.append(
+            f"{where}: the header is not the pinned one (sha256 {header.sha256}, pinned {pin.sha256}"
+            + (
+                ""
+                if problems or rows is None
+                else "; every tensor's dtype and shape still match: its metadata or layout changed"
+            )
+            + "): the file changed under its pin (`catalog sync` re-uploads the "
+            f"pinned bytes) or the pin is stale (`catalog lock --check {model}`)"
+        )
     return problems
 
 

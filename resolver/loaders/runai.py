@@ -19,7 +19,13 @@ from catalog.safetensors_header import Header
 from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache
 from resolver.loaders.common import (
-    LoadedWeights, LoadError, _terse, header_problems, pinned_tables, read_header, scoped_environ,
+    LoadedWeights,
+    LoadError,
+    _terse,
+    header_problems,
+    pinned_tables,
+    read_header,
+    scoped_environ,
     stream_target,
 )
 from resolver.resolution import Resolution
@@ -33,15 +39,35 @@ NEEDS: tuple[str, ...] = ("torch", "runai_model_streamer")
 
 # safetensors dtype names -> torch dtype names (str(torch.float32) == "torch.float32")
 TORCH_DTYPES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16", "I32": "int32",
-    "U32": "uint32", "I64": "int64", "U64": "uint64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-    "F64": "float64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
     "C64": "complex64",
 }
 
 
-def load(cat: Catalog, manifest: ModelManifest, resolution: Resolution, *, store: Store, cache: Cache,
-         options: ResolveOptions) -> LoadedWeights:
+def load(
+    cat: Catalog,
+    manifest: ModelManifest,
+    resolution: Resolution,
+    *,
+    store: Store,
+    cache: Cache,
+    options: ResolveOptions,
+) -> LoadedWeights:
     entries = [f for f in manifest.files if f.path.endswith(".safetensors")]
     base = resolution.model.rstrip("/") + "/"
     headers = {e.path: read_header(cat, manifest, e, store, cache) for e in entries}
@@ -77,8 +103,9 @@ def _unique_name_batches(entries: Sequence[FileEntry], headers: Mapping[str, Hea
     return [batch for batch, _ in batches]
 
 
-def stream_safetensors(uris: Sequence[str], target: StreamTarget,
-                       headers: Sequence[Header] | None = None) -> list[dict[str, torch.Tensor]]:
+def stream_safetensors(
+    uris: Sequence[str], target: StreamTarget, headers: Sequence[Header] | None = None
+) -> list[dict[str, torch.Tensor]]:
     """Stream safetensors files with runai-model-streamer in one session: tensors per file, in `uris` order.
 
     With `headers`, each tensor goes back to the file whose header names it; without, names must be unique
@@ -89,7 +116,11 @@ def stream_safetensors(uris: Sequence[str], target: StreamTarget,
 
     owner = {n: i for i, h in enumerate(headers or []) for n in h.by_name()}
     out: list[dict[str, torch.Tensor]] = [{} for _ in uris]
-    credentials = S3Credentials(endpoint=target.endpoint, region_name=target.region) if target.scheme == "s3" and target.endpoint else None
+    credentials = (
+        S3Credentials(endpoint=target.endpoint, region_name=target.region)
+        if target.scheme == "s3" and target.endpoint
+        else None
+    )
     try:
         with scoped_environ(target.env), SafetensorsStreamer() as streamer:
             streamer.stream_files(list(uris), s3_credentials=credentials, device="cpu")
@@ -102,8 +133,8 @@ def stream_safetensors(uris: Sequence[str], target: StreamTarget,
         raise LoadError(
             f"runai-model-streamer could not read {listing} ({target.where}): {_terse(exc)}",
             hint="check that the objects exist (`catalog resolve --materialize-weights NAME` names a missing one), "
-                 "AWS_ENDPOINT_URL / --store, the addressing style and the credentials; "
-                 "RUNAI_STREAMER_LOG_LEVEL=DEBUG RUNAI_STREAMER_LOG_TO_STDERR=1 shows runai's own log",
+            "AWS_ENDPOINT_URL / --store, the addressing style and the credentials; "
+            "RUNAI_STREAMER_LOG_LEVEL=DEBUG RUNAI_STREAMER_LOG_TO_STDERR=1 shows runai's own log",
         ) from None
     return out
 
@@ -118,8 +149,10 @@ def check_streamed(model: str, entry: FileEntry, header: Header, tensors: Mappin
         spec, got = specs[n], tensors[n]
         want_dtype = "torch." + TORCH_DTYPES.get(spec.dtype, spec.dtype)
         if str(got.dtype) != want_dtype or tuple(got.shape) != spec.shape:
-            problems.append(f"{where}: tensor {n} arrived as {got.dtype} {tuple(got.shape)}, the header says "
-                            f"{spec.dtype} {spec.shape}")
+            problems.append(
+                f"{where}: tensor {n} arrived as {got.dtype} {tuple(got.shape)}, the header says "
+                f"{spec.dtype} {spec.shape}"
+            )
     if problems:
         return problems
     return _check_digest(where, entry, header, tensors)
@@ -132,7 +165,9 @@ def _check_digest(where: str, entry: FileEntry, header: Header, tensors: Mapping
 
     # The parser proved the tensors tile the data section in this order, so they are the rest of the file.
     if len(header.raw) + header.data_bytes != entry.size:
-        return [f"{where}: header and tensors make {len(header.raw) + header.data_bytes} bytes, the pin says {entry.size}"]
+        return [
+            f"{where}: header and tensors make {len(header.raw) + header.data_bytes} bytes, the pin says {entry.size}"
+        ]
     digest = hashlib.sha256(header.raw)
     for spec in header.tensors:
         flat = tensors[spec.name].detach().reshape(-1).contiguous()
@@ -140,6 +175,8 @@ def _check_digest(where: str, entry: FileEntry, header: Header, tensors: Mapping
             digest.update(flat.view(torch.uint8).numpy().data)
     got = digest.hexdigest()
     if got != entry.sha256:
-        return [f"{where}: the streamed bytes hash to {got}, the pin says {entry.sha256}: the object in the store "
-                f"changed under its pin (`catalog sync` re-uploads it)"]
+        return [
+            f"{where}: the streamed bytes hash to {got}, the pin says {entry.sha256}: the object in the store "
+            f"changed under its pin (`catalog sync` re-uploads it)"
+        ]
     return []

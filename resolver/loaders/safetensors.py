@@ -22,14 +22,23 @@ if TYPE_CHECKING:
 NEEDS: tuple[str, ...] = ("torch", "safetensors")
 
 
-def load(cat: Catalog, manifest: ModelManifest, resolution: Resolution, *, store: Store, cache: Cache,
-         options: ResolveOptions) -> LoadedWeights:
+def load(
+    cat: Catalog,
+    manifest: ModelManifest,
+    resolution: Resolution,
+    *,
+    store: Store,
+    cache: Cache,
+    options: ResolveOptions,
+) -> LoadedWeights:
     from safetensors.torch import load_file
 
     paths = [f.path for f in manifest.weight_files if f.path.endswith(".safetensors")]
     if not paths:
-        raise LoadError(f"{manifest.name} ({manifest.load_format.value}) pins no *.safetensors weights to load",
-                        hint="check-load loads safetensors, runai_streamer(_sharded) and tensorizer models")
+        raise LoadError(
+            f"{manifest.name} ({manifest.load_format.value}) pins no *.safetensors weights to load",
+            hint="check-load loads safetensors, runai_streamer(_sharded) and tensorizer models",
+        )
     files: dict[str, dict[str, torch.Tensor]] = {}
     started = time.perf_counter()
     for path in paths:
@@ -41,6 +50,8 @@ def load(cat: Catalog, manifest: ModelManifest, resolution: Resolution, *, store
     problems = []
     for entry in manifest.weight_files:
         if entry.path in files:
-            header = read_file_header(resolution.path / entry.path, model=manifest.name, path=entry.path, size=entry.size)
+            header = read_file_header(
+                resolution.path / entry.path, model=manifest.name, path=entry.path, size=entry.size
+            )
             problems += header_problems(manifest.name, entry, header, tables)
     return LoadedWeights(manifest.name, manifest.load_format, str(resolution.path), files, seconds, problems)

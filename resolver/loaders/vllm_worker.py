@@ -57,7 +57,7 @@ def _cpu_environment(ranks: int) -> None:
     if ranks > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         cores = sorted(os.sched_getaffinity(0))
         per = max(1, len(cores) // ranks)
-        groups = [cores[i * per:(i + 1) * per] or cores[-1:] for i in range(ranks)]
+        groups = [cores[i * per : (i + 1) * per] or cores[-1:] for i in range(ranks)]
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(map(str, g)) for g in groups)
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
@@ -89,7 +89,9 @@ def _compile_counters() -> dict[str, int]:
             counted |= {f"{group}.{k}": int(v) for k, v in dynamo.counters[group].items() if "cache" in k}
     vllm_counter = sys.modules.get("vllm.compilation.counter")
     if vllm_counter is not None:
-        counted |= {f"vllm.{k}": int(v) for k, v in vars(vllm_counter.compilation_counter).items() if isinstance(v, int)}
+        counted |= {
+            f"vllm.{k}": int(v) for k, v in vars(vllm_counter.compilation_counter).items() if isinstance(v, int)
+        }
     return counted
 
 
@@ -123,11 +125,17 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         prompt = str(job.get("prompt", "hello world"))
         if config.runner_type == "pooling":
             embedded = llm.embed([prompt])[0]
-            result |= {"prompt_token_ids": list(embedded.prompt_token_ids), "embedding": list(embedded.outputs.embedding)}
+            result |= {
+                "prompt_token_ids": list(embedded.prompt_token_ids),
+                "embedding": list(embedded.outputs.embedding),
+            }
         else:
             out = llm.generate([prompt], SamplingParams(max_tokens=int(job.get("max_tokens", 8)), temperature=0))[0]
-            result |= {"prompt_token_ids": list(out.prompt_token_ids or []), "token_ids": list(out.outputs[0].token_ids),
-                       "text": out.outputs[0].text}
+            result |= {
+                "prompt_token_ids": list(out.prompt_token_ids or []),
+                "token_ids": list(out.outputs[0].token_ids),
+                "text": out.outputs[0].text,
+            }
         result["ok"] = True
     except SystemExit as exc:  # argparse refusing an argument exits; the message went to stderr
         result["error"] = f"vLLM refused the arguments {args} (exit {exc.code}); see its message above"

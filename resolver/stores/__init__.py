@@ -57,8 +57,12 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
     factory = _SCHEMES.get(scheme)
     if factory is None:
         known = ", ".join(f"{s}://" for s in schemes())
-        raise UsageError(f"unsupported store URL {urls.redact(url)!r}", hint=f"known schemes: {known}, or a folder path")
-    if scheme in urls.SCHEMES and (problem := urls.check_store_url(url)) is not None:  # before a store parses it: one line
+        raise UsageError(
+            f"unsupported store URL {urls.redact(url)!r}", hint=f"known schemes: {known}, or a folder path"
+        )
+    if (
+        scheme in urls.SCHEMES and (problem := urls.check_store_url(url)) is not None
+    ):  # before a store parses it: one line
         raise UsageError(f"bad store URL: {problem}", hint=urls.FORMS.get(scheme))
     return factory(url, settings)
 
@@ -93,5 +97,23 @@ register("http", _imported_on_use("resolver.stores.http", "from_settings"))
 register("https", _imported_on_use("resolver.stores.http", "from_settings"))
 register("oci", _imported_on_use("resolver.stores.oci", "from_url"))
 
-__all__ = ["LOCAL", "bind_models", "open_catalog_store", "LocalStore", "ObjectInfo", "ObjectNotFound", "ObjectStream", "S3Options",
-           "S3Store", "Store", "StoreFactory", "StreamTarget", "check_key", "make_s3_client", "open_store", "register", "schemes", "unregister"]
+__all__ = [
+    "LOCAL",
+    "bind_models",
+    "open_catalog_store",
+    "LocalStore",
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStream",
+    "S3Options",
+    "S3Store",
+    "Store",
+    "StoreFactory",
+    "StreamTarget",
+    "check_key",
+    "make_s3_client",
+    "open_store",
+    "register",
+    "schemes",
+    "unregister",
+]

@@ -29,7 +29,9 @@ def environment_keys(environ: Mapping[str, str] = os.environ) -> EnvironmentKeys
     key_id, secret = environ.get("AWS_ACCESS_KEY_ID") or "", environ.get("AWS_SECRET_ACCESS_KEY") or ""
     if not key_id or not secret or environ.get("AWS_CREDENTIAL_EXPIRATION"):
         return None
-    return EnvironmentKeys(key_id, secret, environ.get("AWS_SESSION_TOKEN") or environ.get("AWS_SECURITY_TOKEN") or None)
+    return EnvironmentKeys(
+        key_id, secret, environ.get("AWS_SESSION_TOKEN") or environ.get("AWS_SECURITY_TOKEN") or None
+    )
 
 
 def ca_bundle_known(environ: Mapping[str, str] = os.environ) -> tuple[bool, str | None]:

@@ -135,7 +135,9 @@ class Store(ABC):
     content_addressed: bool = False
     # What to check when it gave no usable answer after every attempt: its URL by default; S3 adds the endpoint's
     # variable, the Hub names HF_ENDPOINT.
-    unreachable_hint: str = "the store is unreachable or failing; retry later or check its URL (--store, --mirror, catalog.yaml)"
+    unreachable_hint: str = (
+        "the store is unreachable or failing; retry later or check its URL (--store, --mirror, catalog.yaml)"
+    )
 
     # -- objects: every store implements these -----------------------------------------------------
     @abstractmethod
@@ -148,7 +150,9 @@ class Store(ABC):
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream: ...
 
     @abstractmethod
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+    def put(
+        self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None
+    ) -> ObjectInfo:
         """Store `source` under `key` so that it appears whole or not at all, with `metadata` (which `head` gives
         back: sync checks the sha256 it put there); `sha256` (hex) lets the server check the bytes where it can."""
 
@@ -174,8 +178,11 @@ class Store(ABC):
             return False
         # http.client only if loaded (only a loaded library can have raised): the warm sync never imports it.
         client = sys.modules.get("http.client")
-        if isinstance(exc, (ConnectionError, TimeoutError)) or hasattr(exc, "retry_after") or \
-                (client is not None and isinstance(exc, client.HTTPException)):
+        if (
+            isinstance(exc, (ConnectionError, TimeoutError))
+            or hasattr(exc, "retry_after")
+            or (client is not None and isinstance(exc, client.HTTPException))
+        ):
             return True
         return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, PermissionError))
 

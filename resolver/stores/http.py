@@ -50,7 +50,7 @@ class _Stream:
         if response is None:
             return 0
         while self._skip:
-            count = response.readinto(buffer[:min(self._skip, len(buffer))])
+            count = response.readinto(buffer[: min(self._skip, len(buffer))])
             if not count:
                 return 0
             self._skip -= count
@@ -68,10 +68,15 @@ class HttpStore(Store):
     """`http(s)://host[:port]/base/`, read-only."""
 
     def __init__(self, base_url: str, *, bounds: Bounds | None = None, pool_size: int = 16) -> None:
-        problem = urls.check_store_url(base_url) if urls.scheme_of(base_url) in ("http", "https") else \
-            f"{urls.redact(base_url)!r} is not http(s)://host[:port]/base/"
+        problem = (
+            urls.check_store_url(base_url)
+            if urls.scheme_of(base_url) in ("http", "https")
+            else f"{urls.redact(base_url)!r} is not http(s)://host[:port]/base/"
+        )
         if problem is not None:
-            raise UsageError(f"bad HTTP store URL: {problem}", hint="use http(s)://host[:port]/base/, read with unsigned GETs")
+            raise UsageError(
+                f"bad HTTP store URL: {problem}", hint="use http(s)://host[:port]/base/, read with unsigned GETs"
+            )
         parsed = urllib.parse.urlsplit(base_url)
         assert parsed.hostname is not None  # checked above
         self.scheme = parsed.scheme
@@ -99,14 +104,19 @@ class HttpStore(Store):
             raise ObjectNotFound(key)
         if status >= 500 or status == 429:
             raise HttpError(f"{self.url}{key} answered {status}", retry)
-        raise StoreUnavailableError(f"{self.url} answered {status} for {key}",
-                                    hint="an HTTP mirror is read with unsigned GETs; check the URL", transient=False)
+        raise StoreUnavailableError(
+            f"{self.url} answered {status} for {key}",
+            hint="an HTTP mirror is read with unsigned GETs; check the URL",
+            transient=False,
+        )
 
     # -- the Store interface ------------------------------------------------------------------
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        raise StoreUnavailableError(f"{self.url} is a plain HTTP store: it cannot list objects",
-                                    hint="use it as a --mirror; the primary store must be one that lists (s3://, a folder)",
-                                    transient=False)
+        raise StoreUnavailableError(
+            f"{self.url} is a plain HTTP store: it cannot list objects",
+            hint="use it as a --mirror; the primary store must be one that lists (s3://, a folder)",
+            transient=False,
+        )
 
     def head(self, key: str) -> ObjectInfo | None:
         response = self._request("HEAD", key, {})
@@ -150,7 +160,9 @@ class HttpStore(Store):
         self._fail(response, key)
         raise AssertionError("unreachable")
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+    def put(
+        self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None
+    ) -> ObjectInfo:
         raise UsageError(f"{self.url} is a read-only HTTP store", hint="sync and publish write to s3:// or a folder")
 
     def delete(self, key: str) -> None:

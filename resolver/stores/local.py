@@ -34,7 +34,6 @@ from resolver.hashing import CHUNK, hash_file
 from resolver.identity import FileIdentity
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
 
-
 CONTENT = "x-catalog-content"  # in an object's metadata file: {"sha256", "identity"} of the bytes `put` wrote
 
 
@@ -76,7 +75,9 @@ class LocalStore(Store):
             raise UnsafePathError(f"refusing store key {key!r}: reserved folder {reserved.pop()}")
         return path
 
-    def _etag(self, key: str, st: os.stat_result, *, sidecar: dict[str, object] | None = None, prove: bool = False) -> str:
+    def _etag(
+        self, key: str, st: os.stat_result, *, sidecar: dict[str, object] | None = None, prove: bool = False
+    ) -> str:
         """The object's ETag (see the module's docstring): its recorded sha256 while its identity is the recorded
         one; with `prove`, after hashing a faithful copy of it; else its identity."""
         identity = FileIdentity.of(st)
@@ -156,11 +157,15 @@ class LocalStore(Store):
             raise ObjectNotFound(key) from None
         except PermissionError:
             raise StoreUnavailableError(
-                f"{self.url}: {key} is not readable by this user", transient=False,
+                f"{self.url}: {key} is not readable by this user",
+                transient=False,
                 hint="the folder store's owner must make its files readable (objects are written 0644 under the usual "
-                     "umask; `chmod -R a+rX` fixes older ones)") from None
+                "umask; `chmod -R a+rX` fixes older ones)",
+            ) from None
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+    def put(
+        self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None
+    ) -> ObjectInfo:
         self.requests["PutObject"] += 1
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -86,24 +86,41 @@ def source_url(manifest: ModelManifest) -> str:
 def build_config(manifest: ModelManifest) -> bytes:
     """The artifact's config (ModelPack `model.config.v1`): the name, the Hub repo and revision it was pinned at,
     and every layer's digest. No timestamps: a re-publish of the same pins is the same blob."""
-    return canonical({
-        "descriptor": {"name": manifest.name, "revision": manifest.source.revision, "sourceURL": source_url(manifest),
-                       **({"description": manifest.description} if manifest.description else {})},
-        "modelfs": {"type": "layers", "diffIds": [f"sha256:{e.sha256}" for e in manifest.files]},
-        "config": {"format": manifest.load_format.value},
-    })
+    return canonical(
+        {
+            "descriptor": {
+                "name": manifest.name,
+                "revision": manifest.source.revision,
+                "sourceURL": source_url(manifest),
+                **({"description": manifest.description} if manifest.description else {}),
+            },
+            "modelfs": {"type": "layers", "diffIds": [f"sha256:{e.sha256}" for e in manifest.files]},
+            "config": {"format": manifest.load_format.value},
+        }
+    )
 
 
 def build_manifest(manifest: ModelManifest, config: bytes) -> bytes:
     """The OCI image manifest of the artifact: one raw layer per pinned file, in the manifest's order."""
-    layers = [{"mediaType": media_type(manifest, e), "digest": f"sha256:{e.sha256}", "size": e.size,
-               "annotations": {FILEPATH: e.path, TITLE: e.path}} for e in manifest.files]  # title: where oras pull writes it
-    return canonical({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
-        "config": {"mediaType": CONFIG_TYPE, "digest": digest_of(config), "size": len(config)},
-        "layers": layers,
-        "annotations": {TITLE: manifest.name, SOURCE: source_url(manifest), REVISION: manifest.source.revision},
-    })
+    layers = [
+        {
+            "mediaType": media_type(manifest, e),
+            "digest": f"sha256:{e.sha256}",
+            "size": e.size,
+            "annotations": {FILEPATH: e.path, TITLE: e.path},
+        }
+        for e in manifest.files
+    ]  # title: where oras pull writes it
+    return canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": ARTIFACT_TYPE,
+            "config": {"mediaType": CONFIG_TYPE, "digest": digest_of(config), "size": len(config)},
+            "layers": layers,
+            "annotations": {TITLE: manifest.name, SOURCE: source_url(manifest), REVISION: manifest.source.revision},
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -250,13 +267,23 @@ def build_referrer(subject: Descriptor, artifact_type: str, payload: bytes, titl
     """The image manifest of an artifact about `subject`: one layer holding `payload` (named `title`, where `oras
     pull` writes it), the empty config, `subject` pointing at the model's artifact. No timestamp: the same payload
     about the same artifact is the same manifest."""
-    return canonical({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
-        "config": {"mediaType": EMPTY_TYPE, "digest": digest_of(EMPTY_CONFIG), "size": len(EMPTY_CONFIG)},
-        "layers": [{"mediaType": artifact_type, "digest": digest_of(payload), "size": len(payload),
-                    "annotations": {TITLE: title}}],
-        "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
-    })
+    return canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": artifact_type,
+            "config": {"mediaType": EMPTY_TYPE, "digest": digest_of(EMPTY_CONFIG), "size": len(EMPTY_CONFIG)},
+            "layers": [
+                {
+                    "mediaType": artifact_type,
+                    "digest": digest_of(payload),
+                    "size": len(payload),
+                    "annotations": {TITLE: title},
+                }
+            ],
+            "subject": {"mediaType": subject.media_type, "digest": subject.digest, "size": subject.size},
+        }
+    )
 
 
 def fallback_tag(digest: str) -> str:
@@ -268,8 +295,9 @@ def fallback_tag(digest: str) -> str:
 def referrer_descriptor(manifest: bytes) -> Descriptor:
     """The descriptor an index lists for a referrer manifest built by `build_referrer`."""
     data = bounded_json(manifest, "the referrer")
-    return Descriptor(OCI_MANIFEST, digest_of(manifest), len(manifest), data.get("artifactType"),
-                      dict(data.get("annotations") or {}))
+    return Descriptor(
+        OCI_MANIFEST, digest_of(manifest), len(manifest), data.get("artifactType"), dict(data.get("annotations") or {})
+    )
 
 
 def parse_index(body: bytes) -> list[Descriptor]:
@@ -288,9 +316,15 @@ def parse_index(body: bytes) -> list[Descriptor]:
             continue
         artifact = raw.get("artifactType")
         notes = raw.get("annotations")
-        found.append(Descriptor(media if isinstance(media, str) else OCI_MANIFEST, digest, size,
-                                artifact if isinstance(artifact, str) else None,
-                                {str(k): str(v) for k, v in notes.items()} if isinstance(notes, dict) else {}))
+        found.append(
+            Descriptor(
+                media if isinstance(media, str) else OCI_MANIFEST,
+                digest,
+                size,
+                artifact if isinstance(artifact, str) else None,
+                {str(k): str(v) for k, v in notes.items()} if isinstance(notes, dict) else {},
+            )
+        )
     return found
 
 

@@ -35,12 +35,40 @@ from catalog.schema import ModelManifest
 from catalog.settings import Settings
 from resolver import hashing
 from resolver.stores.base import EmptyStream, ObjectInfo, ObjectNotFound, ObjectStream, Store, check_key
-from resolver.stores.modelpack import (EMPTY_CONFIG, MANIFEST_ACCEPT, OCI_INDEX, OCI_MANIFEST, READABLE_TAG,
-                                       SIGNATURE_TYPE, Descriptor, Layer, NotAModelManifest, Parsed, bounded_json,
-                                       build_config, build_index, build_manifest, build_referrer, canonical, digest_of,
-                                       fallback_tag, first_mismatch, layer_path, parse_index, parse_manifest,
-                                       referrer_descriptor, repository_name)
-from resolver.stores.oci_auth import Credentials, CredentialProgram, credentials_for, host_key, read_docker_config, scope
+from resolver.stores.modelpack import (
+    EMPTY_CONFIG,
+    MANIFEST_ACCEPT,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    READABLE_TAG,
+    SIGNATURE_TYPE,
+    Descriptor,
+    Layer,
+    NotAModelManifest,
+    Parsed,
+    bounded_json,
+    build_config,
+    build_index,
+    build_manifest,
+    build_referrer,
+    canonical,
+    digest_of,
+    fallback_tag,
+    first_mismatch,
+    layer_path,
+    parse_index,
+    parse_manifest,
+    referrer_descriptor,
+    repository_name,
+)
+from resolver.stores.oci_auth import (
+    CredentialProgram,
+    Credentials,
+    credentials_for,
+    host_key,
+    read_docker_config,
+    scope,
+)
 from resolver.stores.oci_client import METADATA_ATTEMPTS, RegistryClient, Reply, is_loopback
 from resolver.stores.transport import Body, Response
 from resolver.waits import Bounds
@@ -56,10 +84,14 @@ MANIFEST_LIMIT = 4 * 1024 * 1024  # what registries accept as a manifest
 FAILURE_MEMORY = 60.0  # seconds a manifest read that failed is answered with its error without asking again
 
 
-SignatureCheck = Callable[[ModelManifest, bytes], "str | None"]  # a bundle's bytes -> why it does not vouch (None: it does)
+SignatureCheck = Callable[
+    [ModelManifest, bytes], "str | None"
+]  # a bundle's bytes -> why it does not vouch (None: it does)
 REFERRER_LIMIT = 4 * 1024 * 1024  # bytes of a referrer's payload (a signature bundle, a BOM) read at most
-URL_OPTIONS = {"plain-http": "reach the registry over http://",  # the names are catalog/urls.py's OCI_OPTIONS
-               "require-signature": "refuse an artifact without a signature referrer the runner's trusted keys verify"}
+URL_OPTIONS = {
+    "plain-http": "reach the registry over http://",  # the names are catalog/urls.py's OCI_OPTIONS
+    "require-signature": "refuse an artifact without a signature referrer the runner's trusted keys verify",
+}
 REFERRERS_TRIED = 8  # signature referrers fetched at most for one artifact (the newest of the tag schema's list)
 
 
@@ -76,15 +108,20 @@ class LayerMismatchError(IntegrityError):
 
     def __init__(self, model: str, path: str, reference: str, problem: str) -> None:
         super().__init__(model, path, "layer", "the pin", problem, "")
-        self.message = (f"{model}/{path}: the registry's artifact {reference} does not hold the pinned file ({problem}); "
-                        "nothing was downloaded")
+        self.message = (
+            f"{model}/{path}: the registry's artifact {reference} does not hold the pinned file ({problem}); "
+            "nothing was downloaded"
+        )
         self.args = (self.message,)
         self.hint = f"run `catalog sync {model} --store ...` to publish the pinned files, or fix the manifest"
 
 
 def _component_problem(name: str) -> str | None:
-    return None if all(_COMPONENT.match(part) for part in name.split("/")) else \
-        "a registry repository name is lower-case letters and digits, separated by single '.', '_', '__' or '-'"
+    return (
+        None
+        if all(_COMPONENT.match(part) for part in name.split("/"))
+        else "a registry repository name is lower-case letters and digits, separated by single '.', '_', '__' or '-'"
+    )
 
 
 class _BlobStream:
@@ -111,8 +148,16 @@ class OciStore(Store):
     engine_streamable = False  # engines read files, not registries: resolve brings streamed weights local
     content_addressed = True  # each layer is named by its sha256, and the pushed manifest is sync's record
 
-    def __init__(self, client: RegistryClient, namespace: str, url: str, *, part_size: int = 64 * 1024 * 1024,
-                 concurrency: int = 8, signature_check: SignatureCheck | None = None) -> None:
+    def __init__(
+        self,
+        client: RegistryClient,
+        namespace: str,
+        url: str,
+        *,
+        part_size: int = 64 * 1024 * 1024,
+        concurrency: int = 8,
+        signature_check: SignatureCheck | None = None,
+    ) -> None:
         self.client = client
         self.namespace = namespace
         self.url = url
@@ -129,11 +174,15 @@ class OciStore(Store):
         self._manifest_locks: dict[tuple[str, str], threading.Lock] = {}
         self._subjects: dict[tuple[str, str], Descriptor] = {}  # (repository, tag) -> the manifest read there
         self._signed: set[tuple[str, str]] = set()  # (model, artifact digest) whose signature referrer verified
-        self._failed: dict[tuple[str, str], tuple[StoreUnavailableError, float]] = {}  # (repository, tag) -> why its read failed, until
+        self._failed: dict[
+            tuple[str, str], tuple[StoreUnavailableError, float]
+        ] = {}  # (repository, tag) -> why its read failed, until
         self._present: set[tuple[str, str]] = set()  # (repository, digest) known to be in the registry
         self._absent: set[tuple[str, str]] = set()  # (repository, digest) a HEAD found missing (mount sources only)
         self._holders: dict[str, str] = {}  # digest -> a repository known to hold it (to mount from)
-        self._digest_locks: dict[str, threading.Lock] = {}  # one put per digest at a time: the second mounts the first's
+        self._digest_locks: dict[
+            str, threading.Lock
+        ] = {}  # one put per digest at a time: the second mounts the first's
         self._pending: dict[tuple[str, str], Layer] = {}  # (repository, path) -> the blob put for it, not yet published
 
     # -- the catalog -------------------------------------------------------------------------------
@@ -146,12 +195,14 @@ class OciStore(Store):
     def _locate(self, key: str) -> tuple[ModelManifest, str] | None:
         """The model whose prefix `key` lies under, and the path inside it."""
         if not self._prefixes:
-            raise UsageError(f"{self.url} addresses artifacts by model, and no catalog was bound to it",
-                             hint="open it with resolver.resolve.open_catalog_store(cat, settings) (the CLI does)")
+            raise UsageError(
+                f"{self.url} addresses artifacts by model, and no catalog was bound to it",
+                hint="open it with resolver.resolve.open_catalog_store(cat, settings) (the CLI does)",
+            )
         best = max((p for p in self._prefixes if key.startswith(p)), key=len, default=None)
         if best is None or best == key:
             return None
-        return self._prefixes[best], key[len(best):]
+        return self._prefixes[best], key[len(best) :]
 
     def repository(self, model: ModelManifest) -> str:
         name = repository_name(self.namespace, model.name)
@@ -182,28 +233,45 @@ class OciStore(Store):
             except StoreUnavailableError as exc:
                 # Final for this store: the client has retried what was worth it (a transfer retrying each file's
                 # open on top would multiply the waits by files and attempts).
-                final = exc if not exc.transient else StoreUnavailableError(
-                    f"{exc.message} (after {METADATA_ATTEMPTS} attempts)", hint=exc.hint, transient=False)
+                final = (
+                    exc
+                    if not exc.transient
+                    else StoreUnavailableError(
+                        f"{exc.message} (after {METADATA_ATTEMPTS} attempts)", hint=exc.hint, transient=False
+                    )
+                )
                 with self._lock:
                     self._failed[(repo, tag)] = (final, time.monotonic() + FAILURE_MEMORY)
                 raise final from None
 
     def _read_artifact(self, model: ModelManifest, repo: str, tag: str) -> Parsed | None:
-        reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull")], repo=repo,
-                                 headers={"Accept": MANIFEST_ACCEPT}, limit=MANIFEST_LIMIT)
+        reply = self.client.call(
+            "GetManifest",
+            "GET",
+            f"/v2/{repo}/manifests/{tag}",
+            scopes=[scope(repo, "pull")],
+            repo=repo,
+            headers={"Accept": MANIFEST_ACCEPT},
+            limit=MANIFEST_LIMIT,
+        )
         parsed: Parsed | None = None
         if reply.status == 200:
             named = reply.header("Docker-Content-Digest")
             got = digest_of(reply.body)
             if named is not None and named.strip() != got:
-                raise ManifestDigestError(f"{self.reference(model)}: the manifest's bytes hash to {got}, the registry names them "
-                                          f"{named.strip()}; refused it", hint="the registry's storage is corrupt; re-push the artifact")
+                raise ManifestDigestError(
+                    f"{self.reference(model)}: the manifest's bytes hash to {got}, the registry names them "
+                    f"{named.strip()}; refused it",
+                    hint="the registry's storage is corrupt; re-push the artifact",
+                )
             try:
                 parsed = parse_manifest(reply.body)
             except NotAModelManifest as exc:
-                raise StoreUnavailableError(f"{self.reference(model)} is not a model artifact: {exc}",
-                                            hint="push the model with `catalog sync` (or oras, one layer per file)",
-                                            transient=False) from None
+                raise StoreUnavailableError(
+                    f"{self.reference(model)} is not a model artifact: {exc}",
+                    hint="push the model with `catalog sync` (or oras, one layer per file)",
+                    transient=False,
+                ) from None
             for why in parsed.ignored:
                 log.debug("%s: ignored %s", self.reference(model), why)
             media = reply.header("Content-Type") or OCI_MANIFEST
@@ -222,11 +290,15 @@ class OciStore(Store):
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """The layers of every bound model whose keys can start with `prefix`, each artifact read afresh
         (several at a time): a layer is listed with its size and, as ETag, its digest."""
-        models = sorted(((p, m) for p, m in self._prefixes.items() if p.startswith(prefix) or prefix.startswith(p)),
-                        key=lambda pm: pm[0])
+        models = sorted(
+            ((p, m) for p, m in self._prefixes.items() if p.startswith(prefix) or prefix.startswith(p)),
+            key=lambda pm: pm[0],
+        )
         if not models and not self._prefixes:
             self._locate(prefix)  # says that no catalog was bound
-        with ThreadPoolExecutor(max(1, min(self.concurrency, len(models) or 1)), thread_name_prefix="catalog-oci-list") as pool:
+        with ThreadPoolExecutor(
+            max(1, min(self.concurrency, len(models) or 1)), thread_name_prefix="catalog-oci-list"
+        ) as pool:
             artifacts = list(pool.map(lambda pm: self.artifact(pm[1], fresh=True), models))
         found: list[ObjectInfo] = []
         for (model_prefix, _), parsed in zip(models, artifacts, strict=True):
@@ -265,7 +337,9 @@ class OciStore(Store):
 
     def _blob_size(self, repo: str, digest: str) -> int | None:
         """The blob's size when `repo` holds it, else None (one HEAD)."""
-        reply = self.client.call("HeadBlob", "HEAD", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo)
+        reply = self.client.call(
+            "HeadBlob", "HEAD", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo
+        )
         if reply.status != 200:
             return None
         length = self.client.size_of(reply, f"HEAD of {digest} in {repo}")
@@ -292,8 +366,15 @@ class OciStore(Store):
         headers = {"Accept-Encoding": "identity"}
         if start or end is not None:
             headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
-        response = self.client.send("GetBlob", "GET", f"/v2/{repo}/blobs/{layer.digest}", scopes=[scope(repo, "pull")],
-                                    repo=repo, headers=headers, follow=True)
+        response = self.client.send(
+            "GetBlob",
+            "GET",
+            f"/v2/{repo}/blobs/{layer.digest}",
+            scopes=[scope(repo, "pull")],
+            repo=repo,
+            headers=headers,
+            follow=True,
+        )
         status = response.status
         if status not in (200, 206):
             retry = response.retry_after()
@@ -307,18 +388,28 @@ class OciStore(Store):
         named = response.header("Docker-Content-Digest")
         if named is not None and named.strip() != layer.digest:
             response.close()
-            raise IntegrityError(model.name, path, "blob digest", layer.digest, named.strip(),
-                                 "the registry answered a GET of one digest with another blob")
+            raise IntegrityError(
+                model.name,
+                path,
+                "blob digest",
+                layer.digest,
+                named.strip(),
+                "the registry answered a GET of one digest with another blob",
+            )
         if status == 206:
             match = _CONTENT_RANGE.fullmatch((response.header("Content-Range") or "").strip())
             if match is None or int(match.group(1)) != start:
                 response.close()
-                raise StoreUnavailableError(f"{self.where(repo)}: a 206 answer for {layer.digest} with a Content-Range other than asked")
+                raise StoreUnavailableError(
+                    f"{self.where(repo)}: a 206 answer for {layer.digest} with a Content-Range other than asked"
+                )
             return _BlobStream(response, int(match.group(3)))
         length = self.client.size_of(response, f"the blob {layer.digest}") if not start else None
         if start or length is None:  # a registry that ignored the Range: not worth skipping over
             response.close()
-            raise StoreUnavailableError(f"{self.where(repo)} ignored a ranged GET of {layer.digest} (or sent no length)")
+            raise StoreUnavailableError(
+                f"{self.where(repo)} ignored a ranged GET of {layer.digest} (or sent no length)"
+            )
         return _BlobStream(response, length)
 
     def _mismatch(self, model: ModelManifest, parsed: Parsed) -> tuple[str, str] | None:
@@ -332,13 +423,17 @@ class OciStore(Store):
             self._checked[model.name] = (parsed, found)
         return found
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+    def put(
+        self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None
+    ) -> ObjectInfo:
         """Make the model's repository hold `source` as a blob (skipped when it does, mounted when another model's
         repository does, else uploaded); the manifest naming it is pushed by `publish_model`."""
         located = self._locate(check_key(key))
         if located is None:
-            raise UsageError(f"{self.url} holds only the catalog's models' files: {key!r} is under no model's prefix",
-                             hint="sync writes no state objects to a registry: the artifact's manifest is the record")
+            raise UsageError(
+                f"{self.url} holds only the catalog's models' files: {key!r} is under no model's prefix",
+                hint="sync writes no state objects to a registry: the artifact's manifest is the record",
+            )
         model, path = located
         size = source.stat().st_size
         if sha256 is None:
@@ -355,15 +450,18 @@ class OciStore(Store):
             self._pending[(repo, path)] = Layer(path, digest, size)
         return ObjectInfo(key, size, etag=digest, metadata={"sha256": sha256})
 
-    def _put_blob(self, repo: str, model: ModelManifest, path: str, digest: str, size: int, source: Path,
-                  published: Layer | None) -> None:
+    def _put_blob(
+        self, repo: str, model: ModelManifest, path: str, digest: str, size: int, source: Path, published: Layer | None
+    ) -> None:
         present = self._blob_size(repo, digest)
         if present == size and published is not None and published.digest == digest and published.size == size:
             # Only a deep check that hashed other bytes asks to put what the registry already names so.
             raise StoreUnavailableError(
                 f"{self.where(repo)} serves other bytes under {digest} ({model.name}/{path}); a registry keeps the first "
                 "bytes stored under a digest, so uploading them again cannot repair it",
-                hint="delete that blob on the registry (and garbage-collect it), then run sync again", transient=False)
+                hint="delete that blob on the registry (and garbage-collect it), then run sync again",
+                transient=False,
+            )
         if present != size:
             self._upload(repo, model, digest, Body(path=source, length=size))
         else:
@@ -374,9 +472,14 @@ class OciStore(Store):
         `counted`: a pinned file's blob (in `blobs`), not the artifact's config."""
         source = self._mount_source(repo, model, digest)
         if source is not None:
-            reply = self.client.call("MountBlob", "POST", f"/v2/{repo}/blobs/uploads/?mount={digest}&from={source}",
-                                     scopes=[scope(repo, "pull,push"), scope(source, "pull")], repo=repo,
-                                     body=Body(data=b""))
+            reply = self.client.call(
+                "MountBlob",
+                "POST",
+                f"/v2/{repo}/blobs/uploads/?mount={digest}&from={source}",
+                scopes=[scope(repo, "pull,push"), scope(source, "pull")],
+                repo=repo,
+                body=Body(data=b""),
+            )
             if reply.status == 201:
                 self._remember(repo, digest)
                 if counted:
@@ -384,29 +487,57 @@ class OciStore(Store):
                 log.debug("mounted %s into %s from %s", digest, repo, source)
                 return
         else:
-            reply = self.client.call("StartUpload", "POST", f"/v2/{repo}/blobs/uploads/", scopes=[scope(repo, "pull,push")],
-                                     repo=repo, body=Body(data=b""))
+            reply = self.client.call(
+                "StartUpload",
+                "POST",
+                f"/v2/{repo}/blobs/uploads/",
+                scopes=[scope(repo, "pull,push")],
+                repo=repo,
+                body=Body(data=b""),
+            )
         location = self._location(reply, repo, 202)
         if body.size > self.part_size:
             for offset in range(0, body.size, self.part_size):
                 length = min(self.part_size, body.size - offset)
-                chunk = Body(data=body.data[offset:offset + length]) if body.data is not None else \
-                    Body(path=body.path, offset=offset, length=length)
-                reply = self.client.call("PatchBlob", "PATCH", location, scopes=[scope(repo, "pull,push")], repo=repo, body=chunk,
-                                         headers={"Content-Type": "application/octet-stream",
-                                                  "Content-Range": f"{offset}-{offset + length - 1}"})
+                chunk = (
+                    Body(data=body.data[offset : offset + length])
+                    if body.data is not None
+                    else Body(path=body.path, offset=offset, length=length)
+                )
+                reply = self.client.call(
+                    "PatchBlob",
+                    "PATCH",
+                    location,
+                    scopes=[scope(repo, "pull,push")],
+                    repo=repo,
+                    body=chunk,
+                    headers={
+                        "Content-Type": "application/octet-stream",
+                        "Content-Range": f"{offset}-{offset + length - 1}",
+                    },
+                )
                 location = self._location(reply, repo, 202)
             body = Body(data=b"")
         separator = "&" if "?" in location else "?"
-        reply = self.client.call("PutBlob", "PUT", f"{location}{separator}digest={urllib.parse.quote(digest)}",
-                                 scopes=[scope(repo, "pull,push")], repo=repo, body=body,
-                                 headers={"Content-Type": "application/octet-stream"})
+        reply = self.client.call(
+            "PutBlob",
+            "PUT",
+            f"{location}{separator}digest={urllib.parse.quote(digest)}",
+            scopes=[scope(repo, "pull,push")],
+            repo=repo,
+            body=body,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         if reply.status != 201:
-            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} to the upload of {digest}: "
-                                        f"{_registry_error(reply.body)}", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)} answered {reply.status} to the upload of {digest}: {_registry_error(reply.body)}",
+                transient=False,
+            )
         named = reply.header("Docker-Content-Digest")
         if named is not None and named.strip() != digest:
-            raise StoreUnavailableError(f"{self.where(repo)} stored the upload of {digest} as {named.strip()}", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)} stored the upload of {digest} as {named.strip()}", transient=False
+            )
         self._remember(repo, digest)
         if counted:
             self._count("uploaded")
@@ -451,12 +582,15 @@ class OciStore(Store):
     def _location(self, reply: Reply, repo: str, expected: int) -> str:
         location = reply.header("Location")
         if reply.status != expected or not location:
-            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} to an upload: {_registry_error(reply.body)}",
-                                        transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)} answered {reply.status} to an upload: {_registry_error(reply.body)}",
+                transient=False,
+            )
         parsed = urllib.parse.urlsplit(location)
         if parsed.netloc and parsed.netloc != self.client.netloc:
-            raise StoreUnavailableError(f"{self.where(repo)} sent an upload to another host ({parsed.netloc}); not supported",
-                                        transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)} sent an upload to another host ({parsed.netloc}); not supported", transient=False
+            )
         return parsed.path + (f"?{parsed.query}" if parsed.query else "")
 
     def publish_model(self, name: str) -> None:
@@ -491,14 +625,25 @@ class OciStore(Store):
             log.warning("%s; %s:%s is published, only the `%s` tag was not moved", exc, repo, revision, READABLE_TAG)
 
     def _put_manifest(self, repo: str, tag: str, body: bytes, media_type: str = OCI_MANIFEST) -> Reply:
-        reply = self.client.call("PutManifest", "PUT", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull,push")], repo=repo,
-                                 body=Body(data=body), headers={"Content-Type": media_type})
+        reply = self.client.call(
+            "PutManifest",
+            "PUT",
+            f"/v2/{repo}/manifests/{tag}",
+            scopes=[scope(repo, "pull,push")],
+            repo=repo,
+            body=Body(data=body),
+            headers={"Content-Type": media_type},
+        )
         if reply.status != 201:
-            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} to the manifest {tag}: "
-                                        f"{_registry_error(reply.body)}", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)} answered {reply.status} to the manifest {tag}: {_registry_error(reply.body)}",
+                transient=False,
+            )
         named = reply.header("Docker-Content-Digest")
         if named is not None and named.strip() != digest_of(body):
-            raise ManifestDigestError(f"{self.where(repo)}:{tag} stored the manifest as {named.strip()}, not {digest_of(body)}")
+            raise ManifestDigestError(
+                f"{self.where(repo)}:{tag} stored the manifest as {named.strip()}, not {digest_of(body)}"
+            )
         return reply
 
     # -- referrers: artifacts about a model's artifact (its signature; a BOM) ------------------------------------
@@ -539,19 +684,30 @@ class OciStore(Store):
         self._put_manifest(repo, tag, build_index([*listed, descriptor]), OCI_INDEX)
 
     def _fallback_index(self, repo: str, tag: str, actions: str) -> Sequence[Descriptor]:
-        reply = self.client.call("GetReferrers", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, actions)], repo=repo,
-                                 headers={"Accept": OCI_INDEX}, limit=MANIFEST_LIMIT)
+        reply = self.client.call(
+            "GetReferrers",
+            "GET",
+            f"/v2/{repo}/manifests/{tag}",
+            scopes=[scope(repo, actions)],
+            repo=repo,
+            headers={"Accept": OCI_INDEX},
+            limit=MANIFEST_LIMIT,
+        )
         if reply.status == 404:
             return []
         return self._index(reply, repo, tag)
 
     def _index(self, reply: Reply, repo: str, what: str) -> Sequence[Descriptor]:
         if reply.status != 200:
-            raise StoreUnavailableError(f"{self.where(repo)} answered {reply.status} for the referrers of {what}", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)} answered {reply.status} for the referrers of {what}", transient=False
+            )
         try:
             return parse_index(reply.body)
         except ValueError as exc:
-            raise StoreUnavailableError(f"{self.where(repo)}: the referrers of {what}: {exc}", transient=False) from None
+            raise StoreUnavailableError(
+                f"{self.where(repo)}: the referrers of {what}: {exc}", transient=False
+            ) from None
 
     def referrers(self, model: ModelManifest, artifact_type: str | None = None) -> Sequence[Descriptor]:
         """The artifacts about the model's artifact (of `artifact_type` when given): the registry's referrers API, else
@@ -559,34 +715,62 @@ class OciStore(Store):
         repo = self.repository(model)
         subject = self.subject(model)
         query = f"?artifactType={urllib.parse.quote(artifact_type, safe='')}" if artifact_type else ""
-        reply = self.client.call("GetReferrers", "GET", f"/v2/{repo}/referrers/{subject.digest}{query}",
-                                 scopes=[scope(repo, "pull")], repo=repo, headers={"Accept": OCI_INDEX}, limit=MANIFEST_LIMIT)
-        found = self._fallback_index(repo, fallback_tag(subject.digest), "pull") if reply.status == 404 else \
-            self._index(reply, repo, subject.digest)
+        reply = self.client.call(
+            "GetReferrers",
+            "GET",
+            f"/v2/{repo}/referrers/{subject.digest}{query}",
+            scopes=[scope(repo, "pull")],
+            repo=repo,
+            headers={"Accept": OCI_INDEX},
+            limit=MANIFEST_LIMIT,
+        )
+        found = (
+            self._fallback_index(repo, fallback_tag(subject.digest), "pull")
+            if reply.status == 404
+            else self._index(reply, repo, subject.digest)
+        )
         return [d for d in found if artifact_type is None or d.artifact_type == artifact_type]
 
     def referrer_payload(self, model: ModelManifest, referrer: Descriptor, limit: int = REFERRER_LIMIT) -> bytes:
         """The payload (first layer) of a referrer, both its manifest and its bytes checked against their digests."""
         repo = self.repository(model)
-        reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{referrer.digest}", scopes=[scope(repo, "pull")],
-                                 repo=repo, headers={"Accept": OCI_MANIFEST}, limit=MANIFEST_LIMIT)
+        reply = self.client.call(
+            "GetManifest",
+            "GET",
+            f"/v2/{repo}/manifests/{referrer.digest}",
+            scopes=[scope(repo, "pull")],
+            repo=repo,
+            headers={"Accept": OCI_MANIFEST},
+            limit=MANIFEST_LIMIT,
+        )
         if reply.status != 200 or digest_of(reply.body) != referrer.digest:
-            raise StoreUnavailableError(f"{self.where(repo)}: the referrer {referrer.digest} cannot be read "
-                                        f"({reply.status}, or other bytes than its digest)", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)}: the referrer {referrer.digest} cannot be read "
+                f"({reply.status}, or other bytes than its digest)",
+                transient=False,
+            )
         try:
             layer = bounded_json(reply.body, "the referrer")["layers"][0]
             digest, size = str(layer["digest"]), layer["size"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise StoreUnavailableError(f"{self.where(repo)}: the referrer {referrer.digest} has no payload layer",
-                                        transient=False) from None
+            raise StoreUnavailableError(
+                f"{self.where(repo)}: the referrer {referrer.digest} has no payload layer", transient=False
+            ) from None
         if not isinstance(size, int) or not 0 <= size <= limit:
-            raise StoreUnavailableError(f"{self.where(repo)}: the referrer {referrer.digest} names a payload of {size!r} "
-                                        f"bytes (at most {limit} are read)", transient=False)
-        blob = self.client.call("GetBlob", "GET", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo,
-                                limit=limit)
+            raise StoreUnavailableError(
+                f"{self.where(repo)}: the referrer {referrer.digest} names a payload of {size!r} "
+                f"bytes (at most {limit} are read)",
+                transient=False,
+            )
+        blob = self.client.call(
+            "GetBlob", "GET", f"/v2/{repo}/blobs/{digest}", scopes=[scope(repo, "pull")], repo=repo, limit=limit
+        )
         if blob.status != 200 or digest_of(blob.body) != digest:
-            raise StoreUnavailableError(f"{self.where(repo)}: the payload {digest} of a referrer cannot be read "
-                                        f"({blob.status}, or other bytes than its digest)", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where(repo)}: the payload {digest} of a referrer cannot be read "
+                f"({blob.status}, or other bytes than its digest)",
+                transient=False,
+            )
         return blob.body
 
     def _require_signature(self, model: ModelManifest) -> None:
@@ -617,7 +801,9 @@ class OciStore(Store):
                 f"{self.reference(model)} ({subject.digest}) has no signature referrer that vouches for its pins "
                 f"({'; '.join(reasons) if reasons else 'it has none'}); refused before any download",
                 hint=f"sign it with this registry as --store or --mirror: `catalog sign {model.name} --private-key KEY`, "
-                     "or drop require-signature=1 from the oci:// URL", transient=False)
+                "or drop require-signature=1 from the oci:// URL",
+                transient=False,
+            )
 
     def delete(self, key: str) -> None:
         failed = self.delete_many([key])
@@ -649,23 +835,34 @@ class OciStore(Store):
 
     def _drop_layers(self, model: ModelManifest, paths: set[str]) -> None:
         repo, tag = self.repository(model), model.source.revision
-        reply = self.client.call("GetManifest", "GET", f"/v2/{repo}/manifests/{tag}", scopes=[scope(repo, "pull,push")], repo=repo,
-                                 headers={"Accept": MANIFEST_ACCEPT}, limit=MANIFEST_LIMIT)
+        reply = self.client.call(
+            "GetManifest",
+            "GET",
+            f"/v2/{repo}/manifests/{tag}",
+            scopes=[scope(repo, "pull,push")],
+            repo=repo,
+            headers={"Accept": MANIFEST_ACCEPT},
+            limit=MANIFEST_LIMIT,
+        )
         if reply.status == 404:
             return
         try:
             data = bounded_json(reply.body, "the manifest")
             layers = data["layers"]
         except (ValueError, KeyError, TypeError):
-            raise StoreUnavailableError(f"{self.reference(model)} is not a model artifact; nothing was dropped", transient=False) from None
+            raise StoreUnavailableError(
+                f"{self.reference(model)} is not a model artifact; nothing was dropped", transient=False
+            ) from None
         body = canonical({**data, "layers": [layer for layer in layers if layer_path(layer) not in paths]})
         self._put_tags(repo, tag, body)
         with self._lock:
             self._manifests[(repo, tag)] = parse_manifest(body)
 
     def stream_uri(self, prefix: str) -> str:
-        raise UsageError(f"engines cannot stream weights from a registry ({self.url})",
-                         hint="resolve makes them local (or pass --materialize-weights)")
+        raise UsageError(
+            f"engines cannot stream weights from a registry ({self.url})",
+            hint="resolve makes them local (or pass --materialize-weights)",
+        )
 
 
 def _registry_error(body: bytes) -> str:
@@ -686,11 +883,15 @@ def from_url(url: str, settings: Settings, *, bounds: Bounds | None = None) -> O
         rest, query = rest.split("?", 1)
     netloc, _, path = rest.partition("/")
     if "@" in netloc:
-        raise UsageError("an oci:// URL carries no credentials", hint="use CATALOG_OCI_USERNAME/PASSWORD or docker's config.json")
+        raise UsageError(
+            "an oci:// URL carries no credentials", hint="use CATALOG_OCI_USERNAME/PASSWORD or docker's config.json"
+        )
     given = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
     if set(given) - set(URL_OPTIONS):
-        raise UsageError(f"unknown oci:// URL option(s): {', '.join(sorted(set(given) - set(URL_OPTIONS)))}",
-                         hint="known: " + "; ".join(f"{k}=1 ({v})" for k, v in URL_OPTIONS.items()))
+        raise UsageError(
+            f"unknown oci:// URL option(s): {', '.join(sorted(set(given) - set(URL_OPTIONS)))}",
+            hint="known: " + "; ".join(f"{k}=1 ({v})" for k, v in URL_OPTIONS.items()),
+        )
     signed = given.get("require-signature", "0").lower()
     if signed not in ("0", "1", "true", "false", "yes", "no", ""):
         raise UsageError(f"oci:// URL option require-signature={signed[:20]!r} is neither 1 nor 0")
@@ -707,21 +908,39 @@ def from_url(url: str, settings: Settings, *, bounds: Bounds | None = None) -> O
     netloc = netloc.lower()
     plain = settings.oci.plain_http
     wanted = given.get("plain-http", "").lower()
-    plain_http = wanted in ("1", "true", "yes") or (wanted not in ("0", "false", "no") and
-                                                    (is_loopback(host) or netloc in plain or host in plain))
-    owner = settings.oci.registry or (host_key(settings.store.split("://", 1)[1]) if settings.store and settings.store.startswith("oci://") else None)
+    plain_http = wanted in ("1", "true", "yes") or (
+        wanted not in ("0", "false", "no") and (is_loopback(host) or netloc in plain or host in plain)
+    )
+    owner = settings.oci.registry or (
+        host_key(settings.store.split("://", 1)[1]) if settings.store and settings.store.startswith("oci://") else None
+    )
 
     def credentials() -> Credentials | CredentialProgram | None:
-        return credentials_for(netloc, username=settings.oci.username, password=settings.oci.password, for_host=owner,
-                               docker_config=read_docker_config(settings.oci.docker_config))
+        return credentials_for(
+            netloc,
+            username=settings.oci.username,
+            password=settings.oci.password,
+            for_host=owner,
+            docker_config=read_docker_config(settings.oci.docker_config),
+        )
 
-    client = RegistryClient("http" if plain_http else "https", netloc, credentials,
-                            plain_http_ok=lambda where: where.lower() in plain, bounds=bounds or Bounds.from_settings(settings),
-                            pool_size=max(16, settings.concurrency or 0))
+    client = RegistryClient(
+        "http" if plain_http else "https",
+        netloc,
+        credentials,
+        plain_http_ok=lambda where: where.lower() in plain,
+        bounds=bounds or Bounds.from_settings(settings),
+        pool_size=max(16, settings.concurrency or 0),
+    )
     shown = f"oci://{netloc}/{namespace + '/' if namespace else ''}"
-    return OciStore(client, namespace, shown, part_size=settings.part_size or 64 * 1024 * 1024,
-                    concurrency=settings.concurrency or 8,
-                    signature_check=signature_check(settings, shown) if signed in ("1", "true", "yes") else None)
+    return OciStore(
+        client,
+        namespace,
+        shown,
+        part_size=settings.part_size or 64 * 1024 * 1024,
+        concurrency=settings.concurrency or 8,
+        signature_check=signature_check(settings, shown) if signed in ("1", "true", "yes") else None,
+    )
 
 
 def signature_check(settings: Settings, url: str) -> SignatureCheck:
@@ -732,10 +951,16 @@ def signature_check(settings: Settings, url: str) -> SignatureCheck:
     from catalog.signing import Policy
 
     if not (settings.trusted_keys or settings.trusted_roots):
-        raise UsageError(f"{url} requires signatures (require-signature=1) and this runner trusts no key",
-                         hint="pass --trusted-key PUB_PEM (or CATALOG_TRUSTED_KEYS, --trusted-root / CATALOG_TRUSTED_ROOTS)")
-    policy = Policy(True, settings.trusted_keys, settings.trusted_roots,
-                    "--trusted-key/--trusted-root or CATALOG_TRUSTED_KEYS/CATALOG_TRUSTED_ROOTS")
+        raise UsageError(
+            f"{url} requires signatures (require-signature=1) and this runner trusts no key",
+            hint="pass --trusted-key PUB_PEM (or CATALOG_TRUSTED_KEYS, --trusted-root / CATALOG_TRUSTED_ROOTS)",
+        )
+    policy = Policy(
+        True,
+        settings.trusted_keys,
+        settings.trusted_roots,
+        "--trusted-key/--trusted-root or CATALOG_TRUSTED_KEYS/CATALOG_TRUSTED_ROOTS",
+    )
     loaded: list[Any] = []
 
     def check(model: ModelManifest, bundle: bytes) -> str | None:

@@ -135,8 +135,14 @@ def from_docker_config(config: Mapping[str, Any], origin: str, host: str) -> Cre
     return None
 
 
-def credentials_for(host: str, *, username: str | None, password: str | None, for_host: str | None,
-                    docker_config: tuple[Mapping[str, Any], str]) -> Credentials | CredentialProgram | None:
+def credentials_for(
+    host: str,
+    *,
+    username: str | None,
+    password: str | None,
+    for_host: str | None,
+    docker_config: tuple[Mapping[str, Any], str],
+) -> Credentials | CredentialProgram | None:
     """Pure: the credentials that belong to `host`: the settings' user/password when they are for this host
     (`for_host`), else the docker config's entry for it, else None (anonymous)."""
     if username and for_host is not None and host_key(for_host) == host_key(host):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from catalog.errors import StoreUnavailableError
 from resolver import waits
 from resolver.stores.modelpack import bounded_json
-from resolver.stores.oci_auth import Challenge, Credentials, CredentialProgram, parse_challenge
+from resolver.stores.oci_auth import Challenge, CredentialProgram, Credentials, parse_challenge
 from resolver.stores.transport import Body, Response, Transport, Unreachable, size_header
 from resolver.waits import Bounds
 
@@ -64,12 +64,18 @@ def token_lifetime(value: object, where: str) -> float:
     at most a day; anything else (a string, `1e400`, a bool, a negative) is a one-line error."""
     if value is None:
         return float(DEFAULT_TOKEN_LIFETIME)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            (isinstance(value, float) and not math.isfinite(value)) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+        or value < 0
+    ):
         shown = repr(value)[:30]
-        raise StoreUnavailableError(f"the token server of {where} answered an expires_in that is not a number of seconds "
-                                    f"({shown})", hint="the token server is not speaking the registry token protocol",
-                                    transient=False)
+        raise StoreUnavailableError(
+            f"the token server of {where} answered an expires_in that is not a number of seconds ({shown})",
+            hint="the token server is not speaking the registry token protocol",
+            transient=False,
+        )
     return float(min(value, MAX_TOKEN_LIFETIME))
 
 
@@ -87,9 +93,17 @@ class Reply:
 class RegistryClient:
     """Requests to one registry (`scheme://host[:port]`). `credentials` is asked only when a 401 says so."""
 
-    def __init__(self, scheme: str, netloc: str, credentials: Callable[[], Credentials | CredentialProgram | None], *,
-                 plain_http_ok: Callable[[str], bool], bounds: Bounds | None = None, pool_size: int = 16,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        scheme: str,
+        netloc: str,
+        credentials: Callable[[], Credentials | CredentialProgram | None],
+        *,
+        plain_http_ok: Callable[[str], bool],
+        bounds: Bounds | None = None,
+        pool_size: int = 16,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.scheme = scheme
         self.netloc = netloc
         self.requests: Counter[str] = Counter()
@@ -137,10 +151,14 @@ class RegistryClient:
                 f"{self.where} asks for credentials for {repo}; {creds.origin} names the credential program {creds.name}, "
                 "which model-catalog does not run",
                 hint="set CATALOG_OCI_USERNAME/CATALOG_OCI_PASSWORD (and CATALOG_OCI_REGISTRY), or an `auths` entry for this registry",
-                transient=False)
+                transient=False,
+            )
         if challenge is None or challenge.scheme not in ("basic", "bearer"):
-            raise StoreUnavailableError(f"{self.where} refused {repo} (401) with no challenge this client answers",
-                                        hint="the registry needs an auth scheme other than Basic or a bearer token", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where} refused {repo} (401) with no challenge this client answers",
+                hint="the registry needs an auth scheme other than Basic or a bearer token",
+                transient=False,
+            )
         if challenge.scheme == "basic":
             if not isinstance(creds, Credentials) or not creds.username:
                 raise self._no_credentials(repo)
@@ -155,14 +173,19 @@ class RegistryClient:
         creds = self._creds()
         if not isinstance(creds, Credentials):
             return self._no_credentials(repo)
-        return StoreUnavailableError(f"{self.where} refused the credentials from {creds.origin} for {repo} (401)",
-                                     hint="check the user, password or token and its rights on this repository", transient=False)
+        return StoreUnavailableError(
+            f"{self.where} refused the credentials from {creds.origin} for {repo} (401)",
+            hint="check the user, password or token and its rights on this repository",
+            transient=False,
+        )
 
     def _no_credentials(self, repo: str) -> StoreUnavailableError:
         return StoreUnavailableError(
             f"{self.where} needs credentials for {repo} and none were found for {self.netloc}",
             hint="set CATALOG_OCI_USERNAME/CATALOG_OCI_PASSWORD, or log in so that $DOCKER_CONFIG/config.json "
-                 "(~/.docker/config.json) has an `auths` entry for this registry", transient=False)
+            "(~/.docker/config.json) has an `auths` entry for this registry",
+            transient=False,
+        )
 
     def credentials_may_go_to(self, realm: urllib.parse.SplitResult) -> bool:
         """Whether the registry's credentials may be sent to the token server at `realm`: over https always; over
@@ -180,16 +203,23 @@ class RegistryClient:
         if isinstance(creds, Credentials) and creds.registry_token:
             return f"Bearer {creds.registry_token}"
         wanted = sorted({*scopes, *challenge.params.get("scope", "").split()} - {""})
-        query = urllib.parse.urlencode([("service", challenge.params.get("service", ""))] + [("scope", s) for s in wanted])
+        query = urllib.parse.urlencode(
+            [("service", challenge.params.get("service", ""))] + [("scope", s) for s in wanted]
+        )
         realm = urllib.parse.urlsplit(challenge.realm)
         if realm.scheme not in ("http", "https") or not realm.hostname:
-            raise StoreUnavailableError(f"{self.where} named a token server that is not an http(s) URL", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where} named a token server that is not an http(s) URL", transient=False
+            )
         headers = {"Accept": "application/json"}
         if isinstance(creds, Credentials) and creds.username:
             if not self.credentials_may_go_to(realm):
-                raise StoreUnavailableError(f"{self.where} names a token server on plain http:// ({realm.netloc}); "
-                                            "refusing to send credentials there",
-                                            hint="add it to CATALOG_OCI_PLAIN_HTTP if that is really intended", transient=False)
+                raise StoreUnavailableError(
+                    f"{self.where} names a token server on plain http:// ({realm.netloc}); "
+                    "refusing to send credentials there",
+                    hint="add it to CATALOG_OCI_PLAIN_HTTP if that is really intended",
+                    transient=False,
+                )
             headers["Authorization"] = creds.basic
         joined = "&".join(q for q in (realm.query, query) if q)
         url = urllib.parse.urlunsplit((realm.scheme, realm.netloc, realm.path or "/", joined, ""))
@@ -200,9 +230,11 @@ class RegistryClient:
         data = response.read_all(TOKEN_LIMIT, "a token")
         if response.status != 200:
             who = f"the credentials from {creds.origin}" if isinstance(creds, Credentials) else "anonymous access"
-            raise StoreUnavailableError(f"{where} answered {response.status} to {who}",
-                                        hint="check the credentials (CATALOG_OCI_USERNAME/PASSWORD or docker's config.json)",
-                                        transient=response.status >= 500 or response.status == 429)
+            raise StoreUnavailableError(
+                f"{where} answered {response.status} to {who}",
+                hint="check the credentials (CATALOG_OCI_USERNAME/PASSWORD or docker's config.json)",
+                transient=response.status >= 500 or response.status == 429,
+            )
         try:
             answer = bounded_json(data, "its answer")
         except ValueError as exc:
@@ -220,8 +252,18 @@ class RegistryClient:
     def url(self, path: str) -> str:
         return f"{self.where}{path}"
 
-    def send(self, op: str, method: str, path: str, *, scopes: Sequence[str], repo: str,
-             headers: Mapping[str, str] | None = None, body: Body | None = None, follow: bool = False) -> Response:
+    def send(
+        self,
+        op: str,
+        method: str,
+        path: str,
+        *,
+        scopes: Sequence[str],
+        repo: str,
+        headers: Mapping[str, str] | None = None,
+        body: Body | None = None,
+        follow: bool = False,
+    ) -> Response:
         """One request with its auth (answering one 401), following redirects when `follow` (the transport keeps
         the method and drops the Authorization header off the registry's origin). The caller reads the answer."""
         with self._lock:
@@ -242,15 +284,33 @@ class RegistryClient:
             sent_auth, fresh = self._answer(challenge, scopes, repo), True
         raise self._refused(repo)
 
-    def call(self, op: str, method: str, path: str, *, scopes: Sequence[str], repo: str,
-             headers: Mapping[str, str] | None = None, body: Body | None = None, limit: int = METADATA_LIMIT) -> Reply:
+    def call(
+        self,
+        op: str,
+        method: str,
+        path: str,
+        *,
+        scopes: Sequence[str],
+        repo: str,
+        headers: Mapping[str, str] | None = None,
+        body: Body | None = None,
+        limit: int = METADATA_LIMIT,
+    ) -> Reply:
         """A metadata request read whole (at most `limit` bytes, at the minimum rate): retried on 429/5xx and on no
         answer, waiting what the registry asks (up to the bounds' max_wait, said on stderr; a longer wait is a
         WaitTooLongError at once)."""
         for attempt in range(METADATA_ATTEMPTS):
             try:
-                response = self.send(op, method, path, scopes=scopes, repo=repo, headers=headers, body=body,
-                                     follow=method in ("GET", "HEAD"))
+                response = self.send(
+                    op,
+                    method,
+                    path,
+                    scopes=scopes,
+                    repo=repo,
+                    headers=headers,
+                    body=body,
+                    follow=method in ("GET", "HEAD"),
+                )
                 retry = response.retry_after()
                 data = response.read_all(limit, f"{repo} ({op})")
                 self.check_status(response.status, retry, repo, op)
@@ -268,11 +328,13 @@ class RegistryClient:
         if status == 429 or status >= 500:
             raise RegistryBusy(f"{self.where} answered {status} for {repo} ({op})", retry_after)
         if status == 403:
-            raise StoreUnavailableError(f"{self.where} denied {op} on {repo} (403)",
-                                        hint="the credentials lack the rights on this repository", transient=False)
+            raise StoreUnavailableError(
+                f"{self.where} denied {op} on {repo} (403)",
+                hint="the credentials lack the rights on this repository",
+                transient=False,
+            )
         raise StoreUnavailableError(f"{self.where} answered {status} for {repo} ({op})", transient=False)
 
     def size_of(self, reply: Reply | Response, what: str) -> int | None:
         """A strict Content-Length (None when absent); a one-line BadAnswer for `²` or 400 digits."""
         return size_header(reply.header("Content-Length"), f"{self.where}: {what}")
-

@@ -18,9 +18,10 @@ from catalog import naming, urls
 from catalog.errors import CatalogError, StoreUnavailableError, UsageError
 from catalog.settings import S3Options, Settings
 from resolver.stores.aws_env import ca_bundle_known, environment_keys
-from resolver.stores.s3_gets import (Credentials, DataPlane, available as gets_available, listing_digest, static_credentials,
-                                     transient as get_transient)
 from resolver.stores.base import ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key
+from resolver.stores.s3_gets import Credentials, DataPlane, listing_digest, static_credentials
+from resolver.stores.s3_gets import available as gets_available
+from resolver.stores.s3_gets import transient as get_transient
 
 if TYPE_CHECKING:
     from http.client import HTTPResponse
@@ -32,8 +33,10 @@ log = logging.getLogger(__name__)
 DELETE_BATCH = 1000  # the most keys S3's DeleteObjects takes in one request
 
 
-CREDENTIAL_CHAIN = ("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the AWS config files, the instance role "
-                    "(the AWS chain), then S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY, then ~/.s3cfg")
+CREDENTIAL_CHAIN = (
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the AWS config files, the instance role "
+    "(the AWS chain), then S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY, then ~/.s3cfg"
+)
 
 
 def make_s3_client(options: S3Options, fallback_keys: tuple[str, str] | None = None, fallbacks: bool = True) -> Any:
@@ -51,11 +54,15 @@ def make_s3_session(options: S3Options, fallback_keys: tuple[str, str] | None = 
     try:
         session = boto3.session.Session(profile_name=options.profile, region_name=region)
     except Exception as exc:  # noqa: BLE001 - botocore's ProfileNotFound and config parse errors
-        raise UsageError(f"AWS_PROFILE={options.profile!r}: {exc}", hint="name a profile of the AWS config file") from None
+        raise UsageError(
+            f"AWS_PROFILE={options.profile!r}: {exc}", hint="name a profile of the AWS config file"
+        ) from None
     if not options.unsigned and session.get_credentials() is None and fallbacks:
         keys = fallback_keys or s3cfg_keys()
         if keys is not None:
-            session = boto3.session.Session(aws_access_key_id=keys[0], aws_secret_access_key=keys[1], region_name=region)
+            session = boto3.session.Session(
+                aws_access_key_id=keys[0], aws_secret_access_key=keys[1], region_name=region
+            )
     elif fallback_keys is not None:
         log.warning("ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials")
     return session
@@ -70,7 +77,10 @@ def s3_client(session: Any, options: S3Options) -> Any:
         signature_version=UNSIGNED if options.unsigned else None,
         # "auto" is left to botocore, so a profile's own `s3 = addressing_style = ...` still applies.
         s3={"addressing_style": options.addressing_style} if options.addressing_style != "auto" else None,
-        retries={"mode": options.retry_mode, "total_max_attempts": options.max_attempts},  # AWS_MAX_ATTEMPTS counts the first try
+        retries={
+            "mode": options.retry_mode,
+            "total_max_attempts": options.max_attempts,
+        },  # AWS_MAX_ATTEMPTS counts the first try
         max_pool_connections=options.max_pool_connections,
         connect_timeout=options.connect_timeout,
         read_timeout=options.read_timeout,
@@ -114,8 +124,13 @@ class _S3Stream:
         raw = getattr(body, "_raw_stream", None)
         fp = getattr(raw, "_fp", None)
         # Only botocore's plain body: a subclass (a checksum-validating body) must see every byte itself.
-        direct = (type(body).__name__ == "StreamingBody" and isinstance(fp, http.client.HTTPResponse) and callable(getattr(raw, "release_conn", None))
-                  and fp.length is not None and not fp.chunked)
+        direct = (
+            type(body).__name__ == "StreamingBody"
+            and isinstance(fp, http.client.HTTPResponse)
+            and callable(getattr(raw, "release_conn", None))
+            and fp.length is not None
+            and not fp.chunked
+        )
         self._raw = raw if direct else None
         self._fp: HTTPResponse | None = fp if direct else None
 
@@ -141,8 +156,18 @@ class S3Store(Store):
 
     unreachable_hint = "the store is unreachable or failing; retry later or check --store / AWS_ENDPOINT_URL"
 
-    def __init__(self, bucket: str, base: str, options: S3Options, *, fallback_keys: tuple[str, str] | None = None,
-                 fallbacks: bool = True, part_size: int = 64 * 1024 * 1024, concurrency: int = 8, fast_gets: bool = True) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        base: str,
+        options: S3Options,
+        *,
+        fallback_keys: tuple[str, str] | None = None,
+        fallbacks: bool = True,
+        part_size: int = 64 * 1024 * 1024,
+        concurrency: int = 8,
+        fast_gets: bool = True,
+    ) -> None:
         self.bucket = bucket
         self.base = base
         self.options = options
@@ -201,10 +226,16 @@ class S3Store(Store):
             return None  # AWS itself in a region not named: botocore follows the bucket's region, obstore would not
         else:
             endpoint, style = self.endpoint()  # a profile's endpoint_url and addressing, as the client sees them
-        return DataPlane(self.bucket, endpoint, "path" if style == "path" else "virtual",
-                         options.region or "us-east-1", self._credentials(),
-                         connect_timeout=options.connect_timeout, read_timeout=options.read_timeout,
-                         root_certificate=self._ca_bundle() if endpoint is None or endpoint.startswith("https:") else None)
+        return DataPlane(
+            self.bucket,
+            endpoint,
+            "path" if style == "path" else "virtual",
+            options.region or "us-east-1",
+            self._credentials(),
+            connect_timeout=options.connect_timeout,
+            read_timeout=options.read_timeout,
+            root_certificate=self._ca_bundle() if endpoint is None or endpoint.startswith("https:") else None,
+        )
 
     def _ca_bundle(self) -> bytes | None:
         """The CA bundle botocore verifies TLS with (AWS_CA_BUNDLE, a profile's ca_bundle), for the GETs to trust too."""
@@ -228,21 +259,31 @@ class S3Store(Store):
         if keys is not None:  # what botocore would sign with, without its import (aws_env.py)
             self.credentials_source = "environment"
             if self._fallback_keys is not None:
-                log.warning("ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials")
+                log.warning(
+                    "ignoring S3_ACCESS_KEY_ID/S3_SECRET_ACCESS_KEY: the AWS credential chain found credentials"
+                )
                 self._fallback_keys = None  # said once; the chain finds the same keys if boto3 is needed later
             return static_credentials(keys)
         self.credentials_source = "boto3"
         found = self.session.get_credentials()
         if found is None:
-            raise StoreUnavailableError(f"no credentials for {self._where()}; tried {CREDENTIAL_CHAIN}",
-                                        hint="set one of those, or CATALOG_S3_UNSIGNED=1 for a public bucket", transient=False)
+            raise StoreUnavailableError(
+                f"no credentials for {self._where()}; tried {CREDENTIAL_CHAIN}",
+                hint="set one of those, or CATALOG_S3_UNSIGNED=1 for a public bucket",
+                transient=False,
+            )
         refreshable = hasattr(found, "refresh_needed")
 
         def provide() -> S3Credential:
             frozen = found.get_frozen_credentials()
-            return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key, "token": frozen.token,
-                    "expires_at": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)
-                    if refreshable else None}
+            return {
+                "access_key_id": frozen.access_key,
+                "secret_access_key": frozen.secret_key,
+                "token": frozen.token,
+                "expires_at": datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=5)
+                if refreshable
+                else None,
+            }
 
         return provide
 
@@ -297,8 +338,10 @@ class S3Store(Store):
                 transient=isinstance(status, int) and (status >= 500 or status == 429),
             ) from None
         except BotoCoreError as exc:
-            raise StoreUnavailableError(f"cannot reach {self._where()}: {type(exc).__name__}",
-                                        hint="check AWS_ENDPOINT_URL / --store and the network") from None
+            raise StoreUnavailableError(
+                f"cannot reach {self._where()}: {type(exc).__name__}",
+                hint="check AWS_ENDPOINT_URL / --store and the network",
+            ) from None
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every object under `prefix` (which ends in '/', so the listing stops at the boundary), paginated: through
@@ -311,7 +354,7 @@ class S3Store(Store):
                 self.requests["ListObjectsV2"] += requests
                 self.listed.append((self.base + prefix, listing_digest(objects)))
             for key, size, etag in objects:
-                yield ObjectInfo(key[len(self.base):], size, etag=etag)
+                yield ObjectInfo(key[len(self.base) :], size, etag=etag)
             return
         with self._lock:
             self.listed.append((self.base + prefix, None))
@@ -319,7 +362,7 @@ class S3Store(Store):
         pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=self.base + prefix))
         while (page := self._call(next, pages, None)) is not None:
             for item in page.get("Contents", []):
-                key = item["Key"][len(self.base):]
+                key = item["Key"][len(self.base) :]
                 yield ObjectInfo(key, int(item["Size"]), etag=str(item.get("ETag", "")).strip('"') or None)
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -329,8 +372,12 @@ class S3Store(Store):
             out = self._call(self.client.head_object, Bucket=self.bucket, Key=self.base + check_key(key))
         except ClientError:
             return None
-        return ObjectInfo(key, int(out["ContentLength"]), etag=str(out.get("ETag", "")).strip('"') or None,
-                          metadata=dict(out.get("Metadata", {})))
+        return ObjectInfo(
+            key,
+            int(out["ContentLength"]),
+            etag=str(out.get("ETag", "")).strip('"') or None,
+            metadata=dict(out.get("Metadata", {})),
+        )
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         plane = self._gets()
@@ -365,7 +412,9 @@ class S3Store(Store):
         total = int(content_range.rsplit("/", 1)[1]) if content_range else int(out["ContentLength"])
         return _S3Stream(out["Body"], total, str(out.get("ETag", "")).strip('"') or None)
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+    def put(
+        self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None
+    ) -> ObjectInfo:
         """One PUT with the whole-object ChecksumSHA256, or a multipart upload (part checksums) for large
         files; either way S3 makes the object visible only once it is complete."""
         full_key = self.base + check_key(key)
@@ -373,20 +422,35 @@ class S3Store(Store):
         if size <= self.part_size:
             extra: dict[str, Any] = {"ChecksumSHA256": _b64(sha256)} if sha256 else {}
             with open(source, "rb") as body:
-                out = self._call(self.client.put_object, Bucket=self.bucket, Key=full_key, Body=body,
-                                 Metadata=dict(metadata or {}), **extra)
-            return ObjectInfo(key, size, etag=str(out.get("ETag", "")).strip('"') or None, metadata=dict(metadata or {}))
+                out = self._call(
+                    self.client.put_object,
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    Body=body,
+                    Metadata=dict(metadata or {}),
+                    **extra,
+                )
+            return ObjectInfo(
+                key, size, etag=str(out.get("ETag", "")).strip('"') or None, metadata=dict(metadata or {})
+            )
         return self._put_multipart(key, full_key, source, size, metadata)
 
-    def _put_multipart(self, key: str, full_key: str, source: Path, size: int, metadata: Mapping[str, str] | None) -> ObjectInfo:
+    def _put_multipart(
+        self, key: str, full_key: str, source: Path, size: int, metadata: Mapping[str, str] | None
+    ) -> ObjectInfo:
         """Parts read from the file as they are sent, never held whole in memory (8 parts of 64 MiB in flight once
         made a 1 GiB upload peak at 329 MiB): each is hashed for its ChecksumSHA256, then streamed."""
         from concurrent.futures import ThreadPoolExecutor
 
         from resolver.hashing import hash_range
 
-        upload = self._call(self.client.create_multipart_upload, Bucket=self.bucket, Key=full_key,
-                            Metadata=dict(metadata or {}), ChecksumAlgorithm="SHA256")
+        upload = self._call(
+            self.client.create_multipart_upload,
+            Bucket=self.bucket,
+            Key=full_key,
+            Metadata=dict(metadata or {}),
+            ChecksumAlgorithm="SHA256",
+        )
         upload_id = upload["UploadId"]
 
         def send(number: int) -> dict[str, Any]:
@@ -394,16 +458,28 @@ class S3Store(Store):
             length = min(self.part_size, size - offset)
             digest = _b64(hash_range(source, offset, length))
             with _FileSlice(source, offset, length) as body:
-                out = self._call(self.client.upload_part, Bucket=self.bucket, Key=full_key, UploadId=upload_id,
-                                 PartNumber=number, Body=body, ChecksumSHA256=digest)
+                out = self._call(
+                    self.client.upload_part,
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=body,
+                    ChecksumSHA256=digest,
+                )
             return {"PartNumber": number, "ETag": out["ETag"], "ChecksumSHA256": digest}
 
         count = (size + self.part_size - 1) // self.part_size
         try:
             with ThreadPoolExecutor(max(1, self.concurrency), thread_name_prefix="catalog-upload") as pool:
                 parts = list(pool.map(send, range(1, count + 1)))
-            out = self._call(self.client.complete_multipart_upload, Bucket=self.bucket, Key=full_key, UploadId=upload_id,
-                             MultipartUpload={"Parts": parts})
+            out = self._call(
+                self.client.complete_multipart_upload,
+                Bucket=self.bucket,
+                Key=full_key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+            )
         except BaseException:
             # Nothing was visible under the key; free the parts instead of leaving them billed.
             try:
@@ -427,17 +503,22 @@ class S3Store(Store):
             except CatalogError as exc:
                 failed[key] = exc
         for start in range(0, len(full), DELETE_BATCH):
-            batch = full[start:start + DELETE_BATCH]
+            batch = full[start : start + DELETE_BATCH]
             try:
-                out = self._call(self.client.delete_objects, Bucket=self.bucket,
-                                 Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+                out = self._call(
+                    self.client.delete_objects,
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
             except CatalogError as exc:
-                failed |= {k[len(self.base):]: exc for k in batch}
+                failed |= {k[len(self.base) :]: exc for k in batch}
                 continue
             for error in out.get("Errors", []):
-                key = str(error.get("Key", ""))[len(self.base):]
-                failed[key] = StoreUnavailableError(f"{self._where()} did not delete {key}: {error.get('Code', '')} {error.get('Message', '')}".rstrip(),
-                                                    transient=False)
+                key = str(error.get("Key", ""))[len(self.base) :]
+                failed[key] = StoreUnavailableError(
+                    f"{self._where()} did not delete {key}: {error.get('Code', '')} {error.get('Message', '')}".rstrip(),
+                    transient=False,
+                )
         return failed
 
     def stream_uri(self, prefix: str) -> str:
@@ -469,8 +550,14 @@ class S3Store(Store):
             env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] = "1" if style == "virtual" else "0"
         if self.options.unsigned:
             env["RUNAI_STREAMER_S3_UNSIGNED"] = "1"  # a public bucket: the streamer must not sign either
-        return StreamTarget("s3", endpoint, style if style in ("path", "virtual") else None, self.options.region,
-                            self.options.unsigned, env)
+        return StreamTarget(
+            "s3",
+            endpoint,
+            style if style in ("path", "virtual") else None,
+            self.options.region,
+            self.options.unsigned,
+            env,
+        )
 
     def transient(self, exc: BaseException) -> bool:
         """The default, plus obstore's failures without an answer or with a 5xx/429, and botocore's and urllib3's own
@@ -484,8 +571,9 @@ class S3Store(Store):
             return True
         # Only a library that is loaded can have raised: classifying never imports botocore (0.3 s) for nothing.
         botocore, urllib3 = sys.modules.get("botocore.exceptions"), sys.modules.get("urllib3.exceptions")
-        return (botocore is not None and isinstance(exc, botocore.BotoCoreError)) or \
-            (urllib3 is not None and isinstance(exc, urllib3.HTTPError))
+        return (botocore is not None and isinstance(exc, botocore.BotoCoreError)) or (
+            urllib3 is not None and isinstance(exc, urllib3.HTTPError)
+        )
 
 
 class _FileSlice:
@@ -542,15 +630,20 @@ def from_url(url: str, settings: Settings) -> S3Store:
     included, never reach another host). `unsigned=0` without a profile is refused: there is nothing to sign
     with that is meant for that endpoint."""
     if (problem := urls.check_store_url(url)) is not None:
-        raise UsageError(f"bad store URL: {problem}",
-                         hint="s3://bucket/[base/][?endpoint=http(s)://host:port&addressing=path|virtual|auto&unsigned=1"
-                              "&profile=NAME]; credentials come from the AWS chain or a profile, never the URL")
+        raise UsageError(
+            f"bad store URL: {problem}",
+            hint="s3://bucket/[base/][?endpoint=http(s)://host:port&addressing=path|virtual|auto&unsigned=1"
+            "&profile=NAME]; credentials come from the AWS chain or a profile, never the URL",
+        )
     options = settings.s3
     base, _, query = url.partition("?")
     given = urls.s3_query(query) if query else {}
     if "endpoint" in given:
-        options = dataclasses.replace(options, endpoint_url=given["endpoint"],
-                                      addressing_style="path" if "addressing" not in given else options.addressing_style)
+        options = dataclasses.replace(
+            options,
+            endpoint_url=given["endpoint"],
+            addressing_style="path" if "addressing" not in given else options.addressing_style,
+        )
     if "addressing" in given:
         options = dataclasses.replace(options, addressing_style=given["addressing"])
     if "unsigned" in given:
@@ -561,10 +654,19 @@ def from_url(url: str, settings: Settings) -> S3Store:
         fallbacks = False
     elif "endpoint" in given and not urls.same_endpoint(given["endpoint"], settings.s3.endpoint_url):
         if "unsigned" in given and not options.unsigned:
-            raise UsageError(f"bad store URL: {urls.redact(url)!r} asks for signed requests to another endpoint "
-                             "without credentials for it",
-                             hint="add profile=NAME (an AWS profile holding its credentials), or drop unsigned=0")
+            raise UsageError(
+                f"bad store URL: {urls.redact(url)!r} asks for signed requests to another endpoint "
+                "without credentials for it",
+                hint="add profile=NAME (an AWS profile holding its credentials), or drop unsigned=0",
+            )
         options = dataclasses.replace(options, unsigned=True)
     parsed = naming.parse_s3_url(base if base.endswith("/") else base + "/")
-    return S3Store(parsed.bucket, parsed.key, options, fallback_keys=settings.s3_keys if fallbacks else None, fallbacks=fallbacks,
-                   part_size=settings.part_size or 64 * 1024 * 1024, concurrency=settings.concurrency or 8)
+    return S3Store(
+        parsed.bucket,
+        parsed.key,
+        options,
+        fallback_keys=settings.s3_keys if fallbacks else None,
+        fallbacks=fallbacks,
+        part_size=settings.part_size or 64 * 1024 * 1024,
+        concurrency=settings.concurrency or 8,
+    )

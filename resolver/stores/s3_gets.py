@@ -93,7 +93,7 @@ class Stream(ViewStream):
                 return self._pending
             self._pending = memoryview(chunk)
         view = self._pending[:limit]
-        self._pending = self._pending[len(view):]
+        self._pending = self._pending[len(view) :]
         return view
 
     def close(self) -> None:
@@ -104,8 +104,18 @@ class Stream(ViewStream):
 class DataPlane:
     """One obstore store for a bucket; thread-safe (its requests run on obstore's own runtime)."""
 
-    def __init__(self, bucket: str, endpoint: str | None, addressing: str, region: str, credentials: Credentials | None,
-                 *, connect_timeout: float, read_timeout: float, root_certificate: bytes | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        endpoint: str | None,
+        addressing: str,
+        region: str,
+        credentials: Credentials | None,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+        root_certificate: bytes | None = None,
+    ) -> None:
         import obstore
         from obstore.store import S3Store as ObjectStore
 
@@ -116,7 +126,9 @@ class DataPlane:
             "timeout": datetime.timedelta(hours=24),  # whole GETs of large parts; a trickle is the rate guard's
         }
         if root_certificate:
-            options["root_certificate"] = root_certificate  # added to the system's roots, as botocore's ca_bundle is used
+            options["root_certificate"] = (
+                root_certificate  # added to the system's roots, as botocore's ca_bundle is used
+            )
         config: dict[str, Any] = {"region": region, "virtual_hosted_style_request": addressing == "virtual"}
         if endpoint is not None:
             # object_store wants the bucket in a virtual-hosted endpoint's host name itself.
@@ -124,12 +136,19 @@ class DataPlane:
         if credentials is None:
             config["skip_signature"] = True
         # What another process needs to reach the same bucket the same way (catalog_app/warm_sync.py), credentials aside.
-        self.access: dict[str, Any] = {"bucket": bucket, "endpoint": endpoint, "addressing": addressing, "region": region,
-                                       "connect_timeout": connect_timeout, "read_timeout": read_timeout}
+        self.access: dict[str, Any] = {
+            "bucket": bucket,
+            "endpoint": endpoint,
+            "addressing": addressing,
+            "region": region,
+            "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout,
+        }
         self.has_root_certificate = bool(root_certificate)
         self._get = obstore.get  # looked up once: a resolve of many small files calls it for each
-        self._store = ObjectStore(bucket, client_options=options, retry_config={"max_retries": 0},
-                                  credential_provider=credentials, **config)
+        self._store = ObjectStore(
+            bucket, client_options=options, retry_config={"max_retries": 0}, credential_provider=credentials, **config
+        )
 
     def list(self, prefix: str) -> tuple[list[tuple[str, int, str | None]], int] | None:
         """Every object under `prefix` (a full key prefix; "" for the whole bucket) as (key, size, ETag), and the
@@ -144,8 +163,10 @@ class DataPlane:
         objects: list[tuple[str, int, str | None]] = []
         try:
             for page in obstore.list(self._store, prefix or None, chunk_size=1000):
-                objects.extend((str(meta["path"]), int(meta["size"]), str(meta.get("e_tag") or "").strip('"') or None)
-                               for meta in page)
+                objects.extend(
+                    (str(meta["path"]), int(meta["size"]), str(meta.get("e_tag") or "").strip('"') or None)
+                    for meta in page
+                )
         except Exception:  # noqa: BLE001 - a refusal, a 5xx, a key object_store cannot represent: botocore's to handle
             return None
         keys = {key for key, _, _ in objects}
@@ -176,28 +197,46 @@ class DataPlane:
 def _get_error(exc: BaseException, where: str) -> Exception:
     """What a failed GET means to the transfer, by obstore's type: a refusal or a request the store cannot serve
     (final), another 4xx (final), else a GetFailed."""
-    from obstore.exceptions import (AlreadyExistsError, InvalidPathError, NotModifiedError, NotSupportedError,
-                                    PermissionDeniedError, PreconditionError, UnauthenticatedError)
+    from obstore.exceptions import (
+        AlreadyExistsError,
+        InvalidPathError,
+        NotModifiedError,
+        NotSupportedError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
 
     if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):  # object_store's types for 403 and 401
         refusal = 403 if isinstance(exc, PermissionDeniedError) else 401
-        return StoreUnavailableError(f"{where} refused the GET ({refusal})", transient=False,
-                                     hint="check the bucket name, endpoint and credentials (the standard AWS chain: "
-                                          "env, profile, instance role)")
+        return StoreUnavailableError(
+            f"{where} refused the GET ({refusal})",
+            transient=False,
+            hint="check the bucket name, endpoint and credentials (the standard AWS chain: "
+            "env, profile, instance role)",
+        )
     if isinstance(exc, (InvalidPathError, NotSupportedError, PreconditionError, NotModifiedError, AlreadyExistsError)):
-        return StoreUnavailableError(f"{where} cannot serve the GET ({type(exc).__name__})", transient=False,
-                                     hint="check the bucket name and endpoint")
+        return StoreUnavailableError(
+            f"{where} cannot serve the GET ({type(exc).__name__})",
+            transient=False,
+            hint="check the bucket name and endpoint",
+        )
     status = status_of(exc)
     if status is not None and 400 <= status < 500 and status != 429:
-        return StoreUnavailableError(f"{where} answered {status}", transient=False,
-                                     hint="check the bucket name, endpoint and credentials")
+        return StoreUnavailableError(
+            f"{where} answered {status}", transient=False, hint="check the bucket name, endpoint and credentials"
+        )
     return failure(exc, where)
 
 
 def static_credentials(keys: EnvironmentKeys) -> Credentials:
     """What obstore signs with, for a key pair that never expires (the environment's: aws_env.py)."""
-    static: S3Credential = {"access_key_id": keys.access_key_id, "secret_access_key": keys.secret_access_key,
-                            "token": keys.token, "expires_at": None}
+    static: S3Credential = {
+        "access_key_id": keys.access_key_id,
+        "secret_access_key": keys.secret_access_key,
+        "token": keys.token,
+        "expires_at": None,
+    }
     return lambda: static
 
 

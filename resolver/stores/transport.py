@@ -63,14 +63,19 @@ class NoAnswer(StoreUnavailableError):
     failing, so the caller goes to its next source (final for this one)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, hint="the server is overloaded or hostile; the next source serves where there is one "
-                                       "(the bounds: CATALOG_S3_READ_TIMEOUT for an answer)", transient=False)
+        super().__init__(
+            message,
+            hint="the server is overloaded or hostile; the next source serves where there is one "
+            "(the bounds: CATALOG_S3_READ_TIMEOUT for an answer)",
+            transient=False,
+        )
 
 
 class RedirectRefused(StoreUnavailableError):
     def __init__(self, message: str) -> None:
-        super().__init__(message, hint="a redirect may go to another http(s) host, never from https to plain http",
-                         transient=False)
+        super().__init__(
+            message, hint="a redirect may go to another http(s) host, never from https to plain http", transient=False
+        )
 
 
 class BadAnswer(StoreUnavailableError):
@@ -89,6 +94,7 @@ def origin(url: str) -> str:
 def _same_origin(a: urllib.parse.SplitResult, b: urllib.parse.SplitResult) -> bool:
     def key(p: urllib.parse.SplitResult) -> tuple[str, str, int | None]:
         return p.scheme, (p.hostname or "").lower(), p.port or (443 if p.scheme == "https" else 80)
+
     return key(a) == key(b)
 
 
@@ -361,14 +367,26 @@ class Transport:
 
     def __init__(self, bounds: Bounds, *, pool_size: int = 16) -> None:
         self.bounds = bounds
-        self._pools = urllib3.PoolManager(num_pools=32, maxsize=max(1, pool_size), block=False, retries=False,
-                                          timeout=urllib3.Timeout(connect=bounds.connect, read=bounds.answer),
-                                          blocksize=SEND_BLOCK)
+        self._pools = urllib3.PoolManager(
+            num_pools=32,
+            maxsize=max(1, pool_size),
+            block=False,
+            retries=False,
+            timeout=urllib3.Timeout(connect=bounds.connect, read=bounds.answer),
+            blocksize=SEND_BLOCK,
+        )
         self._pools.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
         self._by_origin: dict[str, HTTPConnectionPool] = {}  # skips the manager's URL parsing and key per request
 
-    def request(self, method: str, url: str, headers: Mapping[str, str] | None = None, body: Body | None = None, *,
-                follow: bool = False) -> Response:
+    def request(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        body: Body | None = None,
+        *,
+        follow: bool = False,
+    ) -> Response:
         """One request (following redirects when `follow`, for GET and HEAD); the answer's body is the caller's to
         read. Raises Unreachable, NoAnswer, RedirectRefused."""
         sent = dict(headers or {})
@@ -394,15 +412,26 @@ class Transport:
             _deadline.entry = None
             try:
                 pool, target = self._pool(url)
-                raw = pool.urlopen(method, target, body=payload, headers=headers, redirect=False, retries=False,
-                                   preload_content=False, decode_content=False, assert_same_host=False)
+                raw = pool.urlopen(
+                    method,
+                    target,
+                    body=payload,
+                    headers=headers,
+                    redirect=False,
+                    retries=False,
+                    preload_content=False,
+                    decode_content=False,
+                    assert_same_host=False,
+                )
                 return Response(raw, url, self.bounds)
             except Urllib3Error as exc:
                 entry = getattr(_deadline, "entry", None)
                 if entry is not None and entry[3]:
                     raise NoAnswer(f"{origin(url)} did not answer {method} within {_deadline.seconds:.0f}s") from None
                 dropped = isinstance(exc, urllib3.exceptions.ProtocolError) and any(
-                    isinstance(a, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)) for a in exc.args)
+                    isinstance(a, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError))
+                    for a in exc.args
+                )
                 if dropped and attempt == 0:
                     continue  # a kept-alive connection the server had closed: once more on a fresh one
                 raise Unreachable(f"cannot reach {origin(url)}: {_reason(exc)}") from None
@@ -436,13 +465,18 @@ def _reason(exc: BaseException) -> str:
     while cause is not None and len(chain) < 16:
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
-    for kind, said in ((ConnectionRefusedError, "connection refused"),
-                       (urllib3.exceptions.NameResolutionError, "the host name does not resolve"),
-                       (urllib3.exceptions.SSLError, "TLS error (check the certificate; SSL_CERT_FILE for a private CA)"),
-                       (ConnectionResetError, "connection reset")):
+    for kind, said in (
+        (ConnectionRefusedError, "connection refused"),
+        (urllib3.exceptions.NameResolutionError, "the host name does not resolve"),
+        (urllib3.exceptions.SSLError, "TLS error (check the certificate; SSL_CERT_FILE for a private CA)"),
+        (ConnectionResetError, "connection reset"),
+    ):
         if any(isinstance(c, kind) for c in chain):
             return said
-    if any(isinstance(c, (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ConnectTimeoutError, TimeoutError))
-           and not isinstance(c, urllib3.exceptions.NewConnectionError) for c in chain):
+    if any(
+        isinstance(c, (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ConnectTimeoutError, TimeoutError))
+        and not isinstance(c, urllib3.exceptions.NewConnectionError)
+        for c in chain
+    ):
         return "timed out"
     return type(exc).__name__

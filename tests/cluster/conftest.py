@@ -48,16 +48,19 @@ class Nginx:
         self.url = f"http://127.0.0.1:{self.port}"
         self.access_log = root / "access.log"
         user = "user root;\n" if os.geteuid() == 0 else ""  # workers must reach the temp dir (0700 under pytest)
-        temps = "".join(f"{kind}_temp_path {root / ('tmp-' + kind)};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        temps = "".join(
+            f"{kind}_temp_path {root / ('tmp-' + kind)};\n"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
         (root / "nginx.conf").write_text(f"""{user}daemon off;
 worker_processes 1;
-pid {root / 'nginx.pid'};
-error_log {root / 'error.log'} warn;
+pid {root / "nginx.pid"};
+error_log {root / "error.log"} warn;
 events {{ worker_connections 256; }}
 http {{
   {temps}
   access_log {self.access_log};
-  proxy_cache_path {root / 'cache'} keys_zone=models:10m use_temp_path=off;
+  proxy_cache_path {root / "cache"} keys_zone=models:10m use_temp_path=off;
   server {{
     listen 127.0.0.1:{self.port};
     location / {{
@@ -74,12 +77,18 @@ http {{
   }}
 }}
 """)
-        self.process = subprocess.Popen([binary, "-c", str(root / "nginx.conf"), "-p", str(root)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, start_new_session=True)
+        self.process = subprocess.Popen(
+            [binary, "-c", str(root / "nginx.conf"), "-p", str(root)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"nginx exited: {self.process.stderr.read().decode() if self.process.stderr else ''}")
+                raise RuntimeError(
+                    f"nginx exited: {self.process.stderr.read().decode() if self.process.stderr else ''}"
+                )
             try:
                 urllib.request.urlopen(self.url + "/", timeout=1)
                 return

@@ -55,8 +55,9 @@ class KillAfter:
         pass
 
 
-def test_a_volume_server_killed_mid_download(cluster: SeaweedCluster, loaded: dict[str, str], bundled: Catalog,
-                                             sources: dict[str, Path], tmp_path: Path) -> None:
+def test_a_volume_server_killed_mid_download(
+    cluster: SeaweedCluster, loaded: dict[str, str], bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store = open_store(f"s3://{loaded['primary']}/?endpoint={cluster.url}")
     cache = Cache(tmp_path / "cache")
     options = ResolveOptions(transfer=SMALL_PARTS)
@@ -77,17 +78,26 @@ def test_a_volume_server_killed_mid_download(cluster: SeaweedCluster, loaded: di
     assert again.source == store.url
 
 
-def test_a_second_bucket_as_mirror(cluster: SeaweedCluster, loaded: dict[str, str], bundled: Catalog, tmp_path: Path) -> None:
+def test_a_second_bucket_as_mirror(
+    cluster: SeaweedCluster, loaded: dict[str, str], bundled: Catalog, tmp_path: Path
+) -> None:
     primary = open_store(f"s3://{loaded['primary']}/?endpoint={cluster.url}")
     mirror = open_store(f"s3://{loaded['mirror']}/?endpoint={cluster.url}&addressing=path")
-    result = resolve(bundled, SMALL, cache=Cache(tmp_path / "cache"), store=primary, options=ResolveOptions(mirrors=(mirror,)))
+    result = resolve(
+        bundled, SMALL, cache=Cache(tmp_path / "cache"), store=primary, options=ResolveOptions(mirrors=(mirror,))
+    )
     assert set(result.sources.values()) == {mirror.url}
     assert primary.requests["GetObject"] == 0 and mirror.requests["GetObject"] == len(bundled.get(SMALL).files)
 
 
 def test_nginx_pull_through_cache_serves_a_second_runner_without_the_store(
-        cluster: SeaweedCluster, loaded: dict[str, str], bundled: Catalog, nginx: Any, filer_proxy: FaultProxy,
-        tmp_path: Path) -> None:
+    cluster: SeaweedCluster,
+    loaded: dict[str, str],
+    bundled: Catalog,
+    nginx: Any,
+    filer_proxy: FaultProxy,
+    tmp_path: Path,
+) -> None:
     primary = open_store(f"s3://{loaded['primary']}/?endpoint={cluster.url}")
     options = ResolveOptions(transfer=SMALL_PARTS, mirrors=(open_store(f"{nginx.url}/buckets/{loaded['primary']}/"),))
     first = resolve(bundled, SMALL, cache=Cache(tmp_path / "runner1"), store=primary, options=options)
@@ -95,8 +105,13 @@ def test_nginx_pull_through_cache_serves_a_second_runner_without_the_store(
     reached = sum(filer_proxy.requests.values())
     assert reached >= len(bundled.get(SMALL).files)  # the first runner's misses went through to the filer
     second_mirror = open_store(f"{nginx.url}/buckets/{loaded['primary']}/")
-    second = resolve(bundled, SMALL, cache=Cache(tmp_path / "runner2"), store=primary,
-                     options=ResolveOptions(transfer=SMALL_PARTS, mirrors=(second_mirror,)))
+    second = resolve(
+        bundled,
+        SMALL,
+        cache=Cache(tmp_path / "runner2"),
+        store=primary,
+        options=ResolveOptions(transfer=SMALL_PARTS, mirrors=(second_mirror,)),
+    )
     assert set(second.sources.values()) == {second_mirror.url}
     assert sum(filer_proxy.requests.values()) == reached  # zero requests reached the store
     assert primary.requests["GetObject"] == 0

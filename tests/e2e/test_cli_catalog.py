@@ -25,7 +25,9 @@ def test_bundled_catalog_is_valid() -> None:
     done = run("validate")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == ""
-    assert done.stderr.startswith(f"ok: {len(list(BUNDLED.glob('*.yaml'))) - 1} manifests valid")  # all but catalog.yaml
+    assert done.stderr.startswith(
+        f"ok: {len(list(BUNDLED.glob('*.yaml'))) - 1} manifests valid"
+    )  # all but catalog.yaml
 
 
 def _pydantic_plugin_leaving_a_mark(root: Path, mark: Path) -> Path:
@@ -39,7 +41,8 @@ def _pydantic_plugin_leaving_a_mark(root: Path, mark: Path) -> Path:
     (site / "markplugin.py").write_text(
         f"import pathlib\npathlib.Path({str(mark)!r}).write_text('loaded')\n\n"
         "class Plugin:\n    def new_schema_validator(self, *args, **kwargs):\n        return None, None, None\n\n"
-        "plugin = Plugin()\n")
+        "plugin = Plugin()\n"
+    )
     return site
 
 
@@ -75,18 +78,25 @@ def test_validate_json_and_github_formats(tmp_path: Path) -> None:
     assert as_json["ok"] is False
     [problem] = as_json["problems"]
     assert {k: problem[k] for k in ("path", "line", "field", "rule")} == {
-        "path": "manifests/a.yaml", "line": 5, "field": "s3_prefix", "rule": "s3-prefix"}
+        "path": "manifests/a.yaml",
+        "line": 5,
+        "field": "s3_prefix",
+        "rule": "s3-prefix",
+    }
     assert "exactly one '/'" in problem["message"]
     github = run("validate", "--format", "github", cwd=tmp_path).stdout.strip()
     assert github.startswith("::error file=manifests/a.yaml,line=5,title=s3-prefix::s3_prefix: ")
 
 
 def test_validate_named_files_reports_only_them_but_checks_collisions(tmp_path: Path) -> None:
-    write_catalog(tmp_path, {
-        "a.yaml": manifest_text("a", prefix="s3://ci-bucket/shared/"),
-        "b.yaml": manifest_text("b", prefix="s3://ci-bucket/shared/b/", revision="main"),
-        "c.yaml": manifest_text("c", revision="dev"),
-    })
+    write_catalog(
+        tmp_path,
+        {
+            "a.yaml": manifest_text("a", prefix="s3://ci-bucket/shared/"),
+            "b.yaml": manifest_text("b", prefix="s3://ci-bucket/shared/b/", revision="main"),
+            "c.yaml": manifest_text("c", revision="dev"),
+        },
+    )
     done = run("validate", "manifests/b.yaml", cwd=tmp_path)
     assert done.returncode == 1
     rules = [line.rsplit("[", 1)[1] for line in done.stdout.splitlines()]
@@ -100,7 +110,9 @@ def test_list_filters_and_json() -> None:
     text = run("list", "--gpu", "l4").stdout.splitlines()
     assert text[0].split() == ["NAME", "FORMAT", "GPU", "SIZE", "SOURCE"]
     assert [line.split()[0] for line in text[1:]] == ["all-minilm-l6-v2"]
-    assert [m["name"] for m in json.loads(run("list", "--tag", "embedding", "--format", "json").stdout)] == ["all-minilm-l6-v2"]
+    assert [m["name"] for m in json.loads(run("list", "--tag", "embedding", "--format", "json").stdout)] == [
+        "all-minilm-l6-v2"
+    ]
 
 
 def test_list_with_an_unknown_gpu_class_is_a_usage_error() -> None:
@@ -117,8 +129,10 @@ def test_show_prints_the_manifest_and_suggests_close_names() -> None:
     assert yaml.safe_load(run("show", "tiny-llama").stdout)["source"] == data["source"]
     missing = run("show", "tiny-lama")
     assert missing.returncode == 1
-    assert missing.stderr.splitlines() == ["error: no model named 'tiny-lama' in the catalog",
-                                           "hint: did you mean tiny-llama, tiny-llama-sharded, tiny-llama-tensorizer?"]
+    assert missing.stderr.splitlines() == [
+        "error: no model named 'tiny-lama' in the catalog",
+        "hint: did you mean tiny-llama, tiny-llama-sharded, tiny-llama-tensorizer?",
+    ]
 
 
 def test_schema_validates_the_bundled_manifests() -> None:
@@ -145,7 +159,9 @@ def test_usage_errors_exit_2() -> None:
 
 
 def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True
+    )
 
 
 def test_validate_base_refuses_hash_changes_at_the_same_revision(tmp_path: Path) -> None:
@@ -156,8 +172,12 @@ def test_validate_base_refuses_hash_changes_at_the_same_revision(tmp_path: Path)
     a = tmp_path / "manifests" / "a.yaml"
     a.write_text(a.read_text().replace("b" * 64, "c" * 64))  # same revision, new hash: forbidden
     b = tmp_path / "manifests" / "b.yaml"
-    b.write_text(b.read_text().replace("0123456789abcdef", "fedcba9876543210").replace("b" * 64, "d" * 64)
-                 .replace("s3://ci-bucket/org/b/", "s3://ci-bucket/org/b-fedcba987654/"))  # new pin, own prefix
+    b.write_text(
+        b.read_text()
+        .replace("0123456789abcdef", "fedcba9876543210")
+        .replace("b" * 64, "d" * 64)
+        .replace("s3://ci-bucket/org/b/", "s3://ci-bucket/org/b-fedcba987654/")
+    )  # new pin, own prefix
     done = run("validate", "--base", "HEAD", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
@@ -203,17 +223,30 @@ def test_matrix_groups_models_by_gpu_class() -> None:
     assert sharded["gpu_count"] == 2 and sharded["load_format"] == "runai_streamer_sharded"
     steps = yaml.safe_load(run("matrix", "--gpu", "cpu", "--format", "buildkite").stdout)["steps"]
     assert steps[0]["key"] == "catalog-prewarm-cpu" and steps[0]["agents"] == {"queue": "cpu"}  # then a job per model
-    assert steps[0]["command"] == "catalog resolve tiny-llama tiny-llama-sharded tiny-llama-tensorizer tiny-qwen2 tiny-sts --format json"
+    assert (
+        steps[0]["command"]
+        == "catalog resolve tiny-llama tiny-llama-sharded tiny-llama-tensorizer tiny-qwen2 tiny-sts --format json"
+    )
     assert run("matrix", "--gpu", "tpu").returncode == 2
 
 
 def test_a_deleted_working_directory_is_one_line_or_does_not_matter(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     gone.mkdir()
-    code = ("import os, sys\nos.chdir(sys.argv[1])\nos.rmdir(sys.argv[1])\n"
-            "from catalog_app.main import run\nsys.exit(run(sys.argv[2:]))\n")
-    found = subprocess.run([sys.executable, "-c", code, str(gone), "resolve", "tiny-llama"], capture_output=True, text=True)
-    assert found.returncode == 2 and found.stderr.startswith("error: the working directory no longer exists"), found.stderr
+    code = (
+        "import os, sys\nos.chdir(sys.argv[1])\nos.rmdir(sys.argv[1])\n"
+        "from catalog_app.main import run\nsys.exit(run(sys.argv[2:]))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code, str(gone), "resolve", "tiny-llama"], capture_output=True, text=True
+    )
+    assert found.returncode == 2 and found.stderr.startswith("error: the working directory no longer exists"), (
+        found.stderr
+    )
     gone.mkdir()
-    named = subprocess.run([sys.executable, "-c", code, str(gone), "--catalog", str(BUNDLED), "validate"], capture_output=True, text=True)
-    assert named.returncode == 0 and "Traceback" not in named.stderr, named.stderr  # with --catalog, the cwd does not matter
+    named = subprocess.run(
+        [sys.executable, "-c", code, str(gone), "--catalog", str(BUNDLED), "validate"], capture_output=True, text=True
+    )
+    assert named.returncode == 0 and "Traceback" not in named.stderr, (
+        named.stderr
+    )  # with --catalog, the cwd does not matter

@@ -24,7 +24,12 @@ def env(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> dict[str,
     store = tmp_path / "store"
     for name in TINY:
         upload_from_dir(bundled, name, sources[name], open_store(str(store)))
-    return {**os.environ, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(tmp_path / "cache")}
+    return {
+        **os.environ,
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_STORE": str(store),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+    }
 
 
 def catalog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -41,7 +46,18 @@ def test_resolve_prints_one_path(env: dict[str, str]) -> None:
 def test_resolve_json_env_and_vllm_args(env: dict[str, str]) -> None:
     env = {**env, "CATALOG_ENGINE_LOADER": "catalog"}  # what auto is where vLLM is installed (tests/engine/ loads it)
     data = json.loads(catalog(env, "resolve", "tiny-qwen2", "--format", "json").stdout)
-    assert set(data) >= {"name", "revision", "load_format", "model", "path", "tokenizer", "files", "bytes", "source", "engine_args"}
+    assert set(data) >= {
+        "name",
+        "revision",
+        "load_format",
+        "model",
+        "path",
+        "tokenizer",
+        "files",
+        "bytes",
+        "source",
+        "engine_args",
+    }
     assert data["weights_uri"].startswith(env["CATALOG_STORE"]) and data["load_format"] == "runai_streamer"
     # the engine's verified loader gets the local folder (config, tokenizer) as --model
     assert data["engine_loader"] == "catalog" and data["model"] == data["path"]
@@ -74,7 +90,9 @@ def test_resolve_all_as_a_redirect_file(env: dict[str, str], bundled: Catalog, s
     everything = catalog(env, "resolve", "--all", "--format", "redirect")
     assert everything.returncode == 0, everything.stderr
     every_repo = json.loads(everything.stdout)
-    assert sorted(every_repo) == sorted({m.source.hf_repo for m in bundled if not m.is_dataset})  # datasets are no model ids
+    assert sorted(every_repo) == sorted(
+        {m.source.hf_repo for m in bundled if not m.is_dataset}
+    )  # datasets are no model ids
     assert every_repo["model-catalog/tiny-llama"] == llama
 
 
@@ -113,7 +131,9 @@ def test_verify_notices_a_modified_file_by_its_stats(env: dict[str, str]) -> Non
     shallow = catalog(env, "verify")
     assert shallow.returncode == 1 and "changed since it was verified" in shallow.stdout
     repaired = catalog(env, "resolve", "tiny-llama")
-    assert repaired.returncode == 0 and json.loads((Path(repaired.stdout.strip()) / "tokenizer.json").read_text())["model"]
+    assert (
+        repaired.returncode == 0 and json.loads((Path(repaired.stdout.strip()) / "tokenizer.json").read_text())["model"]
+    )
 
 
 def test_gc_removes_what_no_manifest_references(env: dict[str, str], tmp_path: Path) -> None:

@@ -21,9 +21,17 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("checkout")
     shutil.copytree(ROOT / "manifests", root / "manifests")
     (root / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")} | {"CATALOG_DEMO_DIR": str(root / ".catalog")}
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], env=env, capture_output=True, text=True,
-                          timeout=900, cwd=ROOT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")} | {
+        "CATALOG_DEMO_DIR": str(root / ".catalog")
+    }
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "demo.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root, done.stdout
 
@@ -31,8 +39,9 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def bash(root: Path, script: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "VIRTUAL_ENV"))}
     env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if not p.startswith(sys.prefix))
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def first_steps() -> list[str]:
@@ -44,7 +53,9 @@ def first_steps() -> list[str]:
 def test_the_demo_fills_the_store_with_every_bundled_model_and_its_next_steps_work(checkout: tuple[Path, str]) -> None:
     root, printed = checkout
     lines = printed.split("Next, from the repository's root (README.md: First steps):", 1)[1].strip().splitlines()
-    assert [line.strip() for line in lines] == first_steps()[0].strip().splitlines()  # the README's lines, as they are there
+    assert [line.strip() for line in lines] == first_steps()[
+        0
+    ].strip().splitlines()  # the README's lines, as they are there
     done = bash(root, "\n".join(line.strip() for line in lines))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "--served-model-name tiny-qwen2" in done.stdout

@@ -30,15 +30,26 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A user's shell: the bundled catalog, a cache and a home of the test's own, nothing of the machine's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "HF_", "DOCKER_"))}
-    return env | {"HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
-                  "DOCKER_CONFIG": str(tmp_path / "docker"), "CATALOG_DIR": str(ROOT / "manifests"),
-                  "CATALOG_CACHE": str(tmp_path / "cache")} | extra
+    return (
+        env
+        | {
+            "HOME": str(tmp_path / "home"),
+            "HF_HOME": str(tmp_path / "hf"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "DOCKER_CONFIG": str(tmp_path / "docker"),
+            "CATALOG_DIR": str(ROOT / "manifests"),
+            "CATALOG_CACHE": str(tmp_path / "cache"),
+        }
+        | extra
+    )
 
 
 @pytest.fixture
@@ -77,16 +88,23 @@ def test_add_with_the_hub_unreachable_is_one_error_naming_the_endpoint(closed_hu
     assert sorted(p.name for p in catalog_dir.iterdir()) == ["catalog.yaml"]
 
 
-def test_a_list_import_with_the_hub_unreachable_refuses_each_line_and_asks_once(closed_hub: str, tmp_path: Path) -> None:
+def test_a_list_import_with_the_hub_unreachable_refuses_each_line_and_asks_once(
+    closed_hub: str, tmp_path: Path
+) -> None:
     catalog_dir = scratch_catalog(tmp_path)
     listing = tmp_path / "models.txt"
     listing.write_text("org/first@main\norg/second\n")
-    done = cli(user_env(tmp_path, HF_ENDPOINT=closed_hub, CATALOG_DIR=str(catalog_dir)), "import", "--repos", str(listing))
+    done = cli(
+        user_env(tmp_path, HF_ENDPOINT=closed_hub, CATALOG_DIR=str(catalog_dir)), "import", "--repos", str(listing)
+    )
     assert done.returncode == 1 and "internal error" not in done.stderr, done.stderr
     first, second, summary = done.stderr.splitlines()
-    assert first.startswith(f"error: org/first@main: {listing}:1: resolving org/first@main: cannot reach the Hub at {closed_hub}")
-    assert second == (f"error: org/second@main: {listing}:2: not tried: the Hub at {closed_hub} gave no answer at "
-                      f"{listing}:1")
+    assert first.startswith(
+        f"error: org/first@main: {listing}:1: resolving org/first@main: cannot reach the Hub at {closed_hub}"
+    )
+    assert second == (
+        f"error: org/second@main: {listing}:2: not tried: the Hub at {closed_hub} gave no answer at {listing}:1"
+    )
     assert summary == "0 written, 0 skipped, 2 refused"
 
 
@@ -98,17 +116,24 @@ def test_a_hub_failure_hints_at_the_hub_not_at_the_store(closed_hub: str, tmp_pa
 
 
 @pytest.mark.parametrize("scheme", ["oci", "http"])
-def test_an_unreachable_registry_or_http_store_is_not_hinted_as_s3(closed_hub: str, scheme: str, tmp_path: Path) -> None:
+def test_an_unreachable_registry_or_http_store_is_not_hinted_as_s3(
+    closed_hub: str, scheme: str, tmp_path: Path
+) -> None:
     url = f"{scheme}://{closed_hub.split('://', 1)[1]}/ns/"  # a closed port, again
     done = cli(user_env(tmp_path), "resolve", "tiny-sts", "--store", url)
-    assert done.returncode == 1 and "connection refused" in done.stderr and "AWS_ENDPOINT_URL" not in done.stderr, done.stderr
+    assert done.returncode == 1 and "connection refused" in done.stderr and "AWS_ENDPOINT_URL" not in done.stderr, (
+        done.stderr
+    )
     if scheme == "http":  # the files' GETs fail
         assert done.stderr.startswith("error: giving up on tiny-sts/"), done.stderr
-        assert done.stderr.splitlines()[-1] == ("hint: the store is unreachable or failing; retry later or check its URL "
-                                                "(--store, --mirror, catalog.yaml)")
+        assert done.stderr.splitlines()[-1] == (
+            "hint: the store is unreachable or failing; retry later or check its URL (--store, --mirror, catalog.yaml)"
+        )
     else:  # a registry is asked for the model's manifest first
-        assert done.stderr.startswith("error: cannot reach ") and done.stderr.splitlines()[-1] == \
-            "hint: check the URL and the network", done.stderr
+        assert (
+            done.stderr.startswith("error: cannot reach ")
+            and done.stderr.splitlines()[-1] == "hint: check the URL and the network"
+        ), done.stderr
 
 
 def test_a_sync_whose_hub_fails_hints_once_at_from_dir(closed_hub: str, tmp_path: Path) -> None:
@@ -117,19 +142,24 @@ def test_a_sync_whose_hub_fails_hints_once_at_from_dir(closed_hub: str, tmp_path
     lines = done.stderr.splitlines()
     assert sum(line.startswith("error: giving up on tiny-llama/") for line in lines) == 6  # one per file
     hints = [line for line in lines if line.startswith("hint:")]
-    assert len(hints) == 2 and "HF_ENDPOINT" in hints[0] and "AWS_ENDPOINT_URL" not in done.stderr  # said once, not per file
+    assert (
+        len(hints) == 2 and "HF_ENDPOINT" in hints[0] and "AWS_ENDPOINT_URL" not in done.stderr
+    )  # said once, not per file
     assert "without --from-dir the files come from the Hub" in hints[1] and "catalog sync --from-dir DIR" in hints[1]
 
 
 # -- a registry as the second store -------------------------------------------------------------------------------------
-def test_replicate_to_a_registry_from_the_cli(oci_registry: RegistryServer, store: Path, bundled: Catalog,
-                                              tmp_path: Path) -> None:
+def test_replicate_to_a_registry_from_the_cli(
+    oci_registry: RegistryServer, store: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     target = f"oci://{oci_registry.host}/replica-{uuid.uuid4().hex[:10]}/"
     env = user_env(tmp_path)
     copied = cli(env, "sync", "--replicate-to", target, "tiny-llama", "--store", str(store))
     assert copied.returncode == 0, copied.stderr
     assert cli(env, "sync", "--check", "tiny-llama", "--store", target).returncode == 0  # the registry holds every pin
-    done = cli(env | {"CATALOG_CACHE": str(tmp_path / "fresh")}, "resolve", "tiny-llama", "--store", target, "--format", "json")
+    done = cli(
+        env | {"CATALOG_CACHE": str(tmp_path / "fresh")}, "resolve", "tiny-llama", "--store", target, "--format", "json"
+    )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert set(answer["sources"].values()) == {target}  # every file from the registry, none from the first store
@@ -183,12 +213,16 @@ def test_a_source_flag_wins_over_catalog_mode_offline_and_errors_name_what_was_s
     assert flagged.returncode == 1 and flagged.stderr.startswith("error: --offline: 6 of tiny-llama's files")
     online = cli(env, "resolve", "tiny-llama", "--source", "store")
     assert online.returncode == 0 and Path(online.stdout.strip()).is_dir(), online.stderr
-    both = cli(env | {"CATALOG_CACHE": str(tmp_path / "other")}, "resolve", "tiny-llama", "--source", "store", "--offline")
+    both = cli(
+        env | {"CATALOG_CACHE": str(tmp_path / "other")}, "resolve", "tiny-llama", "--source", "store", "--offline"
+    )
     assert both.returncode == 1 and both.stderr.startswith("error: --offline: ")
 
 
 # -- summaries ----------------------------------------------------------------------------------------------------------
-def test_audit_upstream_takes_all_and_counts_models_and_pins_apart(hub: HubDouble, bundled: Catalog, tmp_path: Path) -> None:
+def test_audit_upstream_takes_all_and_counts_models_and_pins_apart(
+    hub: HubDouble, bundled: Catalog, tmp_path: Path
+) -> None:
     env = user_env(tmp_path, HF_ENDPOINT=hub.url)
     assert cli(env, "audit-upstream", "--all", "--no-record").returncode == 0
     assert cli(env, "audit-upstream", "tiny-llama", "--all", "--no-record").returncode == 2
@@ -201,9 +235,16 @@ def test_audit_upstream_takes_all_and_counts_models_and_pins_apart(hub: HubDoubl
 
 
 def test_check_load_markdown_shows_no_counted_zeros_for_an_engine_load() -> None:
-    by_engine = LoadReport("tiny-llama", LoadFormat.SAFETENSORS, seconds=12.5, uri="/cache/models/tiny-llama",
-                           engine="vllm: generated 8 tokens")
-    own = LoadReport("tiny-qwen2", LoadFormat.SAFETENSORS, tensors=21, bytes=2_097_152, seconds=0.5, throughput_mib_s=4.0)
+    by_engine = LoadReport(
+        "tiny-llama",
+        LoadFormat.SAFETENSORS,
+        seconds=12.5,
+        uri="/cache/models/tiny-llama",
+        engine="vllm: generated 8 tokens",
+    )
+    own = LoadReport(
+        "tiny-qwen2", LoadFormat.SAFETENSORS, tensors=21, bytes=2_097_152, seconds=0.5, throughput_mib_s=4.0
+    )
     rows = render_markdown([by_engine, own]).splitlines()[-2:]
     assert rows[0] == "| tiny-llama | safetensors | ok | - | - | 12.500 s | - | vllm: generated 8 tokens |"
     assert rows[1] == "| tiny-qwen2 | safetensors | ok | 21 | 2.0 MiB | 0.500 s | 4.0 MiB/s |  |"
@@ -219,7 +260,9 @@ def test_publish_clean_says_what_it_removed(tmp_path: Path) -> None:
     assert first.returncode == 0 and first.stdout == f"removed {left}\n"
     assert first.stderr == f"cleaned {tier}: removed 1 temp file that killed publishers left\n"
     again = cli(env, "publish", "--clean", "--to", str(tier))
-    assert again.returncode == 0 and again.stderr == f"cleaned {tier}: removed 0 temp files that killed publishers left\n"
+    assert (
+        again.returncode == 0 and again.stderr == f"cleaned {tier}: removed 0 temp files that killed publishers left\n"
+    )
     nowhere = cli(env, "publish", "--clean", "--to", str(tmp_path / "typo"))
     assert nowhere.stderr == f"nothing to clean: {tmp_path / 'typo'} is no folder\n"
 

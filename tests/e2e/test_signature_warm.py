@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from signing_keys import key_pair, pki
 
 from catalog.lookup import Catalog
@@ -20,8 +19,18 @@ from resolver.stores import open_store
 from resolver.upload import upload_from_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-WATCHED = ("pydantic", "click", "yaml", "boto3", "cryptography", "OpenSSL", "sigstore", "model_signing",
-           "resolver.signatures", "resolver.ecdsa")
+WATCHED = (
+    "pydantic",
+    "click",
+    "yaml",
+    "boto3",
+    "cryptography",
+    "OpenSSL",
+    "sigstore",
+    "model_signing",
+    "resolver.signatures",
+    "resolver.ecdsa",
+)
 PROBE = (
     "import sys, json, runpy\n"
     "sys.argv = ['catalog'] + sys.argv[1:]\n"
@@ -42,10 +51,19 @@ def env(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> dict[str,
     with open(catalog / "catalog.yaml", "a") as f:
         f.write("signatures: required\ntrusted_keys: [../keys/signer.pub]\n")
     base = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-    env = {**base, "HOME": str(tmp_path / "home"), "CATALOG_DIR": str(catalog), "CATALOG_STORE": str(tmp_path / "store"),
-           "CATALOG_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "catalog", "sign", "tiny-llama", "--private-key",
-                           str(tmp_path / "keys" / "signer.key")], capture_output=True, text=True, env=env)
+    env = {
+        **base,
+        "HOME": str(tmp_path / "home"),
+        "CATALOG_DIR": str(catalog),
+        "CATALOG_STORE": str(tmp_path / "store"),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "sign", "tiny-llama", "--private-key", str(tmp_path / "keys" / "signer.key")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     return env
 
@@ -56,7 +74,9 @@ def probe(env: dict[str, str], *args: str) -> tuple[str, str, dict[str, object]]
     return done.stdout, "\n".join(lines[:-1]), json.loads(lines[-1])
 
 
-def test_a_warm_answer_loads_no_signature_code_and_misses_when_a_signature_changes(env: dict[str, str], tmp_path: Path) -> None:
+def test_a_warm_answer_loads_no_signature_code_and_misses_when_a_signature_changes(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     cold_out, _, cold = probe(env, "resolve", "tiny-llama")
     assert cold["code"] == 0 and "resolver.signatures" in cold["loaded"]  # the full CLI verified it
     warm_out, _, warm = probe(env, "resolve", "tiny-llama")
@@ -65,8 +85,12 @@ def test_a_warm_answer_loads_no_signature_code_and_misses_when_a_signature_chang
     good = sig.read_bytes()
     # Signed by a key nobody trusts: the warm answer no longer holds, the full CLI refuses.
     other = key_pair(tmp_path / "other", "other")
-    subprocess.run([sys.executable, "-m", "catalog", "sign", "tiny-llama", "--private-key", str(other.private)],
-                   capture_output=True, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "catalog", "sign", "tiny-llama", "--private-key", str(other.private)],
+        capture_output=True,
+        env=env,
+        check=True,
+    )
     _, err, refused = probe(env, "resolve", "tiny-llama")
     assert refused["code"] == 1 and "pydantic" in refused["loaded"] and "is not trusted" in err
     sig.write_bytes(good)
@@ -104,11 +128,29 @@ def test_the_runners_flags_and_variables_are_answered_warm(env: dict[str, str], 
 def test_every_cold_resolve_verifies_a_certificate_chain_again(env: dict[str, str], tmp_path: Path) -> None:
     org = pki(tmp_path / "pki", "org")
     settings = Path(env["CATALOG_DIR"]) / "catalog.yaml"
-    settings.write_text(settings.read_text().replace(
-        "trusted_keys: [../keys/signer.pub]", "trusted_roots: [../pki/org-root.pem]\n"
-        "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]"))
-    subprocess.run([sys.executable, "-m", "catalog", "sign", "tiny-llama", "--private-key", str(org.key), "--certificate",
-                    str(org.chain)], capture_output=True, env=env, check=True)
+    settings.write_text(
+        settings.read_text().replace(
+            "trusted_keys: [../keys/signer.pub]",
+            "trusted_roots: [../pki/org-root.pem]\n"
+            "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]",
+        )
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catalog",
+            "sign",
+            "tiny-llama",
+            "--private-key",
+            str(org.key),
+            "--certificate",
+            str(org.chain),
+        ],
+        capture_output=True,
+        env=env,
+        check=True,
+    )
     first = probe(env, "resolve", "tiny-llama")[2]
     assert first["code"] == 0 and "cryptography" in first["loaded"]  # a certificate chain needs it
     assert probe(env, "resolve", "tiny-llama")[2] == {"code": 0, "loaded": []}  # warm: nothing loads
@@ -119,7 +161,9 @@ def test_every_cold_resolve_verifies_a_certificate_chain_again(env: dict[str, st
     assert not (cache / "signature-checks").exists()
 
 
-def test_a_key_named_through_a_symlink_and_dotdot_is_watched_where_it_is_read(env: dict[str, str], tmp_path: Path) -> None:
+def test_a_key_named_through_a_symlink_and_dotdot_is_watched_where_it_is_read(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     """`--trusted-key LINK/../ci.pub` reads LINK's target's sibling; the warm answer must watch that file, not the
     `ci.pub` beside LINK that a lexical normalization names: after the real key rotates, the warm answer misses."""
     real = tmp_path / "real"
@@ -133,7 +177,9 @@ def test_a_key_named_through_a_symlink_and_dotdot_is_watched_where_it_is_read(en
     args = ("resolve", "tiny-llama", "--trusted-key", "link/../ci.pub")
 
     def probe_in_work() -> tuple[str, dict[str, object]]:
-        done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=run_env, cwd=work)
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=run_env, cwd=work
+        )
         lines = done.stderr.strip().splitlines()
         return "\n".join(lines[:-1]), json.loads(lines[-1])
 

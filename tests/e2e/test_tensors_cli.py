@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,9 +35,14 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def isolated(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"),
-           "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-           **extra}
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "HF_HOME": str(tmp_path / "hf"),
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        **extra,
+    }
     env.pop("HF_TOKEN", None)
     return env
 
@@ -55,7 +60,8 @@ def broken_hub(tmp_path: Path) -> Iterator[HubDouble]:
 
 
 def test_validate_fails_a_broken_checkpoint_at_file_line_with_no_request_to_any_store(
-        tmp_path: Path, broken_hub: HubDouble, s3_server: SeaweedServer) -> None:
+    tmp_path: Path, broken_hub: HubDouble, s3_server: SeaweedServer
+) -> None:
     folder = write_catalog(tmp_path, {"broken.yaml": manifest_text("broken", files="")[: -len("files:\n")]})
     env = isolated(tmp_path, CATALOG_DIR=str(folder), HF_ENDPOINT=broken_hub.url)
     locked = run(env, "lock", "broken")
@@ -65,8 +71,13 @@ def test_validate_fails_a_broken_checkpoint_at_file_line_with_no_request_to_any_
     try:
         before = broken_hub.hub_requests()
         bucket = new_bucket(s3_server.url)
-        done = subprocess.run([sys.executable, "-m", "catalog", "validate"], capture_output=True, text=True, cwd=tmp_path,
-                              env={**env, **s3_env(proxy.url), "CATALOG_STORE": f"s3://{bucket}/"})
+        done = subprocess.run(
+            [sys.executable, "-m", "catalog", "validate"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**env, **s3_env(proxy.url), "CATALOG_STORE": f"s3://{bucket}/"},
+        )
         assert broken_hub.hub_requests() == before and sum(proxy.requests.values()) == 0  # no byte from any store
     finally:
         proxy.close()
@@ -84,11 +95,19 @@ def test_validate_fails_a_broken_checkpoint_at_file_line_with_no_request_to_any_
         "uninitialized; fix the checkpoint upstream or pin another revision  [tensor-missing]",
     ]
     # pre-commit passes the changed sidecar alone: it stands for its manifest
-    alone = subprocess.run([sys.executable, "-m", "catalog", "validate", "manifests/broken.tensors.json", "--format", "json"],
-                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    alone = subprocess.run(
+        [sys.executable, "-m", "catalog", "validate", "manifests/broken.tensors.json", "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     assert alone.returncode == 1
     assert [(p["line"], p["rule"]) for p in json.loads(alone.stdout)["problems"]] == [
-        (9, "tensor-duplicate"), (14, "tensor-missing"), (16, "tensor-missing")]
+        (9, "tensor-duplicate"),
+        (14, "tensor-missing"),
+        (16, "tensor-missing"),
+    ]
 
 
 def test_show_prints_the_tensor_inventory(tmp_path: Path, sources: dict[str, Path]) -> None:
@@ -100,7 +119,9 @@ def test_show_prints_the_tensor_inventory(tmp_path: Path, sources: dict[str, Pat
     (folder / "tiny-qwen2.tensors.json").unlink()
     env = isolated(tmp_path, CATALOG_DIR=str(folder))
     before = run(env, "show", "tiny-qwen2")
-    assert before.stdout.rstrip().endswith("# 2 safetensors file(s) without a pinned header: run `catalog lock tiny-qwen2`")
+    assert before.stdout.rstrip().endswith(
+        "# 2 safetensors file(s) without a pinned header: run `catalog lock tiny-qwen2`"
+    )
     assert run(env, "lock", "tiny-qwen2", "--from-dir", str(sources["tiny-qwen2"])).returncode == 0
     shown = run(env, "show", "tiny-qwen2")
     comments = [line for line in shown.stdout.splitlines() if line.startswith("#")]
@@ -114,27 +135,46 @@ def test_show_prints_the_tensor_inventory(tmp_path: Path, sources: dict[str, Pat
                 count += 1
                 parameters += math.prod(f.get_slice(key).get_shape())
     size = parameters * 2
-    assert comments == [f"# tensors: {count} in 2 safetensors file(s), {parameters:,} parameters, {size / 1024:.1f} KiB",
-                        f"#   BF16: {size:,} bytes ({size / 1024:.1f} KiB)"]
+    assert comments == [
+        f"# tensors: {count} in 2 safetensors file(s), {parameters:,} parameters, {size / 1024:.1f} KiB",
+        f"#   BF16: {size:,} bytes ({size / 1024:.1f} KiB)",
+    ]
     assert yaml.safe_load(shown.stdout)["name"] == "tiny-qwen2"  # the inventory is comments: still the manifest
     data = json.loads(run(env, "show", "tiny-qwen2", "--format", "json").stdout)
-    assert data["tensors"] == {"files": 2, "count": count, "parameters": parameters, "bytes_by_dtype": {"BF16": size},
-                               "bytes": size, "unpinned": []}
+    assert data["tensors"] == {
+        "files": 2,
+        "count": count,
+        "parameters": parameters,
+        "bytes_by_dtype": {"BF16": size},
+        "bytes": size,
+        "unpinned": [],
+    }
 
 
-def test_a_warm_answer_carries_the_filesystem_the_full_cli_found(bundled: Catalog, sources: dict[str, Path],
-                                                                  tmp_path: Path) -> None:
+def test_a_warm_answer_carries_the_filesystem_the_full_cli_found(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], open_store(str(tmp_path / "store")))
-    env = isolated(tmp_path, CATALOG_DIR=str(ROOT / "manifests"), CATALOG_STORE=str(tmp_path / "store"),
-                   CATALOG_CACHE=str(tmp_path / "cache"))
+    env = isolated(
+        tmp_path,
+        CATALOG_DIR=str(ROOT / "manifests"),
+        CATALOG_STORE=str(tmp_path / "store"),
+        CATALOG_CACHE=str(tmp_path / "cache"),
+    )
     cold = json.loads(run(env, "resolve", "tiny-llama", "--format", "json").stdout)
     assert cold["filesystem"] == filesystem_type(Path(cold["path"])) is not None
-    probe = ("import runpy, sys\nsys.argv = ['catalog'] + sys.argv[1:]\n"
-             "try:\n    runpy.run_module('catalog', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-             "print('pydantic' in sys.modules, file=sys.stderr)\n")
+    probe = (
+        "import runpy, sys\nsys.argv = ['catalog'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('catalog', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('pydantic' in sys.modules, file=sys.stderr)\n"
+    )
     for fmt in ("json", "vllm-args"):  # the engine arguments depend on the filesystem (resolver/mounts.py)
-        warm = subprocess.run([sys.executable, "-c", probe, "resolve", "tiny-llama", "--format", fmt],
-                              capture_output=True, text=True, env=env)
+        warm = subprocess.run(
+            [sys.executable, "-c", probe, "resolve", "tiny-llama", "--format", fmt],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert warm.stderr.strip().splitlines()[-1] == "False"  # answered by the warm path
         full = run(env, "--verbose", "resolve", "tiny-llama", "--format", fmt)  # -v: never answered warm
         assert warm.stdout == full.stdout, fmt

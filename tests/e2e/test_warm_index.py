@@ -39,7 +39,12 @@ def setup(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> tuple[d
         upload_from_dir(bundled, name, sources[name], open_store(str(tmp_path / "store")))
     catalog_dir = tmp_path / "manifests"
     shutil.copytree(ROOT / "manifests", catalog_dir)
-    env = {**os.environ, "CATALOG_DIR": str(catalog_dir), "CATALOG_STORE": str(tmp_path / "store"), "CATALOG_CACHE": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "CATALOG_DIR": str(catalog_dir),
+        "CATALOG_STORE": str(tmp_path / "store"),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+    }
     return env, catalog_dir
 
 
@@ -73,7 +78,8 @@ def test_second_resolve_is_answered_without_heavy_imports(setup: tuple[dict[str,
 # What the full CLI refuses (exit 2): tiny-llama's twins in the hf-cache layout (its repo id loads the primary's
 # files), and a redirect to a model that needs engine arguments a redirect file cannot carry.
 REFUSED = {("hf-cache", twin, fmt) for twin in ("tiny-llama-tensorizer", "tiny-llama-sharded") for fmt in FORMATS} | {
-    ("dir", twin, "redirect") for twin in ("tiny-llama-tensorizer", "tiny-llama-sharded")}
+    ("dir", twin, "redirect") for twin in ("tiny-llama-tensorizer", "tiny-llama-sharded")
+}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -122,7 +128,9 @@ def test_a_changed_manifest_or_view_file_goes_to_the_full_cli(setup: tuple[dict[
     assert json.loads((Path(repaired_out.strip()) / "config.json").read_text())["model_type"] == "llama"
 
 
-def test_a_retargeted_catalog_symlink_or_a_changed_setting_misses(setup: tuple[dict[str, str], Path], tmp_path: Path) -> None:
+def test_a_retargeted_catalog_symlink_or_a_changed_setting_misses(
+    setup: tuple[dict[str, str], Path], tmp_path: Path
+) -> None:
     env, catalog_dir = setup
     link = tmp_path / "current"
     link.symlink_to(catalog_dir)
@@ -136,7 +144,11 @@ def test_a_retargeted_catalog_symlink_or_a_changed_setting_misses(setup: tuple[d
     link.symlink_to(release)  # the next catalog release, same path
     _, retargeted = probe(linked, "resolve", "tiny-llama")
     assert "pydantic" in retargeted["heavy"]
-    for variable, value in (("CATALOG_MODE", "dev"), ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("CATALOG_PART_SIZE", "8MiB")):
+    for variable, value in (
+        ("CATALOG_MODE", "dev"),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+        ("CATALOG_PART_SIZE", "8MiB"),
+    ):
         _, changed = probe({**env, variable: value}, "resolve", "tiny-llama")
         assert "pydantic" in changed["heavy"], variable
 
@@ -144,8 +156,12 @@ def test_a_retargeted_catalog_symlink_or_a_changed_setting_misses(setup: tuple[d
 def test_flags_it_does_not_know_go_to_the_full_cli(setup: tuple[dict[str, str], Path]) -> None:
     env, _ = setup
     probe(env, "resolve", "tiny-llama")
-    for args in (["-v", "resolve", "tiny-llama"], ["resolve", "tiny-llama", "--bogus"], ["resolve", "--all"],
-                 ["resolve", "tiny-llama", "--format", "yaml"]):
+    for args in (
+        ["-v", "resolve", "tiny-llama"],
+        ["resolve", "tiny-llama", "--bogus"],
+        ["resolve", "--all"],
+        ["resolve", "tiny-llama", "--format", "yaml"],
+    ):
         _, result = probe(env, *args)
         assert "click" in result["heavy"], args
 
@@ -166,16 +182,22 @@ def test_a_streamed_answer_rests_on_its_proof_for_the_age_the_setting_gives(setu
     """CATALOG_STREAM_PROOF_MAX_AGE, not a fixed 300 s (a deliberate bug of that kind passed every test before), for
     the plain hand-off; under the verified loader the engine hashes every tensor, so no proof age bounds the answer."""
     env, _ = setup
-    verified = env | {"CATALOG_ENGINE_LOADER": "catalog", "CATALOG_STREAM_PROOF_MAX_AGE": "0",
-                      "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-verified"}
+    verified = env | {
+        "CATALOG_ENGINE_LOADER": "catalog",
+        "CATALOG_STREAM_PROOF_MAX_AGE": "0",
+        "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-verified",
+    }
     assert probe(verified, "resolve", "tiny-qwen2")[1]["code"] == 0
     [entry] = [json.loads(p.read_text()) for p in warm_entries(verified)]
     assert entry["valid_until"] is None
     again = probe(verified, "resolve", "tiny-qwen2")[1]
     assert again["code"] == 0 and "pydantic" not in again["heavy"], again  # answered warm despite a zero proof age
     for age in ("0", "86400"):
-        given = env | {"CATALOG_ENGINE_LOADER": "plain", "CATALOG_STREAM_PROOF_MAX_AGE": age,
-                       "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-{age}"}
+        given = env | {
+            "CATALOG_ENGINE_LOADER": "plain",
+            "CATALOG_STREAM_PROOF_MAX_AGE": age,
+            "CATALOG_CACHE": f"{env['CATALOG_CACHE']}-{age}",
+        }
         assert probe(given, "resolve", "tiny-qwen2")[1]["code"] == 0
         [entry] = [json.loads(p.read_text()) for p in warm_entries(given)]
         assert entry["valid_until"] - entry["proved_at"] == int(age)

@@ -32,7 +32,9 @@ PROBE = (
 
 def sync(env: dict[str, str], *args: str) -> tuple[str, str, dict[str, object]]:
     """(stdout, stderr without the probe's line, {code, heavy}) of `catalog sync ARGS` run as the console script runs."""
-    done = subprocess.run([sys.executable, "-c", PROBE, "sync", *args], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "sync", *args], capture_output=True, text=True, env=env, timeout=300
+    )
     *said, last = done.stderr.splitlines(keepends=True)
     return done.stdout, "".join(said), json.loads(last)
 
@@ -42,16 +44,24 @@ def synced(hub: HubDouble, bucket: str, bundled: Catalog, tmp_path: Path) -> tup
     """Every bundled model in the bucket, synced by this runner (its cache holds the sync states), from a catalog copy."""
     catalog_dir = tmp_path / "manifests"
     shutil.copytree(ROOT / "manifests", catalog_dir)
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(catalog_dir), "CATALOG_CACHE": str(tmp_path / "cache"),
-           "CATALOG_STORE": f"s3://{bucket}/"}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_DIR": str(catalog_dir),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_STORE": f"s3://{bucket}/",
+    }
     _, err, first = sync(env)
     assert first["code"] == 0, err
     return env, catalog_dir
 
 
-@pytest.mark.parametrize("args", [(), ("--check",), ("--dry-run", "--format", "json"), ("tiny-llama", "--dry-run", "--format", "markdown")])
-def test_a_sync_that_changes_nothing_is_answered_again_without_the_full_cli(synced: tuple[dict[str, str], Path],
-                                                                          args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args", [(), ("--check",), ("--dry-run", "--format", "json"), ("tiny-llama", "--dry-run", "--format", "markdown")]
+)
+def test_a_sync_that_changes_nothing_is_answered_again_without_the_full_cli(
+    synced: tuple[dict[str, str], Path], args: tuple[str, ...]
+) -> None:
     env, _ = synced
     full_out, full_err, full = sync(env, *args)
     warm_out, warm_err, warm = sync(env, *args)
@@ -62,21 +72,26 @@ def test_a_sync_that_changes_nothing_is_answered_again_without_the_full_cli(sync
     assert "No changes" in warm_out or "no drift" in warm_out or '"action": "ok"' in warm_out
 
 
-def test_an_object_rewritten_in_the_store_goes_to_the_full_cli(synced: tuple[dict[str, str], Path], s3_server: SeaweedServer,
-                                                               bucket: str, bundled: Catalog) -> None:
+def test_an_object_rewritten_in_the_store_goes_to_the_full_cli(
+    synced: tuple[dict[str, str], Path], s3_server: SeaweedServer, bucket: str, bundled: Catalog
+) -> None:
     env, _ = synced
     sync(env, "--check")
     model = bundled.get("tiny-llama")
     entry = model.file("config.json")
     assert entry is not None
     client = make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path"))
-    client.put_object(Bucket=bucket, Key=bundled.store_key(model, entry.path), Body=b"x" * entry.size)  # same size, other bytes
+    client.put_object(
+        Bucket=bucket, Key=bundled.store_key(model, entry.path), Body=b"x" * entry.size
+    )  # same size, other bytes
     out, err, again = sync(env, "--check")
     assert again["code"] == 1 and "pydantic" in again["heavy"], err  # the full CLI saw the new ETag: drift
     assert "tiny-llama/config.json" in out
 
 
-def test_a_changed_manifest_or_a_file_added_to_the_catalog_goes_to_the_full_cli(synced: tuple[dict[str, str], Path]) -> None:
+def test_a_changed_manifest_or_a_file_added_to_the_catalog_goes_to_the_full_cli(
+    synced: tuple[dict[str, str], Path],
+) -> None:
     env, catalog_dir = synced
     sync(env, "--check")
     assert sync(env, "--check")[2]["heavy"] == []
@@ -103,9 +118,20 @@ def test_credentials_boto3_finds_are_never_answered_warm(synced: tuple[dict[str,
 
 def test_only_calls_that_cannot_change_a_no_op_plan_are_answered() -> None:
     assert parse_argv(["sync", "--check", "--format", "json", "tiny-llama"]) == {}
-    assert parse_argv(["--catalog", "m", "sync", "--from-dir=d", "--cache", "c"]) == {"catalog_dir": "m", "from_dir": "d", "cache_dir": "c"}
-    for refused in (["sync", "--deep"], ["sync", "--out", "plan.json"], ["sync", "--apply", "p"], ["-v", "sync"],
-                    ["sync", "--replicate-to", "s3://b/"], ["sync", "--format"], ["resolve", "x"]):
+    assert parse_argv(["--catalog", "m", "sync", "--from-dir=d", "--cache", "c"]) == {
+        "catalog_dir": "m",
+        "from_dir": "d",
+        "cache_dir": "c",
+    }
+    for refused in (
+        ["sync", "--deep"],
+        ["sync", "--out", "plan.json"],
+        ["sync", "--apply", "p"],
+        ["-v", "sync"],
+        ["sync", "--replicate-to", "s3://b/"],
+        ["sync", "--format"],
+        ["resolve", "x"],
+    ):
         assert parse_argv(refused) is None, refused
 
 
@@ -125,11 +151,25 @@ def test_a_store_that_stalls_sends_the_call_to_the_full_cli_after_a_short_wait(t
         env = {"HOME": str(tmp_path)}
         found = warm_sync._entry_path(argv, warm_sync.parse_argv(argv) or {}, env)
         assert found is not None
-        entry = {"version": warm_sync.ENTRY_VERSION, "inputs": {}, "catalog": found[1],
-                 "folders": warm_sync.folder_identities(found[1]), "listed": [["m/", "0" * 64]], "stdout": "", "stderr": "",
-                 "code": 0, "access": {"bucket": "b", "endpoint": f"http://127.0.0.1:{stalled.getsockname()[1]}",
-                                       "addressing": "path", "region": "us-east-1", "connect_timeout": 60.0,
-                                       "read_timeout": 60.0, "unsigned": True}}
+        entry = {
+            "version": warm_sync.ENTRY_VERSION,
+            "inputs": {},
+            "catalog": found[1],
+            "folders": warm_sync.folder_identities(found[1]),
+            "listed": [["m/", "0" * 64]],
+            "stdout": "",
+            "stderr": "",
+            "code": 0,
+            "access": {
+                "bucket": "b",
+                "endpoint": f"http://127.0.0.1:{stalled.getsockname()[1]}",
+                "addressing": "path",
+                "region": "us-east-1",
+                "connect_timeout": 60.0,
+                "read_timeout": 60.0,
+                "unsigned": True,
+            },
+        }
         Path(found[0]).parent.mkdir(parents=True)
         Path(found[0]).write_text(json.dumps(entry))
         started = time.monotonic()

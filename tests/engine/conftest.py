@@ -10,11 +10,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # engine_support.py
 
-from engine_support import MAX_TOKENS, PROMPTS, EngineSession, Reference  # noqa: E402
-from hubdouble import HubDouble  # noqa: E402
-from servers import SeaweedServer, new_bucket  # noqa: E402
+from engine_support import MAX_TOKENS, PROMPTS, EngineSession, Reference
+from hubdouble import HubDouble
+from servers import SeaweedServer, new_bucket
 
-from catalog.lookup import Catalog  # noqa: E402
+from catalog.lookup import Catalog
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +34,13 @@ def redirect_hub() -> Iterator[HubDouble]:
 
 
 @pytest.fixture(scope="session")
-def engine_session(s3_server: SeaweedServer, bundled: Catalog, sources: dict[str, Path], empty_hub: HubDouble,
-                   tmp_path_factory: pytest.TempPathFactory) -> EngineSession:
+def engine_session(
+    s3_server: SeaweedServer,
+    bundled: Catalog,
+    sources: dict[str, Path],
+    empty_hub: HubDouble,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> EngineSession:
     """Every bundled model synced into a fresh bucket by `catalog sync --from-dir`, as a maintainer would."""
     work = tmp_path_factory.mktemp("engine")
     artifacts = work / "artifacts"
@@ -61,7 +66,7 @@ def references(engine_session: EngineSession, bundled: Catalog) -> dict[str, Ref
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         ids = tokenizer(PROMPTS[name], return_tensors="pt").input_ids
         out = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False, min_new_tokens=MAX_TOKENS)
-        found[name] = Reference(PROMPTS[name], tuple(ids[0].tolist()), tuple(out[0, ids.shape[1]:].tolist()))
+        found[name] = Reference(PROMPTS[name], tuple(ids[0].tolist()), tuple(out[0, ids.shape[1] :].tolist()))
     from sentence_transformers import SentenceTransformer
 
     folder = engine_session.catalog("resolve", "all-minilm-l6-v2").strip()

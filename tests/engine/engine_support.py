@@ -28,8 +28,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # graph capture. The catalog's own arguments come first, exactly as printed.
 HARNESS = ("--dtype", "float32", "--max-model-len", "64", "--enforce-eager")
 # Prompts from each tokenizer's vocabulary (the Llama-shaped models know the words w3 ... w63).
-PROMPTS = {"all-minilm-l6-v2": "the catalog pins model weights", "tiny-llama": "w5 w6 w7",
-           "tiny-qwen2": "hello world the model"}
+PROMPTS = {
+    "all-minilm-l6-v2": "the catalog pins model weights",
+    "tiny-llama": "w5 w6 w7",
+    "tiny-qwen2": "hello world the model",
+}
 # A derived artifact of tiny-llama's weights answers with tiny-llama's tokens.
 REFERENCE_OF = {"tiny-llama-sharded": "tiny-llama", "tiny-llama-tensorizer": "tiny-llama"}
 MAX_TOKENS = 8
@@ -54,9 +57,24 @@ class EngineSession:
     env: dict[str, str] = field(default_factory=dict)
 
     def catalog(self, *args: str, env: Mapping[str, str] | None = None) -> str:
-        done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args,
-                               "--store", self.store, "--cache", str(self.cache)], capture_output=True, text=True,
-                              env={**os.environ, **self.env, **(env or {})}, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "catalog",
+                "--catalog",
+                str(ROOT / "manifests"),
+                *args,
+                "--store",
+                self.store,
+                "--cache",
+                str(self.cache),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env, **(env or {})},
+            check=False,
+        )
         assert done.returncode == 0, f"catalog {' '.join(args)}: {done.stderr}"
         return done.stdout
 
@@ -74,9 +92,16 @@ class EngineSession:
     def run(self, jobs: Sequence[EngineJob], **env: str) -> dict[str, EngineResult]:
         """Run `jobs` in one engine worker with this session's environment (plus `env`): a private HOME and caches,
         and the Hub at `hub_url` (a double that counts every request; offline by default)."""
-        base = {"HOME": str(self.home), "VLLM_CACHE_ROOT": str(self.home / "vllm"), "HF_HOME": str(self.home / "hf"),
-                "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(self.home / "empty-hub"), "HF_ENDPOINT": self.hub_url,
-                "HF_HUB_DISABLE_TELEMETRY": "1", **env}
+        base = {
+            "HOME": str(self.home),
+            "VLLM_CACHE_ROOT": str(self.home / "vllm"),
+            "HF_HOME": str(self.home / "hf"),
+            "HF_HUB_OFFLINE": "1",
+            "HF_HUB_CACHE": str(self.home / "empty-hub"),
+            "HF_ENDPOINT": self.hub_url,
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            **env,
+        }
         results = run_jobs(jobs, env=base, log=self.home / "engine.log", timeout=worker_timeout())
         return {r.id: r for r in results}
 
@@ -90,8 +115,9 @@ def worker_timeout(base: float = 900.0) -> float:
 
 
 def job(id: str, args: Sequence[str], model: str, env: Mapping[str, str] | None = None) -> EngineJob:
-    return EngineJob(id, (*args, *HARNESS), dict(env or {}), prompt=PROMPTS[REFERENCE_OF.get(model, model)],
-                     max_tokens=MAX_TOKENS)
+    return EngineJob(
+        id, (*args, *HARNESS), dict(env or {}), prompt=PROMPTS[REFERENCE_OF.get(model, model)], max_tokens=MAX_TOKENS
+    )
 
 
 def assert_matches(result: EngineResult, reference: Reference, served: str | None) -> None:

@@ -26,9 +26,13 @@ NAME = "tiny-llama"
 
 
 def catalog(session: EngineSession, cache: Path, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args],
-                          capture_output=True, text=True, check=False,
-                          env={**os.environ, **session.env, "CATALOG_STORE": session.store, "CATALOG_CACHE": str(cache)})
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **session.env, "CATALOG_STORE": session.store, "CATALOG_CACHE": str(cache)},
+    )
     assert done.returncode == 0, f"catalog {' '.join(args)}: {done.stderr}"
     return done.stdout
 
@@ -42,8 +46,22 @@ def runner(session: EngineSession, folder: Path) -> tuple[list[str], dict[str, s
     """One CI runner: resolve, restore the compile cache, start the engine, and (a miss) publish afterwards."""
     cache, engine_cache = folder / "catalog-cache", folder / "vllm-cache"
     args = shlex.split(catalog(session, cache, "resolve", NAME, "--format", "vllm-args"))
-    env = exports(catalog(session, cache, "derived", "restore", NAME, "--engine-cache", str(engine_cache), "--format",
-                          "env", "--", *args, *COMPILED))
+    env = exports(
+        catalog(
+            session,
+            cache,
+            "derived",
+            "restore",
+            NAME,
+            "--engine-cache",
+            str(engine_cache),
+            "--format",
+            "env",
+            "--",
+            *args,
+            *COMPILED,
+        )
+    )
     job = EngineJob(f"compiled:{folder.name}", (*args, *COMPILED), prompt=PROMPTS[NAME], max_tokens=MAX_TOKENS)
     result = session.run([job], **env)[job.id]
     if env["CATALOG_DERIVED_HIT"] == "0":
@@ -61,8 +79,9 @@ def runners(engine_session: EngineSession, tmp_path_factory: pytest.TempPathFact
     return first, second
 
 
-def test_the_first_runner_compiles_and_the_second_starts_from_its_cache(runners: tuple[Runner, Runner],
-                                                                       references: dict[str, Reference]) -> None:
+def test_the_first_runner_compiles_and_the_second_starts_from_its_cache(
+    runners: tuple[Runner, Runner], references: dict[str, Reference]
+) -> None:
     (args_1, env_1, first), (args_2, env_2, second) = runners
     # Two runners that share nothing on disk: the model's folder and the engine's cache folder differ.
     assert args_1[args_1.index("--model") + 1] != args_2[args_2.index("--model") + 1]
@@ -71,12 +90,16 @@ def test_the_first_runner_compiles_and_the_second_starts_from_its_cache(runners:
     # The first found nothing stored and compiled: its engine missed inductor's caches.
     assert env_1["CATALOG_DERIVED_HIT"] == "0"
     assert_matches(first, references[NAME], served=NAME)
-    misses = first.compile.get("inductor.fxgraph_cache_miss", 0) + first.compile.get("aot_autograd.autograd_cache_miss", 0)
+    misses = first.compile.get("inductor.fxgraph_cache_miss", 0) + first.compile.get(
+        "aot_autograd.autograd_cache_miss", 0
+    )
     assert misses >= 1, first.compile
     # The second restored the entry, and its engine compiled nothing: every graph came from the restored cache.
     assert env_2["CATALOG_DERIVED_HIT"] == "1"
     assert_matches(second, references[NAME], served=NAME)
-    hits = second.compile.get("inductor.fxgraph_cache_hit", 0) + second.compile.get("aot_autograd.autograd_cache_hit", 0)
+    hits = second.compile.get("inductor.fxgraph_cache_hit", 0) + second.compile.get(
+        "aot_autograd.autograd_cache_hit", 0
+    )
     assert hits >= 1, second.compile
     assert second.compile.get("inductor.fxgraph_cache_miss", 0) == 0, second.compile
     assert second.compile.get("aot_autograd.autograd_cache_miss", 0) == 0, second.compile

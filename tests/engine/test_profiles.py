@@ -47,7 +47,7 @@ def llama_reference(engine_session: EngineSession) -> Reference:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     ids = tokenizer(PROMPTS[NAME], return_tensors="pt").input_ids
     out = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False, min_new_tokens=MAX_TOKENS)
-    return Reference(PROMPTS[NAME], tuple(ids[0].tolist()), tuple(out[0, ids.shape[1]:].tolist()))
+    return Reference(PROMPTS[NAME], tuple(ids[0].tolist()), tuple(out[0, ids.shape[1] :].tolist()))
 
 
 def engine_configs(log: Path, start: int) -> list[tuple[str, int]]:
@@ -58,8 +58,9 @@ def engine_configs(log: Path, start: int) -> list[tuple[str, int]]:
     return [(dtype, int(length)) for dtype, length in found]
 
 
-def test_a_profiles_arguments_reach_vllm_through_vllm_args(engine_session: EngineSession, llama_reference: Reference,
-                                                           empty_hub: HubDouble) -> None:
+def test_a_profiles_arguments_reach_vllm_through_vllm_args(
+    engine_session: EngineSession, llama_reference: Reference, empty_hub: HubDouble
+) -> None:
     s = engine_session
     on_cpu = s.vllm_args(NAME, env={"CATALOG_GPU_CLASS": "cpu"})
     assert on_cpu[-4:] == ["--dtype", "float32", "--max-model-len", "64"]  # the profile, after the catalog's own
@@ -67,8 +68,12 @@ def test_a_profiles_arguments_reach_vllm_through_vllm_args(engine_session: Engin
     assert "--dtype" not in elsewhere and "--max-model-len" not in elsewhere
     log = s.home / "engine.log"
     start = log.stat().st_size if log.exists() else 0
-    results = s.run([EngineJob("profile", (*on_cpu, *HARNESS), prompt=PROMPTS[NAME], max_tokens=MAX_TOKENS),
-                     EngineJob("no-profile", (*elsewhere, *HARNESS), prompt=PROMPTS[NAME], max_tokens=MAX_TOKENS)])
+    results = s.run(
+        [
+            EngineJob("profile", (*on_cpu, *HARNESS), prompt=PROMPTS[NAME], max_tokens=MAX_TOKENS),
+            EngineJob("no-profile", (*elsewhere, *HARNESS), prompt=PROMPTS[NAME], max_tokens=MAX_TOKENS),
+        ]
+    )
     assert_matches(results["profile"], llama_reference, served=NAME)
     assert results["no-profile"].ok
     # The engine ran with the profile's arguments; without them the CPU build downcasts the float32 weights to bfloat16
@@ -102,8 +107,9 @@ def test_marked(catalog_resolution):
 """
 
 
-def test_a_repo_id_load_missing_a_pinned_file_fails_in_the_guard(engine_session: EngineSession, bundled: Catalog,
-                                                                 empty_hub: HubDouble, tmp_path: Path) -> None:
+def test_a_repo_id_load_missing_a_pinned_file_fails_in_the_guard(
+    engine_session: EngineSession, bundled: Catalog, empty_hub: HubDouble, tmp_path: Path
+) -> None:
     s = engine_session
     llama = bundled.get(NAME)
     snapshot_env = s.exported("resolve", NAME, "--layout", "hf-cache")
@@ -116,18 +122,44 @@ def test_a_repo_id_load_missing_a_pinned_file_fails_in_the_guard(engine_session:
     shutil.copytree(ROOT / "manifests", project / "manifests")
     (project / "test_models.py").write_text(textwrap.dedent(SUITE.format(args=args)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CATALOG_"))}
-    env |= {"CATALOG_MODE": "ci", "CATALOG_DIR": str(project / "manifests"), "CATALOG_STORE": s.store,
-            "CATALOG_CACHE": str(s.cache), "CATALOG_GPU_CLASS": "cpu", "HF_ENDPOINT": empty_hub.url,
-            "HF_HUB_CACHE": str(runner_hf), "HF_HOME": str(tmp_path / "hf"), "HOME": str(s.home)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--catalog-report", "report.json",
-                           "test_models.py"], cwd=project, env=env, capture_output=True, text=True, timeout=1800)
+    env |= {
+        "CATALOG_MODE": "ci",
+        "CATALOG_DIR": str(project / "manifests"),
+        "CATALOG_STORE": s.store,
+        "CATALOG_CACHE": str(s.cache),
+        "CATALOG_GPU_CLASS": "cpu",
+        "HF_ENDPOINT": empty_hub.url,
+        "HF_HUB_CACHE": str(runner_hf),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HOME": str(s.home),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--catalog-report",
+            "report.json",
+            "test_models.py",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     out = done.stdout
     assert out.strip().splitlines()[-1].startswith("1 failed, 1 passed"), out + done.stderr  # once: no rerun
     failure = out.split("_ test_loads_by_repo_id _", 1)[1].split("\n=====", 1)[0]
     index = [f.path for f in llama.files].index("tokenizer.json")
     line = yamlsource.parse((ROOT / "manifests" / f"{NAME}.yaml").read_text()).lines.line_of(("files", index, "path"))
-    assert (f"catalog hub guard: model-catalog/tiny-llama@{llama.source.revision[:12]}: this runner's HF cache ({runner_hf}) "
-            f"lacks tokenizer.json (manifests/tiny-llama.yaml:{line})") in failure, failure
+    assert (
+        f"catalog hub guard: model-catalog/tiny-llama@{llama.source.revision[:12]}: this runner's HF cache ({runner_hf}) "
+        f"lacks tokenizer.json (manifests/tiny-llama.yaml:{line})"
+    ) in failure, failure
     assert "test_models.py::test_loads_by_repo_id asked the Hub" in failure  # the engine's worker asked; refused
     assert empty_hub.hub_requests() == 0, empty_hub.requests  # nothing reached the Hub
     report = {t["test"].split("::")[1]: t for t in json.loads((project / "report.json").read_text())["tests"]}

@@ -25,12 +25,17 @@ def records(path: Path) -> list[dict[str, object]]:
 
 
 def test_a_byte_changed_in_the_bucket_after_resolve_is_refused_inside_the_engine(
-        engine_session: EngineSession, bundled: Catalog, sources: dict[str, Path], references: dict[str, Reference],
-        tmp_path: Path) -> None:
+    engine_session: EngineSession,
+    bundled: Catalog,
+    sources: dict[str, Path],
+    references: dict[str, Reference],
+    tmp_path: Path,
+) -> None:
     # A cache of its own: the session's holds tiny-qwen2's weights (the references were computed from them), and the
     # loader takes a verified local copy before the bucket. This one holds only config and tokenizer.
-    s = EngineSession(engine_session.store, tmp_path / "cache", engine_session.home, engine_session.hub_url,
-                      engine_session.env)
+    s = EngineSession(
+        engine_session.store, tmp_path / "cache", engine_session.home, engine_session.hub_url, engine_session.env
+    )
     stream = ("--prefer", "stream")
     args = s.vllm_args(NAME, *stream)
     assert args[args.index("--load-format") + 1] == "catalog" and "--model-loader-extra-config.model=tiny-qwen2" in args
@@ -54,16 +59,23 @@ def test_a_byte_changed_in_the_bucket_after_resolve_is_refused_inside_the_engine
     data = bytearray((sources[NAME] / SHARD).read_bytes())
     data[victim.start] ^= 0x01
     client = make_s3_client(S3Options(endpoint_url=os.environ["AWS_ENDPOINT_URL"], addressing_style="path"))
-    client.put_object(Bucket=s.store.removeprefix("s3://").strip("/"), Key=bundled.store_key(manifest, SHARD),
-                      Body=bytes(data))
+    client.put_object(
+        Bucket=s.store.removeprefix("s3://").strip("/"), Key=bundled.store_key(manifest, SHARD), Body=bytes(data)
+    )
 
     warm = s.vllm_args(NAME, *stream)  # the warm index answers within the proof's age: the same arguments
     assert warm == args
-    results = s.run([job(run, a, NAME, {**env, "CATALOG_LOAD_RECORD": str(record)}) for run, a in
-                     (("after-resolve", args), ("after-warm-answer", warm))])
+    results = s.run(
+        [
+            job(run, a, NAME, {**env, "CATALOG_LOAD_RECORD": str(record)})
+            for run, a in (("after-resolve", args), ("after-warm-answer", warm))
+        ]
+    )
     for run in ("after-resolve", "after-warm-answer"):
         assert not results[run].ok
-        assert f"tensor {victim.name}" in (results[run].error or "") and "refused before the model saw it" in (results[run].error or "")
+        assert f"tensor {victim.name}" in (results[run].error or "") and "refused before the model saw it" in (
+            results[run].error or ""
+        )
     refused = records(record)[1:]
     assert len(refused) == 2
     for one in refused:

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import tree_state
 import yaml
+from helpers import tree_state
 from hubdouble import HubDouble
 from servers import SeaweedServer, new_bucket
 
@@ -35,8 +35,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def hf_env(hub: HubDouble, hub_cache: Path, home: Path) -> dict[str, str]:
     """A clean environment for huggingface_hub and the CLI: no HF_* or CATALOG_* of this machine, a temp HOME."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "CATALOG_"))}
-    return env | {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(hub_cache), "HF_HOME": str(home / "hf-home"), "HOME": str(home),
-                  "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    return env | {
+        "HF_ENDPOINT": hub.url,
+        "HF_HUB_CACHE": str(hub_cache),
+        "HF_HOME": str(home / "hf-home"),
+        "HOME": str(home),
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
 
 
 def snapshot_download(hub: HubDouble, hub_cache: Path, home: Path, pins: list[tuple[str, str, str]]) -> None:
@@ -46,8 +53,9 @@ def snapshot_download(hub: HubDouble, hub_cache: Path, home: Path, pins: list[tu
         for repo, revision, repo_type in {pins!r}:
             snapshot_download(repo, revision=revision, repo_type=repo_type)
     """)
-    done = subprocess.run([sys.executable, "-c", script], env=hf_env(hub, hub_cache, home), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=hf_env(hub, hub_cache, home), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -84,14 +92,16 @@ def filled_bucket(s3_server: SeaweedServer, bundled: Catalog, sources: dict[str,
     return bucket
 
 
-
 def blob_of(hf_cache: Path, cat: Catalog, name: str, path: str) -> Path:
     m = cat.get(name)
-    return (hf_cache / hf_repo_folder(m.source.hf_repo, m.source.repo_type) / "snapshots" / m.source.revision / path).resolve()
+    return (
+        hf_cache / hf_repo_folder(m.source.hf_repo, m.source.repo_type) / "snapshots" / m.source.revision / path
+    ).resolve()
 
 
 def test_a_cold_resolve_of_every_bundled_model_over_the_hf_cache_needs_no_store_get_and_no_hub_request(
-        hub: HubDouble, hf_cache: Path, filled_bucket: str, bundled: Catalog, tmp_path: Path) -> None:
+    hub: HubDouble, hf_cache: Path, filled_bucket: str, bundled: Catalog, tmp_path: Path
+) -> None:
     before, asked = tree_state(hf_cache), hub.hub_requests()
     store = open_store(f"s3://{filled_bucket}/")
     options = ResolveOptions(materialize_weights=True, tiers=(Path(f"hf:{hf_cache}"),))
@@ -106,7 +116,13 @@ def test_a_cold_resolve_of_every_bundled_model_over_the_hf_cache_needs_no_store_
 
 
 def test_a_corrupt_blob_in_the_hf_cache_is_skipped_with_a_warning_and_that_file_alone_comes_from_the_store(
-        hub: HubDouble, hf_cache: Path, filled_bucket: str, bundled: Catalog, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hub: HubDouble,
+    hf_cache: Path,
+    filled_bucket: str,
+    bundled: Catalog,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     copy = tmp_path / "hf"
     shutil.copytree(hf_cache, copy, symlinks=True)
     m = bundled.get("tiny-llama")
@@ -119,25 +135,47 @@ def test_a_corrupt_blob_in_the_hf_cache_is_skipped_with_a_warning_and_that_file_
     before, asked = tree_state(copy), hub.hub_requests()
     store = open_store(f"s3://{filled_bucket}/")
     with caplog.at_level(logging.WARNING, logger="resolver"):
-        result = resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=store,
-                         options=ResolveOptions(tiers=(Path(f"hf:{copy}"),)))
+        result = resolve(
+            bundled,
+            "tiny-llama",
+            cache=Cache(tmp_path / "cache"),
+            store=store,
+            options=ResolveOptions(tiers=(Path(f"hf:{copy}"),)),
+        )
     assert result.sources[victim.path] == store.url
-    assert {p for p, s in result.sources.items() if s == f"hf-cache:{copy}"} == {e.path for e in m.files} - {victim.path}
+    assert {p for p, s in result.sources.items() if s == f"hf-cache:{copy}"} == {e.path for e in m.files} - {
+        victim.path
+    }
     assert store.requests["GetObject"] == 1 and hub.hub_requests() == asked
-    assert any(victim.path in r.getMessage() and victim.sha256 in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert any(
+        victim.path in r.getMessage() and victim.sha256 in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING
+    )
     assert tree_state(copy) == before
 
 
-def test_the_cli_takes_hf_tiers_from_the_flag_and_the_environment(hub: HubDouble, hf_cache: Path, bundled: Catalog,
-                                                                   tmp_path: Path) -> None:
+def test_the_cli_takes_hf_tiers_from_the_flag_and_the_environment(
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     store = tmp_path / "empty-store"  # nothing there: every byte must come from the HF cache
-    base = hf_env(hub, tmp_path / "unused-hf-cache", tmp_path) | {"CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": str(store)}
-    runs = [(["--shared-cache", f"hf:{hf_cache}"], {}),
-            ([], {"CATALOG_SHARED_CACHE": f"{tmp_path / 'no-tier'}:hf:{hf_cache}"})]
+    base = hf_env(hub, tmp_path / "unused-hf-cache", tmp_path) | {
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_STORE": str(store),
+    }
+    runs = [
+        (["--shared-cache", f"hf:{hf_cache}"], {}),
+        ([], {"CATALOG_SHARED_CACHE": f"{tmp_path / 'no-tier'}:hf:{hf_cache}"}),
+    ]
     for number, (flags, extra) in enumerate(runs):
         env = base | extra | {"CATALOG_CACHE": str(tmp_path / f"cache-{number}")}
-        done = subprocess.run([sys.executable, "-m", "catalog", "resolve", "tiny-llama", "--format", "json", *flags],
-                              env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "catalog", "resolve", "tiny-llama", "--format", "json", *flags],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         answer = json.loads(done.stdout)
         assert set(answer["sources"]) == {e.path for e in bundled.get("tiny-llama").files}
@@ -145,7 +183,9 @@ def test_the_cli_takes_hf_tiers_from_the_flag_and_the_environment(hub: HubDouble
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def empty_catalog(tmp_path: Path) -> Path:
@@ -156,11 +196,15 @@ def empty_catalog(tmp_path: Path) -> Path:
 
 
 def test_import_then_validate_then_sync_round_trips_the_bundled_models_with_no_hub_request(
-        hub: HubDouble, hf_cache: Path, bundled: Catalog, s3_server: SeaweedServer, tmp_path: Path) -> None:
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, s3_server: SeaweedServer, tmp_path: Path
+) -> None:
     folder = empty_catalog(tmp_path)
     bucket = new_bucket(s3_server.url)
-    env = hf_env(hub, tmp_path / "unused-hf-cache", tmp_path) | {"CATALOG_DIR": str(folder), "CATALOG_CACHE": str(tmp_path / "cache"),
-                                                                  "CATALOG_STORE": f"s3://{bucket}/"}
+    env = hf_env(hub, tmp_path / "unused-hf-cache", tmp_path) | {
+        "CATALOG_DIR": str(folder),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_STORE": f"s3://{bucket}/",
+    }
     asked = hub.hub_requests()
     imported = run_cli(env, "import", "--from-hf-cache", str(hf_cache), "--deep", "--format", "json")  # every byte read
     assert imported.returncode == 0, imported.stdout + imported.stderr
@@ -169,17 +213,27 @@ def test_import_then_validate_then_sync_round_trips_the_bundled_models_with_no_h
 
     mine = catalog.load(folder)
     for m in bundled:  # every bundled pin is in the imported manifest of its repo@revision, byte for byte
-        [twin] = [i for i in mine if (i.source.hf_repo, i.source.revision, i.source.repo_type)
-                  == (m.source.hf_repo, m.source.revision, m.source.repo_type)]
+        [twin] = [
+            i
+            for i in mine
+            if (i.source.hf_repo, i.source.revision, i.source.repo_type)
+            == (m.source.hf_repo, m.source.revision, m.source.repo_type)
+        ]
         for entry in m.files:
             got = twin.file(entry.path)
             assert got is not None and (got.size, got.sha256) == (entry.size, entry.sha256), (m.name, entry.path)
             # Tensor pins as `catalog lock` from a folder writes them for the same bytes: headers with each tensor's
             # digest (--deep reads every byte), weight_maps, tensorizer tables.
-            assert (got.header, got.weight_map, got.table) == (entry.header, entry.weight_map, entry.table), (m.name, entry.path)
+            assert (got.header, got.weight_map, got.table) == (entry.header, entry.weight_map, entry.table), (
+                m.name,
+                entry.path,
+            )
         if any(e.header is not None for e in m.files):
             assert (folder / f"{twin.name}.tensors.json").is_file(), twin.name
-    assert mine.get("tiny-sts").load_format.value == "dataset" and mine.get("tiny-llama").load_format.value == "safetensors"
+    assert (
+        mine.get("tiny-sts").load_format.value == "dataset"
+        and mine.get("tiny-llama").load_format.value == "safetensors"
+    )
     assert run_cli(env, "validate").returncode == 0
 
     synced = run_cli(env, "sync", "--from-hf-cache", str(hf_cache), "--format", "json")
@@ -202,7 +256,8 @@ def remove_snapshot_file(hf: Path, cat: Catalog, name: str, path: str, *, blob_t
 
 
 def test_import_refuses_an_incomplete_snapshot_naming_what_is_missing_and_writes_nothing_for_it(
-        hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     copy = tmp_path / "hf"
     shutil.copytree(hf_cache, copy, symlinks=True)
     qwen = bundled.get("tiny-qwen2")
@@ -218,14 +273,21 @@ def test_import_refuses_an_incomplete_snapshot_naming_what_is_missing_and_writes
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 3, done.stderr
-    assert any("tiny-qwen2" in e and f"names {shards[-1]}, which the cached snapshot does not hold" in e for e in errors)
+    assert any(
+        "tiny-qwen2" in e and f"names {shards[-1]}, which the cached snapshot does not hold" in e for e in errors
+    )
     assert any("tiny-llama" in e and "config.json: its blob" in e and "is missing" in e for e in errors)
-    assert any("all-MiniLM-L6-v2" in e and "model.safetensors: its download is in flight or was interrupted" in e for e in errors)
+    assert any(
+        "all-MiniLM-L6-v2" in e and "model.safetensors: its download is in flight or was interrupted" in e
+        for e in errors
+    )
     assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml", "tiny-sts.yaml"]  # only the complete snapshot
     assert hub.hub_requests() == asked
 
 
-def test_import_pins_blob_names_and_deep_rehashes_them(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+def test_import_pins_blob_names_and_deep_rehashes_them(
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     copy = tmp_path / "hf"
     shutil.copytree(hf_cache, copy, symlinks=True)
     weights = bundled.get("tiny-llama").file("model.safetensors")
@@ -241,22 +303,36 @@ def test_import_pins_blob_names_and_deep_rehashes_them(hub: HubDouble, hf_cache:
     pinned = {f["path"]: f["sha256"] for f in yaml.safe_load((fast / "tiny-llama.yaml").read_text())["files"]}
     assert pinned[weights.path] == weights.sha256  # the blob's name is the pin; the bytes are verified on use
     deep = empty_catalog(tmp_path / "deep")
-    done = run_cli(env | {"CATALOG_DIR": str(deep)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama", "--deep")
+    done = run_cli(
+        env | {"CATALOG_DIR": str(deep)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama", "--deep"
+    )
     assert done.returncode == 1
     assert f"model.safetensors: expected sha256 {weights.sha256} (its blob's name) but got" in done.stderr
     assert not (deep / "tiny-llama.yaml").exists()
     config = blob_of(copy, bundled, "tiny-llama", "config.json")
     config.write_bytes(config.read_bytes().replace(b"{", b"[", 1))  # a small file: hashed always, checked by its git id
-    again = run_cli(env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
+    again = run_cli(
+        env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama"
+    )
     revision = bundled.get("tiny-llama").source.revision[:12]
-    assert again.returncode == 0 and f"skipped model-catalog/tiny-llama@{revision}: already pinned as 'tiny-llama'" in again.stdout
+    assert (
+        again.returncode == 0
+        and f"skipped model-catalog/tiny-llama@{revision}: already pinned as 'tiny-llama'" in again.stdout
+    )
     (fast / "tiny-llama.yaml").unlink()
-    broken = run_cli(env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
-    assert broken.returncode == 1 and "config.json: expected git blob id" in broken.stderr and "the cached blob is corrupt" in broken.stderr
+    broken = run_cli(
+        env | {"CATALOG_DIR": str(fast)}, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama"
+    )
+    assert (
+        broken.returncode == 1
+        and "config.json: expected git blob id" in broken.stderr
+        and "the cached blob is corrupt" in broken.stderr
+    )
 
 
-def test_a_repo_cached_at_two_revisions_gets_two_manifests_one_primary(sources: dict[str, Path], bundled: Catalog,
-                                                                         tmp_path: Path) -> None:
+def test_a_repo_cached_at_two_revisions_gets_two_manifests_one_primary(
+    sources: dict[str, Path], bundled: Catalog, tmp_path: Path
+) -> None:
     old = bundled.get("tiny-llama").source.revision
     new = "f" * 40
     double = HubDouble()
@@ -266,8 +342,12 @@ def test_a_repo_cached_at_two_revisions_gets_two_manifests_one_primary(sources: 
         changed["generation_config.json"] = b'{"max_new_tokens": 4}\n'
         double.add_files("model-catalog/tiny-llama", new, changed, refs=("main",))
         cache = tmp_path / "hub"
-        snapshot_download(double, cache, tmp_path, [("model-catalog/tiny-llama", old, "model"),
-                                                     ("model-catalog/tiny-llama", "main", "model")])  # main: refs/main written
+        snapshot_download(
+            double,
+            cache,
+            tmp_path,
+            [("model-catalog/tiny-llama", old, "model"), ("model-catalog/tiny-llama", "main", "model")],
+        )  # main: refs/main written
         folder = empty_catalog(tmp_path)
         env = hf_env(double, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}
         asked = double.hub_requests()
@@ -279,17 +359,25 @@ def test_a_repo_cached_at_two_revisions_gets_two_manifests_one_primary(sources: 
         assert other["source"]["revision"] == old and "primary" not in other and main["s3_prefix"] != other["s3_prefix"]
         assert run_cli(env, "validate").returncode == 0
         again = run_cli(env, "import", "--from-hf-cache", str(cache), "model-catalog/tiny-llama@main")
-        assert again.returncode == 0 and again.stdout.count("skipped") == 1 and "already pinned as 'tiny-llama'" in again.stdout
+        assert (
+            again.returncode == 0
+            and again.stdout.count("skipped") == 1
+            and "already pinned as 'tiny-llama'" in again.stdout
+        )
         missing = run_cli(env, "import", "--from-hf-cache", str(cache), "model-catalog/tiny-llama@v2", "org/absent")
         assert missing.returncode == 1
-        assert "holds model-catalog/tiny-llama but not at 'v2'" in missing.stderr and "org/absent: the HF cache at" in missing.stderr
+        assert (
+            "holds model-catalog/tiny-llama but not at 'v2'" in missing.stderr
+            and "org/absent: the HF cache at" in missing.stderr
+        )
         assert double.hub_requests() == asked
     finally:
         double.close()
 
 
-def test_import_refuses_a_blob_whose_size_differs_from_the_caches_tree_listing(hub: HubDouble, hf_cache: Path, bundled: Catalog,
-                                                                              tmp_path: Path) -> None:
+def test_import_refuses_a_blob_whose_size_differs_from_the_caches_tree_listing(
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     copy = tmp_path / "hf"
     shutil.copytree(hf_cache, copy, symlinks=True)
     weights = bundled.get("tiny-llama").file("model.safetensors")
@@ -298,10 +386,17 @@ def test_import_refuses_a_blob_whose_size_differs_from_the_caches_tree_listing(h
     with blob.open("ab") as f:
         f.write(b"\0" * 8)  # a blob named by its sha256 is not hashed without --deep: only its size can tell
     folder = empty_catalog(tmp_path)
-    done = run_cli(hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}, "import", "--from-hf-cache",
-                   str(copy), "model-catalog/tiny-llama")
+    done = run_cli(
+        hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)},
+        "import",
+        "--from-hf-cache",
+        str(copy),
+        "model-catalog/tiny-llama",
+    )
     assert done.returncode == 1
-    assert f"model.safetensors has {weights.size + 8} bytes, the cache's tree listing says {weights.size}" in done.stderr
+    assert (
+        f"model.safetensors has {weights.size + 8} bytes, the cache's tree listing says {weights.size}" in done.stderr
+    )
     assert not (folder / "tiny-llama.yaml").exists()
 
 
@@ -310,8 +405,9 @@ def snapshot_link(hf: Path, cat: Catalog, name: str, path: str) -> Path:
     return hf / hf_repo_folder(m.source.hf_repo, m.source.repo_type) / "snapshots" / m.source.revision / path
 
 
-def test_nothing_outside_the_hf_cache_is_pinned_or_uploaded(hub: HubDouble, hf_cache: Path, bundled: Catalog,
-                                                            tmp_path: Path) -> None:
+def test_nothing_outside_the_hf_cache_is_pinned_or_uploaded(
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     """Attacked: `ln -sf /secret/credentials <snapshot>/generation_config.json` in a shared cache. Before, import pinned
     the secret and `sync --from-hf-cache` put its bytes in the bucket."""
     copy = tmp_path / "hf"
@@ -324,8 +420,11 @@ def test_nothing_outside_the_hf_cache_is_pinned_or_uploaded(hub: HubDouble, hf_c
     link.unlink()
     link.symlink_to(secret)
     folder = empty_catalog(tmp_path)
-    env = hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder), "CATALOG_STORE": str(tmp_path / "store"),
-                                                        "CATALOG_CACHE": str(tmp_path / "cache")}
+    env = hf_env(hub, tmp_path / "unused", tmp_path) | {
+        "CATALOG_DIR": str(folder),
+        "CATALOG_STORE": str(tmp_path / "store"),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+    }
     done = run_cli(env, "import", "--from-hf-cache", str(copy), "model-catalog/tiny-llama")
     assert done.returncode == 1 and not (folder / "tiny-llama.yaml").exists()
     assert f"generation_config.json links outside model-catalog/tiny-llama's blobs/ (to {secret})" in done.stderr
@@ -337,8 +436,9 @@ def test_nothing_outside_the_hf_cache_is_pinned_or_uploaded(hub: HubDouble, hf_c
     pinned = bundled.get("tiny-llama").file("generation_config.json")
     assert pinned is not None
     forged = hashlib.sha256(secret.read_bytes()).hexdigest()
-    text = text.replace(pinned.sha256, forged).replace(f"size: {pinned.size}\n    sha256: {forged}",
-                                                       f"size: {secret.stat().st_size}\n    sha256: {forged}")
+    text = text.replace(pinned.sha256, forged).replace(
+        f"size: {pinned.size}\n    sha256: {forged}", f"size: {secret.stat().st_size}\n    sha256: {forged}"
+    )
     (folder / "tiny-llama.yaml").write_text(text)
     synced = run_cli(env, "sync", "tiny-llama", "--from-hf-cache", str(copy))
     assert synced.returncode == 1
@@ -346,7 +446,9 @@ def test_nothing_outside_the_hf_cache_is_pinned_or_uploaded(hub: HubDouble, hf_c
     assert stored and not any(b"SECRET-MARKER" in p.read_bytes() for p in stored)
 
 
-def test_fifo_and_device_blobs_are_refused_unread(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+def test_fifo_and_device_blobs_are_refused_unread(
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     """Attacked: a blob replaced by a FIFO (import blocked forever) or linked to /dev/zero (hashed forever)."""
     copy = tmp_path / "hf"
     shutil.copytree(hf_cache, copy, symlinks=True)
@@ -365,7 +467,9 @@ def test_fifo_and_device_blobs_are_refused_unread(hub: HubDouble, hf_cache: Path
     assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml"]
 
 
-def test_a_snapshot_of_regular_files_is_imported(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+def test_a_snapshot_of_regular_files_is_imported(
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     """huggingface_hub writes files into the snapshot where symlinks are unavailable: inside the cache, taken."""
     copy = tmp_path / "hf"
     shutil.copytree(hf_cache, copy, symlinks=True)
@@ -374,13 +478,20 @@ def test_a_snapshot_of_regular_files_is_imported(hub: HubDouble, hf_cache: Path,
     link.unlink()
     link.write_bytes(data)
     folder = empty_catalog(tmp_path)
-    done = run_cli(hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}, "import", "--from-hf-cache",
-                   str(copy), "model-catalog/tiny-llama")
+    done = run_cli(
+        hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)},
+        "import",
+        "--from-hf-cache",
+        str(copy),
+        "model-catalog/tiny-llama",
+    )
     assert done.returncode == 0, done.stderr
     assert hashlib.sha256(data).hexdigest() in (folder / "tiny-llama.yaml").read_text()
 
 
-def test_a_tree_listing_nested_past_the_parser_is_no_crash(hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path) -> None:
+def test_a_tree_listing_nested_past_the_parser_is_no_crash(
+    hub: HubDouble, hf_cache: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     """Before: json's RecursionError on trees/<rev>.json was exit 3. A listing that cannot be read is no listing."""
     copy = tmp_path / "hf"
     shutil.copytree(hf_cache, copy, symlinks=True)
@@ -388,6 +499,11 @@ def test_a_tree_listing_nested_past_the_parser_is_no_crash(hub: HubDouble, hf_ca
     tree = copy / hf_repo_folder(m.source.hf_repo) / "trees" / f"{m.source.revision}.json"
     tree.write_text("[" * 100_000 + "]" * 100_000)
     folder = empty_catalog(tmp_path)
-    done = run_cli(hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)}, "import", "--from-hf-cache",
-                   str(copy), "model-catalog/tiny-llama")
+    done = run_cli(
+        hf_env(hub, tmp_path / "unused", tmp_path) | {"CATALOG_DIR": str(folder)},
+        "import",
+        "--from-hf-cache",
+        str(copy),
+        "model-catalog/tiny-llama",
+    )
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-
 from signing_keys import key_pair
 
 from catalog.lookup import Catalog
@@ -38,8 +37,14 @@ def env(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> dict[str,
     for name in (*USED, "tiny-llama-sharded"):
         upload_from_dir(bundled, name, sources[name], open_store(str(store)))
     base = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-    return {**base, "HOME": str(tmp_path / "home"), "CATALOG_DIR": str(manifests), "CATALOG_STORE": str(store),
-            "CATALOG_CACHE": str(tmp_path / "cache"), "CATALOG_GPU_CLASS": "l4"}
+    return {
+        **base,
+        "HOME": str(tmp_path / "home"),
+        "CATALOG_DIR": str(manifests),
+        "CATALOG_STORE": str(store),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_GPU_CLASS": "l4",
+    }
 
 
 def catalog(env: dict[str, str], *args: str) -> str:
@@ -79,7 +84,10 @@ def test_cyclonedx_lists_exactly_what_was_resolved_and_is_byte_identical(env: di
         assert props(component)["model-catalog:signature"] == "not checked: signatures are not required"
     # Identical inputs, identical bytes: again (warm index or not), and from another cache.
     assert catalog(env, "resolve", *USED, "--format", "cyclonedx") == text
-    assert catalog({**env, "CATALOG_CACHE": env["CATALOG_CACHE"] + "-2"}, "resolve", *USED, "--format", "cyclonedx") == text
+    assert (
+        catalog({**env, "CATALOG_CACHE": env["CATALOG_CACHE"] + "-2"}, "resolve", *USED, "--format", "cyclonedx")
+        == text
+    )
     # A different set of models is a different document, serial number included.
     other = valid_cyclonedx(catalog(env, "resolve", "tiny-llama", "--format", "cyclonedx"))
     assert other["serialNumber"] != data["serialNumber"] and len(other["components"]) == 1
@@ -88,7 +96,9 @@ def test_cyclonedx_lists_exactly_what_was_resolved_and_is_byte_identical(env: di
 def test_the_signatures_verdict_is_in_the_bill(env: dict[str, str], tmp_path: Path) -> None:
     key = key_pair(tmp_path / "keys")
     catalog(env, "sign", "tiny-llama", "--private-key", str(key.private))
-    data = valid_cyclonedx(catalog(env, "resolve", "tiny-llama", "--format", "cyclonedx", "--trusted-key", str(key.public)))
+    data = valid_cyclonedx(
+        catalog(env, "resolve", "tiny-llama", "--format", "cyclonedx", "--trusted-key", str(key.public))
+    )
     (component,) = data["components"]
     verdict = props(component)["model-catalog:signature"]
     assert verdict == f"verified: signed by key {key.public}"
@@ -102,8 +112,10 @@ def test_intoto_binds_every_resolved_digest_to_the_request(env: dict[str, str], 
     assert sorted(f"{s['name']}:{s['digest']['sha256']}" for s in statement["subject"]) == expected
     request = statement["predicate"]["request"]
     assert request["names"] == ["tiny-llama", "tiny-qwen2"] and request["layout"] == "dir"
-    assert [m["purl"] for m in statement["predicate"]["models"]] == \
-        [f"pkg:huggingface/{bundled.get(n).source.hf_repo}@{bundled.get(n).source.revision}" for n in ("tiny-llama", "tiny-qwen2")]
+    assert [m["purl"] for m in statement["predicate"]["models"]] == [
+        f"pkg:huggingface/{bundled.get(n).source.hf_repo}@{bundled.get(n).source.revision}"
+        for n in ("tiny-llama", "tiny-qwen2")
+    ]
 
 
 SESSION_TESTS = """\
@@ -134,9 +146,25 @@ def test_the_pytest_session_bill_lists_exactly_the_models_its_tests_used(env: di
     project.mkdir()
     (project / "test_models.py").write_text(textwrap.dedent(SESSION_TESTS))
     bill = tmp_path / "bom.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "not deselected",
-                           "--catalog-bom", str(bill), "test_models.py"], cwd=project, capture_output=True, text=True,
-                          env=env, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not deselected",
+            "--catalog-bom",
+            str(bill),
+            "test_models.py",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     data = valid_cyclonedx(bill.read_text())
     assert sorted(props(c)["model-catalog:name"] for c in data["components"]) == ["tiny-llama", "tiny-qwen2"]

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 import pytest
-
 from helpers import files_yaml, manifest_text, write_catalog
 
 from catalog_app.cli import cli
@@ -47,7 +46,9 @@ def _write(path: Path, data: bytes) -> tuple[int, str]:
     return len(data), hashlib.sha256(data).hexdigest()
 
 
-def test_no_lock_file_outlives_a_resolve_and_gc_removes_idle_ones(many_files: tuple[Path, Path], tmp_path: Path) -> None:
+def test_no_lock_file_outlives_a_resolve_and_gc_removes_idle_ones(
+    many_files: tuple[Path, Path], tmp_path: Path
+) -> None:
     catalog, store = many_files
     cache = tmp_path / "cache"
     done = catalog_cmd("--catalog", str(catalog), "resolve", "many", "--store", str(store), "--cache", str(cache))
@@ -92,7 +93,9 @@ def test_warm_index_and_sync_state_entries_are_bounded(many_files: tuple[Path, P
     assert [p.name for p in cache.sync_state.iterdir()] == ["many"]
 
 
-def test_an_internal_error_exits_3_with_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_internal_error_exits_3_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     @click.command("explode")
     def explode() -> None:
         raise ZeroDivisionError("a bug")
@@ -116,14 +119,17 @@ def test_drift_exits_1_and_a_usage_error_exits_2(many_files: tuple[Path, Path], 
     catalog, store = many_files
     empty = tmp_path / "empty-store"
     empty.mkdir()
-    drift = catalog_cmd("--catalog", str(catalog), "sync", "--check", "--store", str(empty), "--cache", str(tmp_path / "c"))
+    drift = catalog_cmd(
+        "--catalog", str(catalog), "sync", "--check", "--store", str(empty), "--cache", str(tmp_path / "c")
+    )
     assert drift.returncode == 1, drift.stderr
     usage = catalog_cmd("--catalog", str(catalog), "resolve", "many", "--concurrency", "0")
     assert usage.returncode == 2 and usage.stderr.startswith("error:"), usage.stderr
 
 
 def test_gc_removes_what_killed_writers_left_in_every_folder_of_atomic_writes(
-        many_files: tuple[Path, Path], tmp_path: Path) -> None:
+    many_files: tuple[Path, Path], tmp_path: Path
+) -> None:
     """A writer killed between writing its staging file and renaming it (warm index, blob stamps, sync state, tier
     checks) leaves `.<name>~catalog.<pid>-<hex>`: gc removes it once that pid is gone, and keeps a live writer's."""
     catalog, store = many_files

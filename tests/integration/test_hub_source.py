@@ -36,12 +36,18 @@ def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
 
 
 def options(hub: HubDouble, **kw: object) -> ResolveOptions:
-    base: dict[str, object] = {"source": Source.HF, "hub": HubOptions(endpoint=hub.url), "transfer": TransferConfig(backoff=0.01)}
+    base: dict[str, object] = {
+        "source": Source.HF,
+        "hub": HubOptions(endpoint=hub.url),
+        "transfer": TransferConfig(backoff=0.01),
+    }
     base.update(kw)
     return ResolveOptions(**base)  # type: ignore[arg-type]
 
 
-def test_resolve_from_the_hub_gives_the_pinned_bytes(bundled: Catalog, sources: dict[str, Path], hub: HubDouble, tmp_path: Path) -> None:
+def test_resolve_from_the_hub_gives_the_pinned_bytes(
+    bundled: Catalog, sources: dict[str, Path], hub: HubDouble, tmp_path: Path
+) -> None:
     cache = Cache(tmp_path / "cache")
     for name in ("all-minilm-l6-v2", "tiny-qwen2"):
         result = resolve(bundled, name, cache=cache, store=open_store(str(tmp_path / "empty")), options=options(hub))
@@ -55,24 +61,46 @@ def test_a_file_changed_on_the_hub_is_refused(bundled: Catalog, hub: HubDouble, 
     m = bundled.get("tiny-llama")
     hub.add_files(m.source.hf_repo, m.source.revision, {"config.json": b'{"rewritten": true}\n'})
     with pytest.raises(IntegrityError) as caught:
-        resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "s")), options=options(hub))
+        resolve(
+            bundled,
+            "tiny-llama",
+            cache=Cache(tmp_path / "cache"),
+            store=open_store(str(tmp_path / "s")),
+            options=options(hub),
+        )
     assert caught.value.path == "config.json"
 
 
 def test_429_with_retry_after_is_waited_out(bundled: Catalog, hub: HubDouble, tmp_path: Path) -> None:
     hub.fail(429, times=2, retry_after=0.5, path_contains="model.safetensors")
     started = time.monotonic()
-    result = resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "s")), options=options(hub))
+    result = resolve(
+        bundled,
+        "tiny-llama",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(str(tmp_path / "s")),
+        options=options(hub),
+    )
     assert time.monotonic() - started >= 1.0  # two waits of the 0.5 s the server asked for
     assert (result.path / "model.safetensors").is_file()
     m = bundled.get("tiny-llama")
     assert hub.requests[f"GET /{m.source.hf_repo}/resolve/{m.source.revision}/model.safetensors"] == 3
 
 
-def test_a_truncated_body_resumes_with_a_range_request(bundled: Catalog, sources: dict[str, Path], hub: HubDouble, tmp_path: Path) -> None:
+def test_a_truncated_body_resumes_with_a_range_request(
+    bundled: Catalog, sources: dict[str, Path], hub: HubDouble, tmp_path: Path
+) -> None:
     hub.truncate("model.safetensors", after_bytes=50_000)
-    result = resolve(bundled, "tiny-llama", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "s")), options=options(hub))
-    assert (result.path / "model.safetensors").read_bytes() == (sources["tiny-llama"] / "model.safetensors").read_bytes()
+    result = resolve(
+        bundled,
+        "tiny-llama",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(str(tmp_path / "s")),
+        options=options(hub),
+    )
+    assert (result.path / "model.safetensors").read_bytes() == (
+        sources["tiny-llama"] / "model.safetensors"
+    ).read_bytes()
     m = bundled.get("tiny-llama")
     assert hub.requests[f"GET /{m.source.hf_repo}/resolve/{m.source.revision}/model.safetensors"] == 2
 
@@ -80,21 +108,37 @@ def test_a_truncated_body_resumes_with_a_range_request(bundled: Catalog, sources
 def test_fallback_uses_the_hub_when_the_store_is_missing_and_pulls_streamed_weights(
     bundled: Catalog, sources: dict[str, Path], hub: HubDouble, tmp_path: Path
 ) -> None:
-    result = resolve(bundled, "tiny-qwen2", cache=Cache(tmp_path / "cache"), store=open_store(str(tmp_path / "empty")),
-                     options=options(hub, source=Source.FALLBACK))
+    result = resolve(
+        bundled,
+        "tiny-qwen2",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(str(tmp_path / "empty")),
+        options=options(hub, source=Source.FALLBACK),
+    )
     assert result.source.startswith("hf://") and result.streamed == ()
     assert result.model == str(result.path) and (result.path / "model-00001-of-00002.safetensors").is_file()
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args],
-                          capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 def test_ci_mode_without_bucket_access_fails_fast_and_never_touches_the_hub(hub: HubDouble, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}  # and HOME below: no ~/.s3cfg
-    env |= {"CATALOG_MODE": "ci", "HF_ENDPOINT": hub.url, "CATALOG_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path),
-            "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+    env |= {
+        "CATALOG_MODE": "ci",
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "HOME": str(tmp_path),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+    }
     started = time.monotonic()
     done = cli(env, "resolve", "tiny-llama")
     assert done.returncode == 1
@@ -106,8 +150,13 @@ def test_ci_mode_without_bucket_access_fails_fast_and_never_touches_the_hub(hub:
 
 
 def test_dev_mode_falls_back_to_the_hub(hub: HubDouble, tmp_path: Path) -> None:
-    env = {**os.environ, "CATALOG_MODE": "dev", "HF_ENDPOINT": hub.url, "CATALOG_CACHE": str(tmp_path / "cache"),
-           "CATALOG_STORE": str(tmp_path / "empty-store")}
+    env = {
+        **os.environ,
+        "CATALOG_MODE": "dev",
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_STORE": str(tmp_path / "empty-store"),
+    }
     done = cli(env, "resolve", "tiny-llama", "--format", "json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["source"].startswith("hf://model-catalog/tiny-llama@")

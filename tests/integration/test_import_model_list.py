@@ -59,17 +59,34 @@ def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
 
 def hf_env(hub: HubDouble, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "CATALOG_"))}
-    return env | {"HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf-home"), "HOME": str(home), "HF_HUB_DISABLE_XET": "1",
-                  "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    return env | {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(home / "hf-home"),
+        "HOME": str(home),
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
 
 
 def test_flags_become_profile_arguments() -> None:
-    args, left_out = parse_flags('--dtype float32 --max-model-len=4096 --enforce-eager --no-enable-prefix-caching '
-                                 '--gpu_memory_utilization 0.85 --compilation-config {"level":0} --model x --port 1 stray')
-    assert args == {"dtype": "float32", "max-model-len": 4096, "enforce-eager": True, "enable-prefix-caching": False,
-                    "gpu-memory-utilization": 0.85, "compilation-config": {"level": 0}}
-    assert left_out == ["--model: the catalog derives it from the manifest", "--port: the job's, not the model's",
-                        "'stray': a value without a flag"]
+    args, left_out = parse_flags(
+        "--dtype float32 --max-model-len=4096 --enforce-eager --no-enable-prefix-caching "
+        '--gpu_memory_utilization 0.85 --compilation-config {"level":0} --model x --port 1 stray'
+    )
+    assert args == {
+        "dtype": "float32",
+        "max-model-len": 4096,
+        "enforce-eager": True,
+        "enable-prefix-caching": False,
+        "gpu-memory-utilization": 0.85,
+        "compilation-config": {"level": 0},
+    }
+    assert left_out == [
+        "--model: the catalog derives it from the manifest",
+        "--port: the job's, not the model's",
+        "'stray': a value without a flag",
+    ]
     with pytest.raises(UsageError, match=r"models.yaml:3: unknown key\(s\) flagz"):
         parse_model_list("models:\n  - model: org/a\n  - model: org/b\n    flagz: x\n", "models.yaml", ["cpu"])
     with pytest.raises(UsageError, match=r"models.yaml:2: .*give `hf_repo:` for 'DeepSeek-V3'"):
@@ -81,8 +98,13 @@ def test_a_model_list_becomes_manifests_with_profiles(hub: HubDouble, bundled: C
     # The runner's HF cache, filled as CI fills it: huggingface_hub's own download of tiny-llama (not tiny-qwen2).
     home = tmp_path / "home"
     script = f"from huggingface_hub import snapshot_download; snapshot_download({llama.source.hf_repo!r})"
-    filled = subprocess.run([sys.executable, "-c", script], env=hf_env(hub, home) | {"HF_HUB_CACHE": str(home / "hub")},
-                            capture_output=True, text=True, timeout=300)
+    filled = subprocess.run(
+        [sys.executable, "-c", script],
+        env=hf_env(hub, home) | {"HF_HUB_CACHE": str(home / "hub")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert filled.returncode == 0, filled.stderr[-2000:]
     hub.requests.clear()
     folder = tmp_path / "manifests"
@@ -92,9 +114,27 @@ def test_a_model_list_becomes_manifests_with_profiles(hub: HubDouble, bundled: C
     listing.write_text(MODELS_YAML)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(folder), "import", "--model-list",
-                               str(listing), "--from-hf-cache", str(home / "hub"), "--gpu", "cpu", *args],
-                              env=hf_env(hub, tmp_path), capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "catalog",
+                "--catalog",
+                str(folder),
+                "import",
+                "--model-list",
+                str(listing),
+                "--from-hf-cache",
+                str(home / "hub"),
+                "--gpu",
+                "cpu",
+                *args,
+            ],
+            env=hf_env(hub, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     # The cached model alone first: not one request to the Hub.
     listing.write_text(MODELS_YAML.split("\n  - model: Qwen2-tiny")[0] + "\n")
@@ -104,22 +144,47 @@ def test_a_model_list_becomes_manifests_with_profiles(hub: HubDouble, bundled: C
     data = yaml.safe_load((folder / "tiny-llama.yaml").read_text())
     assert data["source"]["revision"] == llama.source.revision and data["gpu"] == {"class": "cpu"}
     assert {f["path"]: f["sha256"] for f in data["files"]} == {f.path: f.sha256 for f in llama.files}
-    assert data["profiles"] == {"cpu": {"args": {"dtype": "float32", "max-model-len": 64, "enforce-eager": True},
-                                        "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}}
+    assert data["profiles"] == {
+        "cpu": {
+            "args": {"dtype": "float32", "max-model-len": 64, "enforce-eager": True},
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        }
+    }
     said = done.stdout
     assert "from the HF cache, profile cpu; left out: --trust-remote-code: the catalog derives it" in said
-    for what in ("--port: the job's", "prefill: per-role flags", "decode: per-role flags", "env HF_HUB_OFFLINE: set by the catalog"):
+    for what in (
+        "--port: the job's",
+        "prefill: per-role flags",
+        "decode: per-role flags",
+        "env HF_HUB_OFFLINE: set by the catalog",
+    ):
         assert what in said, said
     # The whole list: tiny-llama is pinned already (its profile is not rewritten), tiny-qwen2 comes from the Hub.
     listing.write_text(MODELS_YAML)
     done = run()
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "skipped model-catalog/tiny-llama@main: already pinned as 'tiny-llama'; its profile is not rewritten" in done.stdout
+    assert (
+        "skipped model-catalog/tiny-llama@main: already pinned as 'tiny-llama'; its profile is not rewritten"
+        in done.stdout
+    )
     assert hub.hub_requests() > 0 and all("tiny-qwen2" in r for r in hub.requests), hub.requests
     data = yaml.safe_load((folder / "tiny-qwen2.yaml").read_text())
     assert data["gpu"] == {"class": "l4"} and data["source"]["revision"] == qwen.source.revision
-    assert data["profiles"] == {"l4": {"args": {"kv-cache-dtype": "auto", "enable-prefix-caching": False,
-                                                "compilation-config": {"cudagraph_mode": "PIECEWISE"}, "max-num-seqs": 8}}}
-    validate = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(folder), "validate"],
-                              env=hf_env(hub, tmp_path), capture_output=True, text=True, timeout=120)
+    assert data["profiles"] == {
+        "l4": {
+            "args": {
+                "kv-cache-dtype": "auto",
+                "enable-prefix-caching": False,
+                "compilation-config": {"cudagraph_mode": "PIECEWISE"},
+                "max-num-seqs": 8,
+            }
+        }
+    }
+    validate = subprocess.run(
+        [sys.executable, "-m", "catalog", "--catalog", str(folder), "validate"],
+        env=hf_env(hub, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert validate.returncode == 0, validate.stdout + validate.stderr

@@ -30,9 +30,16 @@ def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
 
 def run(hub: HubDouble, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CATALOG_"))}
-    env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(folder.parent / "hf"), "HOME": str(folder.parent), "CATALOG_DIR": str(folder),
-            "HF_HUB_DISABLE_TELEMETRY": "1"}
-    return subprocess.run([sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=300)
+    env |= {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(folder.parent / "hf"),
+        "HOME": str(folder.parent),
+        "CATALOG_DIR": str(folder),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_list_is_pinned_branch_once_then_left_alone(hub: HubDouble, bundled: Catalog, tmp_path: Path) -> None:
@@ -41,9 +48,11 @@ def test_a_list_is_pinned_branch_once_then_left_alone(hub: HubDouble, bundled: C
     shutil.copy(ROOT / "manifests" / "catalog.yaml", folder)
     llama, qwen, minilm = (bundled.get(n) for n in ("tiny-llama", "tiny-qwen2", "all-minilm-l6-v2"))
     listing = tmp_path / "models.txt"
-    listing.write_text(f"# what our tests load\n{llama.source.hf_repo}@main --gpu cpu\n\n"
-                       f"{qwen.source.hf_repo}@{qwen.source.revision} h100   # a commit and a class column\n"
-                       f"{minilm.source.hf_repo}\n")
+    listing.write_text(
+        f"# what our tests load\n{llama.source.hf_repo}@main --gpu cpu\n\n"
+        f"{qwen.source.hf_repo}@{qwen.source.revision} h100   # a commit and a class column\n"
+        f"{minilm.source.hf_repo}\n"
+    )
     done = run(hub, folder, "import", "--repos", str(listing))
     assert done.returncode == 0, done.stdout + done.stderr
     for m, gpu in ((llama, "cpu"), (qwen, "h100"), (minilm, "l4")):
@@ -53,8 +62,10 @@ def test_a_list_is_pinned_branch_once_then_left_alone(hub: HubDouble, bundled: C
         for entry in m.files:  # everything the bundled manifest pins (add's excludes may keep more small files)
             assert pinned[entry.path] == (entry.size, entry.sha256)
     revision_asks = {k: n for k, n in hub.requests.items() if "/revision/" in k}
-    assert revision_asks == {f"GET /api/models/{llama.source.hf_repo}/revision/main": 1,
-                             f"GET /api/models/{minilm.source.hf_repo}/revision/main": 1}  # the commit line: no lookup
+    assert revision_asks == {
+        f"GET /api/models/{llama.source.hf_repo}/revision/main": 1,
+        f"GET /api/models/{minilm.source.hf_repo}/revision/main": 1,
+    }  # the commit line: no lookup
 
     asked = hub.hub_requests()
     again = run(hub, folder, "import", "--repos", str(listing))

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -48,28 +47,47 @@ class Run:
         self.catalog = tmp_path / "manifests"
         shutil.copytree(ROOT / "manifests", self.catalog)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "CATALOG_"))}
-        self.env = env | {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HOME": str(tmp_path), "HF_HUB_DISABLE_TELEMETRY": "1",
-                          "CATALOG_DIR": str(self.catalog), "CATALOG_STORE": f"s3://{bucket}/", "CATALOG_MODE": "ci",
-                          "CATALOG_GPU_CLASS": "cpu"}
+        self.env = env | {
+            "HF_ENDPOINT": hub.url,
+            "HF_HOME": str(tmp_path / "hf"),
+            "HOME": str(tmp_path),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "CATALOG_DIR": str(self.catalog),
+            "CATALOG_STORE": f"s3://{bucket}/",
+            "CATALOG_MODE": "ci",
+            "CATALOG_GPU_CLASS": "cpu",
+        }
         self.steps = 0
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         self.steps += 1
         env = self.env | {"CATALOG_CACHE": str(self.tmp / f"cache-{self.steps}")}
-        return subprocess.run([sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=300
+        )
 
     def pytest(self) -> subprocess.CompletedProcess[str]:
         project = self.tmp / "engine-tests"
         project.mkdir(exist_ok=True)
         (project / "test_models.py").write_text(USER_TEST)
         env = self.env | {"CATALOG_CACHE": str(self.tmp / "plugin-cache")}
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_models.py"], cwd=project,
-                              env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_models.py"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
 
 def keys(s3_server: SeaweedServer, bucket: str) -> set[str]:
     client: Any = make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path"))
-    return {o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket) for o in page.get("Contents", [])}
+    return {
+        o["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        for o in page.get("Contents", [])
+    }
 
 
 def classes(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
@@ -95,12 +113,17 @@ def test_the_drill(hub: HubDouble, bundled: Catalog, s3_server: SeaweedServer, t
     audit = run.cli("audit-upstream", "--format", "json")
     assert audit.returncode == 1
     assert classes(audit) == {m.name: "deleted" if m.name in PINNING_IT else "ok" for m in bundled}
-    assert hub.hub_requests() - asked == len({(m.source.hf_repo, m.source.revision) for m in bundled})  # one request per pin
+    assert hub.hub_requests() - asked == len(
+        {(m.source.hf_repo, m.source.revision) for m in bundled}
+    )  # one request per pin
 
     # What a cleanup would delete: an object under tiny-llama's prefix no manifest pins, and (its manifest removed
     # from the catalog) every object of tiny-llama-tensorizer, orphans now.
     llama = bundled.get("tiny-llama")
-    tensorizer = {bundled.store_key(bundled.get("tiny-llama-tensorizer"), e.path) for e in bundled.get("tiny-llama-tensorizer").files}
+    tensorizer = {
+        bundled.store_key(bundled.get("tiny-llama-tensorizer"), e.path)
+        for e in bundled.get("tiny-llama-tensorizer").files
+    }
     extra = bundled.store_key(llama, "notes.txt")
     client: Any = make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path"))
     client.put_object(Bucket=bucket, Key=extra, Body=b"kept by hand")
@@ -110,7 +133,10 @@ def test_the_drill(hub: HubDouble, bundled: Catalog, s3_server: SeaweedServer, t
     pruned = run.cli("sync", "--prune", "--delete-orphans")
     assert pruned.returncode == 2
     assert "the plan deletes the last copy of what the Hub no longer serves" in pruned.stderr
-    assert "1 object(s) of tiny-llama (" in pruned.stderr and f"{len(tensorizer)} object(s) of tiny-llama-tensorizer (" in pruned.stderr
+    assert (
+        "1 object(s) of tiny-llama (" in pruned.stderr
+        and f"{len(tensorizer)} object(s) of tiny-llama-tensorizer (" in pruned.stderr
+    )
     assert "--allow-last-copy-deletion tiny-llama --allow-last-copy-deletion tiny-llama-tensorizer" in pruned.stderr
     assert keys(s3_server, bucket) == before
 
@@ -119,7 +145,11 @@ def test_the_drill(hub: HubDouble, bundled: Catalog, s3_server: SeaweedServer, t
     edited = json.loads(plan.read_text()) | {"prune": True, "delete_orphans": True}  # ... edited by hand to delete
     plan.write_text(json.dumps(edited))
     by_hand = run.cli("sync", "--apply", str(plan), "--allow-last-copy-deletion", "tiny-llama")
-    assert by_hand.returncode == 2 and "of tiny-llama-tensorizer (" in by_hand.stderr and "of tiny-llama (" not in by_hand.stderr
+    assert (
+        by_hand.returncode == 2
+        and "of tiny-llama-tensorizer (" in by_hand.stderr
+        and "of tiny-llama (" not in by_hand.stderr
+    )
     assert keys(s3_server, bucket) == before
 
     second = new_bucket(s3_server.url)  # keep two copies of what only we still have
@@ -129,19 +159,34 @@ def test_the_drill(hub: HubDouble, bundled: Catalog, s3_server: SeaweedServer, t
     assert run.cli("resolve", "tiny-llama", "--store", f"s3://{second}/").returncode == 0
     assert hub.hub_requests() - asked == 4  # the audit's; replication and the resolve asked nothing
 
-    allowed = run.cli("sync", "--prune", "--delete-orphans", "--allow-last-copy-deletion", "tiny-llama",
-                      "--allow-last-copy-deletion", "tiny-llama-tensorizer", "--format", "json")
+    allowed = run.cli(
+        "sync",
+        "--prune",
+        "--delete-orphans",
+        "--allow-last-copy-deletion",
+        "tiny-llama",
+        "--allow-last-copy-deletion",
+        "tiny-llama-tensorizer",
+        "--format",
+        "json",
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert set(json.loads(allowed.stdout)["deleted"]) == tensorizer | {extra}
 
     hub.restore(REPO)
     hub.gate(REPO)  # back, but gated
     gated = run.cli("audit-upstream", "--format", "json")
-    assert {n: c for n, c in classes(gated).items() if c != "ok"} == {"tiny-llama": "gated", "tiny-llama-sharded": "gated"}
+    assert {n: c for n, c in classes(gated).items() if c != "ok"} == {
+        "tiny-llama": "gated",
+        "tiny-llama-sharded": "gated",
+    }
     assert run.cli("resolve", "tiny-llama").returncode == 0
     recorded = run.cli("audit-upstream", "--recorded", "--format", "json")
     pins = {p["name"]: p for p in json.loads(recorded.stdout)["pins"]}
-    assert pins["tiny-llama"]["upstream"] == "gated" and pins["tiny-llama"]["gone_since"] == json.loads(audit.stdout)["audited_at"]
+    assert (
+        pins["tiny-llama"]["upstream"] == "gated"
+        and pins["tiny-llama"]["gone_since"] == json.loads(audit.stdout)["audited_at"]
+    )
     assert pins["tiny-llama-tensorizer"]["upstream"] == "deleted"  # removed from the catalog: its entry stays
 
 
@@ -159,5 +204,7 @@ def test_an_unchecked_grant_never_frees_a_last_copy(hub: HubDouble, tmp_path: Pa
         leftover.unlink()
     before = sorted(p for p in store.rglob("*") if p.is_file())
     pruned = run.cli("sync", "--prune", "--delete-orphans")
-    assert pruned.returncode == 2 and "object(s) of tiny-qwen2 (model-catalog/tiny-qwen2@" in pruned.stderr, pruned.stderr
+    assert pruned.returncode == 2 and "object(s) of tiny-qwen2 (model-catalog/tiny-qwen2@" in pruned.stderr, (
+        pruned.stderr
+    )
     assert sorted(p for p in store.rglob("*") if p.is_file()) == before

@@ -53,8 +53,13 @@ def _setup(tmp_path: Path, files: dict[str, bytes], extra: str = "", fmt: str = 
     upload_from_dir(catalog_api.load(folder), "m", source, open_store(str(tmp_path / "store")))  # (a loadable catalog)
     (folder / "m.yaml").write_text(manifest_text("m", fmt=fmt, files=pins, extra=extra))
     base = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-    return {**base, "HOME": str(tmp_path / "home"), "CATALOG_DIR": str(folder), "CATALOG_STORE": str(tmp_path / "store"),
-            "CATALOG_CACHE": str(tmp_path / "cache")}
+    return {
+        **base,
+        "HOME": str(tmp_path / "home"),
+        "CATALOG_DIR": str(folder),
+        "CATALOG_STORE": str(tmp_path / "store"),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+    }
 
 
 def catalog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -95,7 +100,9 @@ def test_one_scan_per_digest_for_runners_sharing_a_tier(tmp_path: Path) -> None:
     record = json.loads((tier / "scan-verdicts" / digest[:2] / f"{digest}.json").read_text())
     assert record["sha256"] == digest and record["scanner"] == "picklescan" and record["clean"] is True
     for runner in ("a", "b"):
-        done = catalog({**env, "CATALOG_CACHE": str(tmp_path / runner)}, "-v", "resolve", "m", "--shared-cache", str(tier))
+        done = catalog(
+            {**env, "CATALOG_CACHE": str(tmp_path / runner)}, "-v", "resolve", "m", "--shared-cache", str(tier)
+        )
         assert done.returncode == 0 and "scanned" not in done.stderr, done.stderr
     # A runner without the tier scans for itself, and keeps no verdict in its own cache.
     done = catalog({**env, "CATALOG_CACHE": str(tmp_path / "c")}, "-v", "resolve", "m")
@@ -111,8 +118,13 @@ def test_a_tier_verdict_is_taken_only_for_its_digest_and_scanner_version(tmp_pat
     tier = tmp_path / "tier"
     from importlib.metadata import version
 
-    record = {"sha256": digest if planted == "another-version" else "0" * 64, "scanner": "picklescan",
-              "version": "0.0.1" if planted == "another-version" else version("picklescan"), "clean": True, "findings": []}
+    record = {
+        "sha256": digest if planted == "another-version" else "0" * 64,
+        "scanner": "picklescan",
+        "version": "0.0.1" if planted == "another-version" else version("picklescan"),
+        "clean": True,
+        "findings": [],
+    }
     (tier / "scan-verdicts" / digest[:2]).mkdir(parents=True)
     (tier / "scan-verdicts" / digest[:2] / f"{digest}.json").write_text(json.dumps(record))
     done = catalog(env, "resolve", "m", "--shared-cache", str(tier))
@@ -125,9 +137,12 @@ def test_auto_map_code_needs_a_reason_and_trust_remote_code_follows_it(tmp_path:
     assert catalog(env, "validate").returncode == 0  # validate decides from paths: no code is pinned
     done = catalog(env, "resolve", "m")
     assert done.returncode == 1 and "auto_map names code" in done.stderr and "modeling_tiny.py" in done.stderr
-    allowed = _setup(tmp_path / "allowed", {"config.json": config, "model.safetensors": b"x" * 16,
-                                           "modeling_tiny.py": b"class TinyModel: pass\n"}, extra=REASON,
-                     fmt="safetensors")
+    allowed = _setup(
+        tmp_path / "allowed",
+        {"config.json": config, "model.safetensors": b"x" * 16, "modeling_tiny.py": b"class TinyModel: pass\n"},
+        extra=REASON,
+        fmt="safetensors",
+    )
     done = catalog(allowed, "resolve", "m", "--format", "vllm-args")
     assert done.returncode == 0 and "--trust-remote-code" in done.stdout.split(), done.stderr
     plain = _setup(tmp_path / "plain", {"config.json": CONFIG, "model.safetensors": b"x" * 16}, fmt="safetensors")

@@ -37,7 +37,9 @@ def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
     double = HubDouble()
     m = bundled.get("all-minilm-l6-v2")
     double.add_repo(m.source.hf_repo, m.source.revision, sources["all-minilm-l6-v2"])
-    double.add_files(m.source.hf_repo, m.source.revision, {"onnx/model.onnx": b"not pinned", "pytorch_model.bin": b"pickle"})
+    double.add_files(
+        m.source.hf_repo, m.source.revision, {"onnx/model.onnx": b"not pinned", "pytorch_model.bin": b"pickle"}
+    )
     t = bundled.get("tiny-llama")
     double.add_repo(t.source.hf_repo, t.source.revision, sources["tiny-llama"])
     yield double
@@ -52,11 +54,18 @@ def catalog_dir(tmp_path: Path) -> Path:
 
 
 def cli(hub: HubDouble, catalog_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(catalog_dir), "HF_HOME": str(catalog_dir.parent / "hf")}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_DIR": str(catalog_dir),
+        "HF_HOME": str(catalog_dir.parent / "hf"),
+    }
     return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env)
 
 
-def test_lock_writes_exactly_the_original_text_plus_the_files_block(hub: HubDouble, catalog_dir: Path, bundled: Catalog) -> None:
+def test_lock_writes_exactly_the_original_text_plus_the_files_block(
+    hub: HubDouble, catalog_dir: Path, bundled: Catalog
+) -> None:
     path = catalog_dir / "all-minilm-l6-v2.yaml"
     path.write_text(MINILM_HEADER)
     done = cli(hub, catalog_dir, "lock", "all-minilm-l6-v2")
@@ -64,19 +73,23 @@ def test_lock_writes_exactly_the_original_text_plus_the_files_block(hub: HubDoub
     text = path.read_text()
     assert text.startswith(MINILM_HEADER)
     # The pins (lock also records the Hub's blob_id and xet_hash where it gives them).
-    pinned = [{k: f[k] for k in ("path", "size", "sha256")} for f in yaml.safe_load(text[len(MINILM_HEADER):])["files"]]
+    pinned = [
+        {k: f[k] for k in ("path", "size", "sha256")} for f in yaml.safe_load(text[len(MINILM_HEADER) :])["files"]
+    ]
     expected = [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in bundled.get("all-minilm-l6-v2").files]
     assert pinned == expected  # the LFS file's hash came from metadata; small files were hashed
     m = bundled.get("all-minilm-l6-v2")
     weights = f"/{m.source.hf_repo}/resolve/{m.source.revision}/model.safetensors"
     assert hub.requests[f"GET {weights}"] == 1 and hub.sent[weights] < 200_000  # one ranged read of the header
-    [entry] = [f for f in yaml.safe_load(text[len(MINILM_HEADER):])["files"] if f["path"] == "model.safetensors"]
+    [entry] = [f for f in yaml.safe_load(text[len(MINILM_HEADER) :])["files"] if f["path"] == "model.safetensors"]
     assert entry["header"]["tensors"] > 100 and entry["header"]["bytes_by_dtype"] == {"F32": 90_852_864, "I64": 4_096}
     assert (catalog_dir / "all-minilm-l6-v2.tensors.json").is_file()
     assert cli(hub, catalog_dir, "lock", "--check", "all-minilm-l6-v2").returncode == 0
 
 
-def test_lock_check_catches_a_hub_file_changed_at_the_same_revision(hub: HubDouble, catalog_dir: Path, bundled: Catalog) -> None:
+def test_lock_check_catches_a_hub_file_changed_at_the_same_revision(
+    hub: HubDouble, catalog_dir: Path, bundled: Catalog
+) -> None:
     t = bundled.get("tiny-llama")
     hub.add_files(t.source.hf_repo, t.source.revision, {"tokenizer_config.json": b'{"changed": true}\n'})
     before = (catalog_dir / "tiny-llama.yaml").read_text()
@@ -108,13 +121,17 @@ def test_add_pins_the_branch_commit_and_locks(hub: HubDouble, catalog_dir: Path,
     assert clash.returncode == 2 and "is already pinned as 'all-minilm-l6-v2'" in clash.stderr  # refused before writing
     assert not (catalog_dir / "minilm-copy.yaml").exists()  # nothing half-made is left
     (catalog_dir / "all-minilm-l6-v2.yaml").unlink()
-    done = cli(hub, catalog_dir, "add", "sentence-transformers/all-MiniLM-L6-v2", "--name", "minilm-copy", "--gpu", "cpu")
+    done = cli(
+        hub, catalog_dir, "add", "sentence-transformers/all-MiniLM-L6-v2", "--name", "minilm-copy", "--gpu", "cpu"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     path = catalog_dir / "minilm-copy.yaml"
     m = bundled.get("all-minilm-l6-v2")
     data = yaml.safe_load(path.read_text())
     assert data["source"]["revision"] == m.source.revision  # main was turned into its commit
-    assert data["s3_prefix"] == f"s3://vllm-ci-model-weights/sentence-transformers/all-MiniLM-L6-v2/{m.source.revision}/"
+    assert (
+        data["s3_prefix"] == f"s3://vllm-ci-model-weights/sentence-transformers/all-MiniLM-L6-v2/{m.source.revision}/"
+    )
     paths = [f["path"] for f in data["files"]]
     assert "model.safetensors" in paths and "onnx/model.onnx" not in paths and "pytorch_model.bin" not in paths
     assert cli(hub, catalog_dir, "validate").returncode == 0
@@ -131,7 +148,8 @@ V2 = "2222222222222222222222222222222222abcdef"
 
 
 def test_add_at_two_tags_gets_two_prefixes_and_refuses_a_commit_or_prefix_already_used(
-        hub: HubDouble, catalog_dir: Path, bundled: Catalog, sources: dict[str, Path]) -> None:
+    hub: HubDouble, catalog_dir: Path, bundled: Catalog, sources: dict[str, Path]
+) -> None:
     t = bundled.get("tiny-llama")
     hub.add_repo(t.source.hf_repo, t.source.revision, sources["tiny-llama"], refs=("main", "v1"))  # v1 is main's commit
     hub.add_repo(t.source.hf_repo, V2, sources["tiny-llama"], refs=("v2",))
@@ -157,7 +175,9 @@ def test_add_at_two_tags_gets_two_prefixes_and_refuses_a_commit_or_prefix_alread
 
     # A prefix another model already covers (an umbrella) is refused too, naming that model and line.
     qwen = catalog_dir / "tiny-qwen2.yaml"
-    qwen.write_text(qwen.read_text().replace(bundled.get("tiny-qwen2").s3_prefix, "s3://vllm-ci-model-weights/model-catalog/"))
+    qwen.write_text(
+        qwen.read_text().replace(bundled.get("tiny-qwen2").s3_prefix, "s3://vllm-ci-model-weights/model-catalog/")
+    )
     (catalog_dir / "tiny-llama-v2.yaml").unlink()
     (catalog_dir / "tiny-llama-v2.tensors.json").unlink()  # its tensor tables go with it
     umbrella = cli(hub, catalog_dir, "add", t.source.hf_repo, "--revision", "v2", "--name", "tiny-llama-v2")
@@ -167,26 +187,56 @@ def test_add_at_two_tags_gets_two_prefixes_and_refuses_a_commit_or_prefix_alread
     assert {p.name for p in catalog_dir.iterdir()} == set(before)
 
 
-def test_tensorize_reproduces_the_pinned_tensorizer_artifact(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_tensorize_reproduces_the_pinned_tensorizer_artifact(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     from resolver.stores import open_store
     from resolver.upload import upload_from_dir
 
     store = tmp_path / "store"
     upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], open_store(str(store)))
-    env = {**os.environ, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "catalog", "tensorize", "tiny-llama", "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_STORE": str(store),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "tensorize", "tiny-llama", "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     data = Path(done.stdout.strip()).read_bytes()
     pinned = bundled.get("tiny-llama-tensorizer").file("model.tensors")
     assert pinned is not None and hashlib.sha256(data).hexdigest() == pinned.sha256
     # out/ holds exactly what the tensorizer manifest pins (not tiny-llama's generation_config.json): a lock source.
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(f.path for f in bundled.get("tiny-llama-tensorizer").files)
-    check = subprocess.run([sys.executable, "-m", "catalog", "lock", "tiny-llama-tensorizer", "--from-dir", str(tmp_path / "out"),
-                            "--check"], capture_output=True, text=True, env=env)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        f.path for f in bundled.get("tiny-llama-tensorizer").files
+    )
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catalog",
+            "lock",
+            "tiny-llama-tensorizer",
+            "--from-dir",
+            str(tmp_path / "out"),
+            "--check",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     # Naming the tensorizer manifest itself takes the weights from its safetensors twin, to the same bytes.
-    again = subprocess.run([sys.executable, "-m", "catalog", "tensorize", "tiny-llama-tensorizer", "--out", str(tmp_path / "again")],
-                           capture_output=True, text=True, env=env)
+    again = subprocess.run(
+        [sys.executable, "-m", "catalog", "tensorize", "tiny-llama-tensorizer", "--out", str(tmp_path / "again")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "model.tensors").read_bytes() == data

@@ -39,7 +39,12 @@ def hub(bundled: Catalog, sources: dict[str, Path]) -> Iterator[HubDouble]:
 
 
 def cli(hub: HubDouble, catalog_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(catalog_dir), "HF_HOME": str(catalog_dir.parent / "hf")}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_DIR": str(catalog_dir),
+        "HF_HOME": str(catalog_dir.parent / "hf"),
+    }
     return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env)
 
 
@@ -48,7 +53,7 @@ def test_lock_all_refuses_to_pin_derived_artifacts_from_the_hub(hub: HubDouble, 
     done = cli(hub, catalog_dir, "lock", "--all", "--check")
     assert done.returncode == 1
     for name in ("tiny-llama-tensorizer", "tiny-llama-sharded"):
-        assert f"error: {name}: model-catalog/tiny-llama@" in done.stderr and f"--from-dir DIR" in done.stderr, name
+        assert f"error: {name}: model-catalog/tiny-llama@" in done.stderr and "--from-dir DIR" in done.stderr, name
     written = cli(hub, catalog_dir, "lock", "--all")
     assert written.returncode == 1
     assert {p.name: p.read_text() for p in catalog_dir.glob("tiny-llama-*.yaml")} == before  # nothing was written
@@ -65,7 +70,8 @@ def test_lock_diffs_show_whole_hashes(hub: HubDouble, catalog_dir: Path, bundled
 
 
 def test_lock_from_a_folder_of_several_models_takes_the_models_own_subfolder(
-        hub: HubDouble, catalog_dir: Path, sources: dict[str, Path], tmp_path: Path) -> None:
+    hub: HubDouble, catalog_dir: Path, sources: dict[str, Path], tmp_path: Path
+) -> None:
     several = tmp_path / "artifacts"
     for name in ("tiny-llama-tensorizer", "tiny-llama"):
         shutil.copytree(sources[name], several / name)

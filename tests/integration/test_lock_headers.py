@@ -4,10 +4,9 @@ bytes every time; a file that is not valid safetensors is refused naming it, not
 
 from __future__ import annotations
 
-import re
-
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,9 +52,15 @@ def new_catalog(root: Path) -> Path:
 
 
 def cli(root: Path, folder: Path, *args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CATALOG_DIR": str(folder), "HOME": str(root / "home"), "HF_HOME": str(root / "hf"),
-           "AWS_CONFIG_FILE": str(root / "no-aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(root / "no-aws-credentials"),
-           **(extra or {})}
+    env = {
+        **os.environ,
+        "CATALOG_DIR": str(folder),
+        "HOME": str(root / "home"),
+        "HF_HOME": str(root / "hf"),
+        "AWS_CONFIG_FILE": str(root / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(root / "no-aws-credentials"),
+        **(extra or {}),
+    }
     env.pop("HF_TOKEN", None)
     return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env)
 
@@ -66,14 +71,21 @@ def pinned(folder: Path) -> tuple[bytes, bytes]:
 
 def without_digests(manifest: bytes, tables: bytes) -> tuple[bytes, bytes]:
     """The pins with each tensor's digest left out (and the table digests that cover them)."""
-    return re.sub(rb"table_sha256: [0-9a-f]{64}", b"table_sha256: -", manifest), re.sub(rb', "[0-9a-f]{64}"\]', b"]", tables)
+    return re.sub(rb"table_sha256: [0-9a-f]{64}", b"table_sha256: -", manifest), re.sub(
+        rb', "[0-9a-f]{64}"\]', b"]", tables
+    )
 
 
-def test_a_100_shard_model_is_locked_from_the_hub_with_at_most_two_reads_per_shard(tmp_path: Path, hub: HubDouble, big: Path) -> None:
+def test_a_100_shard_model_is_locked_from_the_hub_with_at_most_two_reads_per_shard(
+    tmp_path: Path, hub: HubDouble, big: Path
+) -> None:
     folder = new_catalog(tmp_path / "one")
     done = cli(tmp_path, folder, "lock", "big", extra={"HF_ENDPOINT": hub.url})
     assert done.returncode == 0, done.stderr
-    reads = {s: hub.requests[f"GET /org/big/resolve/{REV}/{s}"] for s in (shard_name(i, SHARDS) for i in range(1, SHARDS + 1))}
+    reads = {
+        s: hub.requests[f"GET /org/big/resolve/{REV}/{s}"]
+        for s in (shard_name(i, SHARDS) for i in range(1, SHARDS + 1))
+    }
     assert reads[shard_name(1, SHARDS)] == 2 and set(list(reads.values())[1:]) == {1}  # only the long header costs two
     sizes = {s: (big / s).stat().st_size for s in reads}
     assert all(hub.sent[f"/org/big/resolve/{REV}/{s}"] < sizes[s] or sizes[s] <= PROBE for s in reads)
@@ -104,7 +116,8 @@ def proxied(s3_server: SeaweedServer) -> Iterator[tuple[FaultProxy, str]]:
 
 
 def test_the_same_pins_come_from_seaweedfs_with_at_most_two_reads_per_shard(
-        tmp_path: Path, big: Path, proxied: tuple[FaultProxy, str]) -> None:
+    tmp_path: Path, big: Path, proxied: tuple[FaultProxy, str]
+) -> None:
     proxy, bucket = proxied
     from_dir = new_catalog(tmp_path / "dir")
     assert cli(tmp_path, from_dir, "lock", "big", "--from-dir", str(big)).returncode == 0
@@ -113,7 +126,9 @@ def test_the_same_pins_come_from_seaweedfs_with_at_most_two_reads_per_shard(
 
     # A manifest locked before headers were pinned: the same files, no header, no weight_map, no tables.
     folder = new_catalog(tmp_path / "store")
-    entries = [e.model_copy(update={"header": None, "weight_map": None}) for e in catalog.load(from_dir).get("big").files]
+    entries = [
+        e.model_copy(update={"header": None, "weight_map": None}) for e in catalog.load(from_dir).get("big").files
+    ]
     text = (folder / "big.yaml").read_text()
     (folder / "big.yaml").write_text(text + render_files_block(entries))
     done = cli(tmp_path, folder, "lock", "big", "--from-store", "--store", f"s3://{bucket}/", extra=s3_env(proxy.url))
@@ -128,7 +143,8 @@ def test_the_same_pins_come_from_seaweedfs_with_at_most_two_reads_per_shard(
 
 
 def test_tensor_digests_are_pinned_from_the_stores_verified_bytes_when_locked_from_the_hub(
-        tmp_path: Path, hub: HubDouble, big: Path, bucket: str) -> None:
+    tmp_path: Path, hub: HubDouble, big: Path, bucket: str
+) -> None:
     """The Hub's metadata pins files without reading them, so no tensor digest; `--tensor-digests` reads every weight
     byte from the store (verified against the pins on the way) and pins the same digests a lock from the folder does."""
     from_dir = new_catalog(tmp_path / "dir")
@@ -137,8 +153,18 @@ def test_tensor_digests_are_pinned_from_the_stores_verified_bytes_when_locked_fr
     assert cli(tmp_path, folder, "lock", "big", extra={"HF_ENDPOINT": hub.url}).returncode == 0
     assert not re.search(rb'"[0-9a-f]{64}"', pinned(folder)[1])  # headers only
     upload_from_dir(catalog.load(from_dir), "big", big, open_store(f"s3://{bucket}/"))
-    done = cli(tmp_path, folder, "lock", "big", "--tensor-digests", "--store", f"s3://{bucket}/", "--cache",
-               str(tmp_path / "cache"), extra={"HF_ENDPOINT": hub.url})
+    done = cli(
+        tmp_path,
+        folder,
+        "lock",
+        "big",
+        "--tensor-digests",
+        "--store",
+        f"s3://{bucket}/",
+        "--cache",
+        str(tmp_path / "cache"),
+        extra={"HF_ENDPOINT": hub.url},
+    )
     assert done.returncode == 0, done.stderr
     # the very same pins and tables, digests included (and the Hub's informational ids, which a folder does not give)
     hub_ids = re.compile(rb"\n    (blob_id|xet_hash): [0-9a-f]+")
@@ -148,7 +174,9 @@ def test_tensor_digests_are_pinned_from_the_stores_verified_bytes_when_locked_fr
     assert hub.requests[f"GET /org/big/resolve/{REV}/{shard_name(2, SHARDS)}"] == 2
 
 
-def test_from_store_refuses_objects_sync_never_verified(tmp_path: Path, big: Path, proxied: tuple[FaultProxy, str]) -> None:
+def test_from_store_refuses_objects_sync_never_verified(
+    tmp_path: Path, big: Path, proxied: tuple[FaultProxy, str]
+) -> None:
     proxy, bucket = proxied
     folder = new_catalog(tmp_path / "c")
     assert cli(tmp_path, folder, "lock", "big", "--from-dir", str(big)).returncode == 0
@@ -159,12 +187,24 @@ def test_from_store_refuses_objects_sync_never_verified(tmp_path: Path, big: Pat
 
 
 BAD = {
-    "overlap": ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
-                 "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}}, 3,
-                "tensor 'b' starts at data byte 1 and overlaps the tensor before it"),
-    "shape x dtype": ({"a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 4]}}, 4,
-                      "tensor 'a' is F16 [3], 6 bytes, but its data_offsets span 4 bytes"),
-    "past the end": ({"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}}, 4, "the tensors end at data byte 8, past the end"),
+    "overlap": (
+        {
+            "a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+            "b": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]},
+        },
+        3,
+        "tensor 'b' starts at data byte 1 and overlaps the tensor before it",
+    ),
+    "shape x dtype": (
+        {"a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 4]}},
+        4,
+        "tensor 'a' is F16 [3], 6 bytes, but its data_offsets span 4 bytes",
+    ),
+    "past the end": (
+        {"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}},
+        4,
+        "the tensors end at data byte 8, past the end",
+    ),
 }
 
 
@@ -180,7 +220,9 @@ def broken(header: dict[str, object], data: int) -> bytes:
 def test_a_file_that_is_not_valid_safetensors_is_refused_naming_it(tmp_path: Path, case: str, source: str) -> None:
     header, data, says = BAD[case]
     shards = {"model-00001-of-00002.safetensors": {"w": u8(1)}, "model-00002-of-00002.safetensors": {"v": u8(2)}}
-    src = write_checkpoint(tmp_path / "src", shards, {"w": "model-00001-of-00002.safetensors", "v": "model-00002-of-00002.safetensors"})
+    src = write_checkpoint(
+        tmp_path / "src", shards, {"w": "model-00001-of-00002.safetensors", "v": "model-00002-of-00002.safetensors"}
+    )
     (src / "model-00002-of-00002.safetensors").write_bytes(broken(header, data))
     folder = new_catalog(tmp_path)
     before = (folder / "big.yaml").read_text()
@@ -198,7 +240,9 @@ def test_a_file_that_is_not_valid_safetensors_is_refused_naming_it(tmp_path: Pat
     assert (folder / "big.yaml").read_text() == before and not (folder / "big.tensors.json").exists()
 
 
-def test_headers_first_recorded_are_no_drift_but_a_recorded_header_that_differs_is(tmp_path: Path, hub: HubDouble) -> None:
+def test_headers_first_recorded_are_no_drift_but_a_recorded_header_that_differs_is(
+    tmp_path: Path, hub: HubDouble
+) -> None:
     folder = new_catalog(tmp_path / "c")
     assert cli(tmp_path, folder, "lock", "big", extra={"HF_ENDPOINT": hub.url}).returncode == 0
     manifest = folder / "big.yaml"
@@ -241,7 +285,9 @@ def test_an_empty_safetensors_file_pins_an_empty_table(tmp_path: Path) -> None:
     assert cli(tmp_path, folder, "validate").returncode == 0
 
 
-def test_every_bundled_manifest_locks_from_one_folder_of_sources_and_validates(tmp_path: Path, sources: dict[str, Path]) -> None:
+def test_every_bundled_manifest_locks_from_one_folder_of_sources_and_validates(
+    tmp_path: Path, sources: dict[str, Path]
+) -> None:
     """How the bundled manifests get their headers: `lock --all --from-dir OUT`, OUT/<name>/ per model."""
     out = tmp_path / "out"
     out.mkdir()
@@ -265,4 +311,6 @@ def test_every_bundled_manifest_locks_from_one_folder_of_sources_and_validates(t
     assert cli(tmp_path, folder, "lock", "--all", "--check", "--from-dir", str(out)).returncode == 0
     (out / "tiny-sts").unlink()
     missing = cli(tmp_path, folder, "lock", "--all", "--from-dir", str(out))
-    assert missing.returncode == 1 and f"error: tiny-sts: no folder {out / 'tiny-sts'} to lock it from" in missing.stderr
+    assert (
+        missing.returncode == 1 and f"error: tiny-sts: no folder {out / 'tiny-sts'} to lock it from" in missing.stderr
+    )

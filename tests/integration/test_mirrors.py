@@ -34,8 +34,9 @@ def corrupt_copy(source: Path, tmp: Path) -> Path:
     return out
 
 
-def test_mirrors_are_tried_in_order_per_file(bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer,
-                                             tmp_path: Path) -> None:
+def test_mirrors_are_tried_in_order_per_file(
+    bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path
+) -> None:
     manifest = bundled.get(NAME)
     primary_bucket, mirror_bucket = new_bucket(s3_server.url), new_bucket(s3_server.url)
     upload_from_dir(bundled, NAME, sources[NAME], open_store(f"s3://{primary_bucket}/"))
@@ -43,7 +44,9 @@ def test_mirrors_are_tried_in_order_per_file(bundled: Catalog, sources: dict[str
     upload_from_dir(bundled, NAME, sources[NAME], mirror)
     # The mirror bucket: tokenizer.json missing, model.safetensors rewritten with other bytes of the same size.
     mirror.delete(bundled.store_key(manifest, "tokenizer.json"))
-    mirror.put(bundled.store_key(manifest, "model.safetensors"), corrupt_copy(sources[NAME] / "model.safetensors", tmp_path))
+    mirror.put(
+        bundled.store_key(manifest, "model.safetensors"), corrupt_copy(sources[NAME] / "model.safetensors", tmp_path)
+    )
     # First in line: a dead HTTP mirror (nothing listens), then the filer's plain HTTP view of the mirror bucket,
     # then the same bucket over S3, then the primary.
     dead = open_store(f"http://127.0.0.1:{free_port()}/nothing/")
@@ -53,7 +56,10 @@ def test_mirrors_are_tried_in_order_per_file(bundled: Catalog, sources: dict[str
     cache = Cache(tmp_path / "cache")
     options = ResolveOptions(mirrors=(dead, http, s3_mirror))
     result = resolve(bundled, NAME, cache=cache, store=primary, options=options)
-    expected = {e.path: http.url for e in manifest.files} | {"tokenizer.json": primary.url, "model.safetensors": primary.url}
+    expected = {e.path: http.url for e in manifest.files} | {
+        "tokenizer.json": primary.url,
+        "model.safetensors": primary.url,
+    }
     assert result.sources == expected
     assert isinstance(http, HttpStore) and http.requests["GET"] >= len(manifest.files)
     assert s3_mirror.requests["GetObject"] == 2  # only what the HTTP mirror could not give, and both fail there too
@@ -63,8 +69,13 @@ def test_mirrors_are_tried_in_order_per_file(bundled: Catalog, sources: dict[str
     assert list((cache.root / "tmp").iterdir()) == []
 
 
-def test_a_mirror_with_the_primarys_url_is_named_apart(bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer,
-                                                     tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_mirror_with_the_primarys_url_is_named_apart(
+    bundled: Catalog,
+    sources: dict[str, Path],
+    s3_server: SeaweedServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The same bucket name on another endpoint has the primary's URL: before, warnings and `sources` could not tell
     the mirror that failed (or served) from the primary."""
     bucket = new_bucket(s3_server.url)
@@ -94,8 +105,19 @@ def test_a_mirror_in_catalog_yaml_and_the_cli_json(bundled: Catalog, sources: di
     mirror.delete(cat.store_key(cat.get(NAME), "config.json"))
     env = {**os.environ, "CATALOG_CACHE": str(tmp_path / "cache")}
     env.pop("CATALOG_MIRRORS", None)
-    command = [sys.executable, "-m", "catalog", "--catalog", str(catalog_dir), "resolve", NAME, "--store", str(primary_dir),
-               "--format", "json"]
+    command = [
+        sys.executable,
+        "-m",
+        "catalog",
+        "--catalog",
+        str(catalog_dir),
+        "resolve",
+        NAME,
+        "--store",
+        str(primary_dir),
+        "--format",
+        "json",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     sources_seen = json.loads(done.stdout)["sources"]
@@ -103,12 +125,16 @@ def test_a_mirror_in_catalog_yaml_and_the_cli_json(bundled: Catalog, sources: di
     assert set(sources_seen.values()) == {f"{mirror_dir.resolve().as_uri()}/"}
     # --mirror replaces catalog.yaml's list: a folder holding nothing sends every file to the primary.
     env["CATALOG_CACHE"] = str(tmp_path / "cache2")
-    done = subprocess.run([*command, "--mirror", str(tmp_path / "empty")], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*command, "--mirror", str(tmp_path / "empty")], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout)["sources"].values()) == {f"{primary_dir.resolve().as_uri()}/"}
 
 
-@pytest.mark.parametrize("url", ["http://user:pw@127.0.0.1/x/", "s3://bucket/?endpoint=ftp://x", "s3://bucket/?colour=blue"])
+@pytest.mark.parametrize(
+    "url", ["http://user:pw@127.0.0.1/x/", "s3://bucket/?endpoint=ftp://x", "s3://bucket/?colour=blue"]
+)
 def test_bad_mirror_urls_are_usage_errors(url: str) -> None:
     from catalog.errors import UsageError
 

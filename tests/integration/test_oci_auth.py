@@ -65,12 +65,21 @@ def cli_env(tmp_path: Path, store: str, **extra: str) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "DOCKER_"))}
-    return {**base, "HOME": str(home), "DOCKER_CONFIG": str(tmp_path / "docker"), "CATALOG_DIR": str(ROOT / "manifests"),
-            "CATALOG_CACHE": str(tmp_path / "cache"), "CATALOG_STORE": store, **extra}
+    return {
+        **base,
+        "HOME": str(home),
+        "DOCKER_CONFIG": str(tmp_path / "docker"),
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_STORE": store,
+        **extra,
+    }
 
 
 def catalog(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def no_secret(done: subprocess.CompletedProcess[str], *secrets: str) -> None:
@@ -84,8 +93,9 @@ def url_of(registry: RegistryServer) -> str:
     return f"oci://{registry.host}/t{uuid.uuid4().hex[:10]}/"
 
 
-def test_basic_auth_from_docker_config_syncs_and_resolves_without_showing_it(basic_registry: RegistryServer,
-                                                                              sources: dict[str, Path], tmp_path: Path) -> None:
+def test_basic_auth_from_docker_config_syncs_and_resolves_without_showing_it(
+    basic_registry: RegistryServer, sources: dict[str, Path], tmp_path: Path
+) -> None:
     auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     docker_config(tmp_path, {"auths": {basic_registry.host: {"auth": auth}}})
     env = cli_env(tmp_path, url_of(basic_registry))
@@ -98,14 +108,17 @@ def test_basic_auth_from_docker_config_syncs_and_resolves_without_showing_it(bas
     no_secret(got, PASSWORD, auth)
 
 
-def test_catalog_oci_settings_are_sent_to_the_store_registry_only(basic_registry: RegistryServer, bundled: Catalog,
-                                                                  sources: dict[str, Path], tmp_path: Path) -> None:
+def test_catalog_oci_settings_are_sent_to_the_store_registry_only(
+    basic_registry: RegistryServer, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     url = url_of(basic_registry)
     env = {"DOCKER_CONFIG": str(tmp_path / "docker"), "CATALOG_OCI_USERNAME": USER, "CATALOG_OCI_PASSWORD": PASSWORD}
     store = open_catalog_store(bundled, Settings.build(env, store=url))
     assert isinstance(store, OciStore)
     assert store.artifact(bundled.get(NAME)) is None  # reached with the credentials (an anonymous GET is a 401)
-    elsewhere = open_catalog_store(bundled, Settings.build({**env, "CATALOG_OCI_REGISTRY": "registry.example:5000"}, store=url))
+    elsewhere = open_catalog_store(
+        bundled, Settings.build({**env, "CATALOG_OCI_REGISTRY": "registry.example:5000"}, store=url)
+    )
     assert isinstance(elsewhere, OciStore)
     with pytest.raises(StoreUnavailableError) as refused:  # they belong to another registry: this one gets none
         elsewhere.artifact(bundled.get(NAME))
@@ -120,9 +133,15 @@ def test_no_credentials_is_one_line_saying_where_to_put_them(basic_registry: Reg
     assert "CATALOG_OCI_USERNAME" in done.stderr and "config.json" in done.stderr
 
 
-def test_a_wrong_password_is_refused_naming_where_it_came_from_not_what_it_is(basic_registry: RegistryServer, tmp_path: Path) -> None:
+def test_a_wrong_password_is_refused_naming_where_it_came_from_not_what_it_is(
+    basic_registry: RegistryServer, tmp_path: Path
+) -> None:
     wrong = "wrong-9b1d-secret"
-    done = catalog(cli_env(tmp_path, url_of(basic_registry), CATALOG_OCI_USERNAME=USER, CATALOG_OCI_PASSWORD=wrong), "resolve", NAME)
+    done = catalog(
+        cli_env(tmp_path, url_of(basic_registry), CATALOG_OCI_USERNAME=USER, CATALOG_OCI_PASSWORD=wrong),
+        "resolve",
+        NAME,
+    )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "refused the credentials from CATALOG_OCI_USERNAME/CATALOG_OCI_PASSWORD" in done.stderr
     no_secret(done, wrong)
@@ -135,8 +154,9 @@ def test_a_credential_program_is_named_as_not_run(basic_registry: RegistryServer
     assert "docker-credential-secretservice" in done.stderr and "CATALOG_OCI_USERNAME" in done.stderr
 
 
-def test_the_token_flow_pushes_with_credentials_and_pulls_anonymously(token_registry: tuple[RegistryServer, TokenServer],
-                                                                      bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_the_token_flow_pushes_with_credentials_and_pulls_anonymously(
+    token_registry: tuple[RegistryServer, TokenServer], bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     registry, tokens = token_registry
     url = url_of(registry)
     docker_config(tmp_path, {"auths": {f"http://{registry.host}": {"username": PUSHER, "password": PUSH_PASSWORD}}})

@@ -39,8 +39,15 @@ SIGNED, UNSIGNED = "tiny-llama", "tiny-qwen2"
 def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
-    for name in ("CATALOG_OCI_USERNAME", "CATALOG_OCI_PASSWORD", "CATALOG_OCI_REGISTRY", "CATALOG_OCI_PLAIN_HTTP",
-                 "CATALOG_TRUSTED_KEYS", "CATALOG_TRUSTED_ROOTS", "CATALOG_REQUIRE_SIGNATURE"):
+    for name in (
+        "CATALOG_OCI_USERNAME",
+        "CATALOG_OCI_PASSWORD",
+        "CATALOG_OCI_REGISTRY",
+        "CATALOG_OCI_PLAIN_HTTP",
+        "CATALOG_TRUSTED_KEYS",
+        "CATALOG_TRUSTED_ROOTS",
+        "CATALOG_REQUIRE_SIGNATURE",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -56,9 +63,20 @@ def catalog_copy(tmp_path: Path) -> Path:
 def cli(tmp_path: Path, manifests: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "DOCKER_"))}
     (tmp_path / "home").mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, timeout=300,
-                          env={**base, "HOME": str(tmp_path / "home"), "DOCKER_CONFIG": str(tmp_path / "docker"),
-                               "CATALOG_DIR": str(manifests), "CATALOG_CACHE": str(tmp_path / "cache"), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **base,
+            "HOME": str(tmp_path / "home"),
+            "DOCKER_CONFIG": str(tmp_path / "docker"),
+            "CATALOG_DIR": str(manifests),
+            "CATALOG_CACHE": str(tmp_path / "cache"),
+            **env,
+        },
+    )
 
 
 def synced(tmp_path: Path, manifests: Path, host: str, sources: dict[str, Path]) -> str:
@@ -70,12 +88,17 @@ def synced(tmp_path: Path, manifests: Path, host: str, sources: dict[str, Path])
 
 
 def settings(tmp_path: Path, store: str, *keys: Path) -> Settings:
-    return Settings.build({"DOCKER_CONFIG": str(tmp_path / "docker")}, store=store, cache_dir=tmp_path / "cache",
-                          trusted_keys=list(keys) or None)
+    return Settings.build(
+        {"DOCKER_CONFIG": str(tmp_path / "docker")},
+        store=store,
+        cache_dir=tmp_path / "cache",
+        trusted_keys=list(keys) or None,
+    )
 
 
 def test_sign_pushes_the_bundle_as_a_referrer_that_oras_finds_and_a_required_signature_gates_resolve(
-        oci_registry: RegistryServer, sources: dict[str, Path], tmp_path: Path) -> None:
+    oci_registry: RegistryServer, sources: dict[str, Path], tmp_path: Path
+) -> None:
     import oras.client
 
     manifests = catalog_copy(tmp_path)
@@ -108,28 +131,57 @@ def test_sign_pushes_the_bundle_as_a_referrer_that_oras_finds_and_a_required_sig
     assert len([d for d in index["manifests"] if d.get("artifactType") == SIGNATURE_TYPE]) == 2
 
     required = url + "?require-signature=1"
-    done = resolve(cat, SIGNED, cache=Cache(tmp_path / "c1"), store=open_catalog_store(cat, settings(tmp_path, required, keys.public)))
+    done = resolve(
+        cat,
+        SIGNED,
+        cache=Cache(tmp_path / "c1"),
+        store=open_catalog_store(cat, settings(tmp_path, required, keys.public)),
+    )
     assert set(done.sources.values()) == {url}
     with pytest.raises(UnsignedArtifactError) as refused:
-        resolve(cat, UNSIGNED, cache=Cache(tmp_path / "c2"), store=open_catalog_store(cat, settings(tmp_path, required, keys.public)))
+        resolve(
+            cat,
+            UNSIGNED,
+            cache=Cache(tmp_path / "c2"),
+            store=open_catalog_store(cat, settings(tmp_path, required, keys.public)),
+        )
     assert "has no signature referrer" in str(refused.value) and "it has none" in str(refused.value)
     other = key_pair(tmp_path / "other", "other")  # signed, but not by a key this runner trusts
     with pytest.raises(UnsignedArtifactError) as untrusted:
-        resolve(cat, SIGNED, cache=Cache(tmp_path / "c3"), store=open_catalog_store(cat, settings(tmp_path, required, other.public)))
+        resolve(
+            cat,
+            SIGNED,
+            cache=Cache(tmp_path / "c3"),
+            store=open_catalog_store(cat, settings(tmp_path, required, other.public)),
+        )
     assert "not trusted" in str(untrusted.value)
 
     primary = LocalStore(tmp_path / "primary")  # as a mirror, a registry refusing an artifact is skipped
     upload_from_dir(cat, UNSIGNED, sources[UNSIGNED], primary)
     mirror = open_store(required, settings(tmp_path, required, keys.public))
-    done = resolve(cat, UNSIGNED, cache=Cache(tmp_path / "c4"), store=primary, options=ResolveOptions(mirrors=(mirror,)))
+    done = resolve(
+        cat, UNSIGNED, cache=Cache(tmp_path / "c4"), store=primary, options=ResolveOptions(mirrors=(mirror,))
+    )
     assert set(done.sources.values()) == {primary.url}
 
     # From the CLI: a runner key requires the .sig beside the manifest too (docs/signing.md), so UNSIGNED gets one that
     # is not pushed: the registry's gate alone refuses it.
-    kept = cli(tmp_path, manifests, "sign", UNSIGNED, "--private-key", str(keys.private), "--no-push", CATALOG_STORE=url)
+    kept = cli(
+        tmp_path, manifests, "sign", UNSIGNED, "--private-key", str(keys.private), "--no-push", CATALOG_STORE=url
+    )
     assert kept.returncode == 0 and "pushed" not in kept.stdout, kept.stderr
-    cold = cli(tmp_path, manifests, "resolve", UNSIGNED, "--store", required, "--trusted-key", str(keys.public),
-               "--cache", str(tmp_path / "c5"))
+    cold = cli(
+        tmp_path,
+        manifests,
+        "resolve",
+        UNSIGNED,
+        "--store",
+        required,
+        "--trusted-key",
+        str(keys.public),
+        "--cache",
+        str(tmp_path / "c5"),
+    )
     errors = [line for line in cold.stderr.splitlines() if line.startswith("error:")]
     assert cold.returncode not in (0, 3) and len(errors) == 1 and "no signature referrer" in errors[0], cold.stderr
     assert "Traceback" not in cold.stderr
@@ -137,8 +189,9 @@ def test_sign_pushes_the_bundle_as_a_referrer_that_oras_finds_and_a_required_sig
     assert no_keys.returncode == 2 and "trusts no key" in no_keys.stderr, no_keys.stderr
 
 
-def test_a_registry_with_the_referrers_api_keeps_the_list_itself(oci_registry: RegistryServer, sources: dict[str, Path],
-                                                                 tmp_path: Path) -> None:
+def test_a_registry_with_the_referrers_api_keeps_the_list_itself(
+    oci_registry: RegistryServer, sources: dict[str, Path], tmp_path: Path
+) -> None:
     double = RegistryDouble(oci_registry, redirect_blobs=False, referrers_api=True)
     try:
         manifests = catalog_copy(tmp_path)

@@ -96,41 +96,59 @@ def small_catalog(tmp_path: Path, models: dict[str, dict[str, bytes]], revision:
             (folder / name / path).parent.mkdir(parents=True, exist_ok=True)
             (folder / name / path).write_bytes(data)
         entries = [(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in sorted(files.items())]
-        manifests[f"{name}.yaml"] = manifest_text(name, revision=revision, files=files_yaml(*entries),
-                                                  prefix=f"s3://ci-bucket/org/{name}/{revision}/")
+        manifests[f"{name}.yaml"] = manifest_text(
+            name, revision=revision, files=files_yaml(*entries), prefix=f"s3://ci-bucket/org/{name}/{revision}/"
+        )
     return load(write_catalog(tmp_path / f"cat-{revision[:4]}", manifests)), folder
 
 
 # -- the bundled catalog, through the CLI ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def synced(oci_registry: RegistryServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict[str, str]]]:
+def synced(
+    oci_registry: RegistryServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path, dict[str, str]]]:
     """Every bundled model synced once by `catalog sync --from-dir OUT --store oci://...` (OUT written by
     `python -m resolver.examples OUT`, plus the real MiniLM files): the store URL, OUT, the CLI's environment."""
     from resolver.examples import minilm_dir
 
     root = tmp_path_factory.mktemp("oci-synced")
     out = root / "out"
-    made = subprocess.run([sys.executable, "-m", "resolver.examples", str(out)], capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [sys.executable, "-m", "resolver.examples", str(out)], capture_output=True, text=True, timeout=300
+    )
     assert made.returncode == 0, made.stderr
     (out / "all-minilm-l6-v2").symlink_to(minilm_dir())
     (root / "home").mkdir()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "DOCKER_"))},
-           "HOME": str(root / "home"), "DOCKER_CONFIG": str(root / "docker"), "CATALOG_DIR": str(ROOT / "manifests"),
-           "CATALOG_CACHE": str(root / "cache"), "CATALOG_STORE": oci_url(oci_registry)}
-    done = subprocess.run([sys.executable, "-m", "catalog", "sync", "--from-dir", str(out), "--format", "json"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "DOCKER_"))},
+        "HOME": str(root / "home"),
+        "DOCKER_CONFIG": str(root / "docker"),
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_CACHE": str(root / "cache"),
+        "CATALOG_STORE": oci_url(oci_registry),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "sync", "--from-dir", str(out), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     env["SYNC_REPORT"] = done.stdout
     yield env["CATALOG_STORE"], out, env
 
 
-def test_every_bundled_model_syncs_and_resolves_cold_from_the_registry(synced: tuple[str, Path, dict[str, str]], bundled: Catalog,
-                                                                       tmp_path: Path) -> None:
+def test_every_bundled_model_syncs_and_resolves_cold_from_the_registry(
+    synced: tuple[str, Path, dict[str, str]], bundled: Catalog, tmp_path: Path
+) -> None:
     url, out, env = synced
     report = json.loads(env["SYNC_REPORT"])
     assert report["errors"] == [] and len(report["uploaded"]) == sum(len(m.files) for m in bundled)
     assert report["requests"]["PatchBlob"] >= 2  # MiniLM's 87 MiB weights went up in chunks of the 64 MiB part size
-    check = subprocess.run([sys.executable, "-m", "catalog", "sync", "--check"], capture_output=True, text=True, env=env, timeout=120)
+    check = subprocess.run(
+        [sys.executable, "-m", "catalog", "sync", "--check"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     assert "No changes" in check.stdout
     for m in bundled:  # cold: an empty cache per model, a fresh store (no manifest read before)
@@ -139,16 +157,19 @@ def test_every_bundled_model_syncs_and_resolves_cold_from_the_registry(synced: t
         assert result.streamed == () and result.model == str(result.path)  # runai/tensorizer formats come back local
         assert set(result.sources.values()) == {url}
         same_files(bundled, m.name, result.path, out / m.name)
-        assert store.requests["GetManifest"] == 1  # one manifest read, then blobs by digest (a large one in ranged parts)
+        assert (
+            store.requests["GetManifest"] == 1
+        )  # one manifest read, then blobs by digest (a large one in ranged parts)
         assert store.requests["GetBlob"] >= len({e.sha256 for e in m.files})
 
 
-def test_oras_pull_of_a_synced_model_yields_the_pinned_files(synced: tuple[str, Path, dict[str, str]], bundled: Catalog,
-                                                             tmp_path: Path) -> None:
+def test_oras_pull_of_a_synced_model_yields_the_pinned_files(
+    synced: tuple[str, Path, dict[str, str]], bundled: Catalog, tmp_path: Path
+) -> None:
     import oras.client
 
     url, out, _ = synced
-    host, namespace = url[len("oci://"):].rstrip("/").split("/", 1)
+    host, namespace = url[len("oci://") :].rstrip("/").split("/", 1)
     client = oras.client.OrasClient(hostname=host, insecure=True)
     for name in ("all-minilm-l6-v2", "tiny-sts"):  # nested paths (1_Pooling/config.json, data/train.csv)
         m = bundled.get(name)
@@ -163,7 +184,9 @@ def test_oras_pull_of_a_synced_model_yields_the_pinned_files(synced: tuple[str, 
 
 
 # -- revisions and sharing ----------------------------------------------------------------------------------------
-def test_a_second_revision_uploads_only_the_changed_file_and_the_first_still_resolves(oci_registry: RegistryServer, tmp_path: Path) -> None:
+def test_a_second_revision_uploads_only_the_changed_file_and_the_first_still_resolves(
+    oci_registry: RegistryServer, tmp_path: Path
+) -> None:
     files = {"config.json": b'{"a": 1}', "model.safetensors": os.urandom(300_000), "tokenizer.json": b'{"t": 2}' * 100}
     first, folder1 = small_catalog(tmp_path, {"m": files})
     url = oci_url(oci_registry)
@@ -177,21 +200,38 @@ def test_a_second_revision_uploads_only_the_changed_file_and_the_first_still_res
     assert store2.blobs == {"uploaded": 1, "present": 2}  # only the changed file's bytes went up
     assert drift(second, open_oci(second, tmp_path, url)) == {}
     for cat, folder in ((first, folder1), (second, folder2)):  # both tags resolve, each to its own pins
-        done = resolve(cat, "m", cache=Cache(tmp_path / f"c-{cat.get('m').source.revision[:4]}"), store=open_oci(cat, tmp_path, url))
+        done = resolve(
+            cat,
+            "m",
+            cache=Cache(tmp_path / f"c-{cat.get('m').source.revision[:4]}"),
+            store=open_oci(cat, tmp_path, url),
+        )
         same_files(cat, "m", done.path, folder / "m")
 
 
 def test_two_models_sharing_a_file_store_it_once(oci_registry: RegistryServer, tmp_path: Path) -> None:
     shared = os.urandom(200_000)
-    cat, folder = small_catalog(tmp_path, {"a": {"config.json": b'{"a": 1}', "model.safetensors": shared},
-                                           "b": {"config.json": b'{"b": 2}', "model.safetensors": shared}})
+    cat, folder = small_catalog(
+        tmp_path,
+        {
+            "a": {"config.json": b'{"a": 1}', "model.safetensors": shared},
+            "b": {"config.json": b'{"b": 2}', "model.safetensors": shared},
+        },
+    )
     url = oci_url(oci_registry)
     together = open_oci(cat, tmp_path, url)
     sync(cat, together, folder, tmp_path)  # both in one sync: the shared blob goes up once, then is mounted
     assert together.blobs == {"uploaded": 3, "mounted": 1}
-    cat2, folder2 = small_catalog(tmp_path / "later", {"a": {"config.json": b'{"a": 1}', "model.safetensors": shared},
-                                                       "c": {"config.json": b'{"c": 3}', "model.safetensors": shared}})
-    later = open_oci(cat2, tmp_path, url)  # another run, another model pinning the same file: mounted from a's repository
+    cat2, folder2 = small_catalog(
+        tmp_path / "later",
+        {
+            "a": {"config.json": b'{"a": 1}', "model.safetensors": shared},
+            "c": {"config.json": b'{"c": 3}', "model.safetensors": shared},
+        },
+    )
+    later = open_oci(
+        cat2, tmp_path, url
+    )  # another run, another model pinning the same file: mounted from a's repository
     sync(cat2, later, folder2, tmp_path, "c")
     assert later.blobs == {"uploaded": 1, "mounted": 1}
     for name in ("a", "b"):
@@ -200,7 +240,9 @@ def test_two_models_sharing_a_file_store_it_once(oci_registry: RegistryServer, t
 
 
 # -- artifacts pushed by oras, drift, prune ---------------------------------------------------------------------------
-def oras_push(registry: RegistryServer, namespace: str, name: str, revision: str, files: dict[str, Path], tmp_path: Path) -> None:
+def oras_push(
+    registry: RegistryServer, namespace: str, name: str, revision: str, files: dict[str, Path], tmp_path: Path
+) -> None:
     """Push `files` (path in the model -> local file) as oras does, each layer named by ModelPack's filepath annotation."""
     import oras.client
 
@@ -215,16 +257,23 @@ def oras_push(registry: RegistryServer, namespace: str, name: str, revision: str
         pushed.append(f"{target}:{WEIGHT}")
     (staging / "annotations.json").write_text(json.dumps(annotations))
     oras.client.OrasClient(hostname=registry.host, insecure=True).push(
-        target=f"{registry.host}/{namespace}/{name}:{revision}", files=pushed, disable_path_validation=True,
-        annotation_file=str(staging / "annotations.json"), quiet=True)
+        target=f"{registry.host}/{namespace}/{name}:{revision}",
+        files=pushed,
+        disable_path_validation=True,
+        annotation_file=str(staging / "annotations.json"),
+        quiet=True,
+    )
 
 
-def test_an_artifact_pushed_by_oras_resolves_when_its_layers_match_the_pins(oci_registry: RegistryServer, bundled: Catalog,
-                                                                            sources: dict[str, Path], tmp_path: Path) -> None:
+def test_an_artifact_pushed_by_oras_resolves_when_its_layers_match_the_pins(
+    oci_registry: RegistryServer, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     m = bundled.get(NAME)
     url = oci_url(oci_registry)
     namespace = url.rstrip("/").rsplit("/", 1)[1]
-    oras_push(oci_registry, namespace, NAME, m.source.revision, {e.path: sources[NAME] / e.path for e in m.files}, tmp_path)
+    oras_push(
+        oci_registry, namespace, NAME, m.source.revision, {e.path: sources[NAME] / e.path for e in m.files}, tmp_path
+    )
     done = resolve(bundled, NAME, cache=Cache(tmp_path / "cache1"), store=open_oci(bundled, tmp_path, url))
     same_files(bundled, NAME, done.path, sources[NAME])
     assert drift(bundled, open_oci(bundled, tmp_path, url), NAME) == {}  # its layer digests are the pins: in sync
@@ -235,8 +284,14 @@ def test_an_artifact_pushed_by_oras_resolves_when_its_layers_match_the_pins(oci_
     other.write_bytes(b'{"not": "the pinned tokenizer"}')
     stray = tmp_path / "stray.txt"
     stray.write_bytes(b"not pinned")
-    oras_push(oci_registry, namespace, NAME, m.source.revision,
-              {**{e.path: sources[NAME] / e.path for e in m.files}, "tokenizer.json": other, "notes/stray.txt": stray}, tmp_path)
+    oras_push(
+        oci_registry,
+        namespace,
+        NAME,
+        m.source.revision,
+        {**{e.path: sources[NAME] / e.path for e in m.files}, "tokenizer.json": other, "notes/stray.txt": stray},
+        tmp_path,
+    )
     store = open_oci(bundled, tmp_path, url)
     with pytest.raises(LayerMismatchError) as refused:
         resolve(bundled, NAME, cache=Cache(tmp_path / "cache2"), store=store)
@@ -267,8 +322,9 @@ def flip_middle_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_tampered_blob_is_refused_as_the_store_and_skipped_as_a_mirror(own_registry: RegistryServer, bundled: Catalog,
-                                                                         sources: dict[str, Path], tmp_path: Path) -> None:
+def test_a_tampered_blob_is_refused_as_the_store_and_skipped_as_a_mirror(
+    own_registry: RegistryServer, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     url = oci_url(own_registry)
     sync(bundled, open_oci(bundled, tmp_path, url), sources[NAME].parent, tmp_path, NAME)
     weights = bundled.get(NAME).file("model.safetensors")
@@ -284,32 +340,50 @@ def test_a_tampered_blob_is_refused_as_the_store_and_skipped_as_a_mirror(own_reg
     primary = LocalStore(tmp_path / "primary")  # the registry as a mirror in front of a good store
     upload_from_dir(bundled, NAME, sources[NAME], primary)
     mirror = open_store(url, settings(tmp_path, url))
-    done = resolve(bundled, NAME, cache=Cache(tmp_path / "cache2"), store=primary, options=ResolveOptions(mirrors=(mirror,)))
+    done = resolve(
+        bundled, NAME, cache=Cache(tmp_path / "cache2"), store=primary, options=ResolveOptions(mirrors=(mirror,))
+    )
     assert done.sources["model.safetensors"] == primary.url
-    assert {p: s for p, s in done.sources.items() if p != "model.safetensors"} == \
-        {e.path: mirror.url for e in bundled.get(NAME).files if e.path != "model.safetensors"}
+    assert {p: s for p, s in done.sources.items() if p != "model.safetensors"} == {
+        e.path: mirror.url for e in bundled.get(NAME).files if e.path != "model.safetensors"
+    }
     same_files(bundled, NAME, done.path, sources[NAME])
 
 
-def test_a_manifest_whose_bytes_are_not_its_digest_is_refused_and_skipped_as_a_mirror(own_registry: RegistryServer, bundled: Catalog,
-                                                                                       sources: dict[str, Path], tmp_path: Path) -> None:
+def test_a_manifest_whose_bytes_are_not_its_digest_is_refused_and_skipped_as_a_mirror(
+    own_registry: RegistryServer, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     url = oci_url(own_registry)
     namespace = url.rstrip("/").rsplit("/", 1)[1]
     sync(bundled, open_oci(bundled, tmp_path, url), sources[NAME].parent, tmp_path, NAME)
     revision = bundled.get(NAME).source.revision
-    link = own_registry.storage / f"docker/registry/v2/repositories/{namespace}/{NAME}/_manifests/tags/{revision}/current/link"
+    link = (
+        own_registry.storage
+        / f"docker/registry/v2/repositories/{namespace}/{NAME}/_manifests/tags/{revision}/current/link"
+    )
     stored = own_registry.blob_file(link.read_text().strip())
-    stored.write_bytes(stored.read_bytes() + b"\n")  # still JSON, still the same layers: but not the bytes of its digest
+    stored.write_bytes(
+        stored.read_bytes() + b"\n"
+    )  # still JSON, still the same layers: but not the bytes of its digest
     with pytest.raises(ManifestDigestError):
         resolve(bundled, NAME, cache=Cache(tmp_path / "cache"), store=open_oci(bundled, tmp_path, url))
     primary = LocalStore(tmp_path / "primary")
     upload_from_dir(bundled, NAME, sources[NAME], primary)
-    done = resolve(bundled, NAME, cache=Cache(tmp_path / "cache2"), store=primary,
-                   options=ResolveOptions(mirrors=(open_store(url, settings(tmp_path, url)),)))
+    done = resolve(
+        bundled,
+        NAME,
+        cache=Cache(tmp_path / "cache2"),
+        store=primary,
+        options=ResolveOptions(mirrors=(open_store(url, settings(tmp_path, url)),)),
+    )
     assert set(done.sources.values()) == {primary.url}
 
 
-def test_a_model_not_in_the_registry_is_missing_with_the_sync_hint(oci_registry: RegistryServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_a_model_not_in_the_registry_is_missing_with_the_sync_hint(
+    oci_registry: RegistryServer, bundled: Catalog, tmp_path: Path
+) -> None:
     with pytest.raises(MissingObjectError) as missing:
-        resolve(bundled, NAME, cache=Cache(tmp_path / "cache"), store=open_oci(bundled, tmp_path, oci_url(oci_registry)))
+        resolve(
+            bundled, NAME, cache=Cache(tmp_path / "cache"), store=open_oci(bundled, tmp_path, oci_url(oci_registry))
+        )
     assert "catalog sync tiny-llama" in (getattr(missing.value, "hint", "") or "")

@@ -71,8 +71,9 @@ def small_catalog(root: Path, models: dict[str, dict[str, bytes]]) -> tuple[Cata
             (folder / name / path).parent.mkdir(parents=True, exist_ok=True)
             (folder / name / path).write_bytes(data)
         entries = [(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in sorted(files.items())]
-        manifests[f"{name}.yaml"] = manifest_text(name, revision=REV, files=files_yaml(*entries),
-                                                  prefix=f"s3://ci-bucket/org/{name}/")
+        manifests[f"{name}.yaml"] = manifest_text(
+            name, revision=REV, files=files_yaml(*entries), prefix=f"s3://ci-bucket/org/{name}/"
+        )
     return load(write_catalog(root / "cat", manifests)), folder
 
 
@@ -97,10 +98,16 @@ def basic_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registr
 
 
 def test_redirected_blob_heads_stay_heads_and_no_authorization_reaches_the_second_host(
-        basic_registry: RegistryServer, tmp_path: Path) -> None:
+    basic_registry: RegistryServer, tmp_path: Path
+) -> None:
     shared = os.urandom(300_000)
-    cat, folder = small_catalog(tmp_path, {"a": {"config.json": b'{"a": 1}', "model.safetensors": shared},
-                                           "b": {"config.json": b'{"b": 2}', "model.safetensors": shared}})
+    cat, folder = small_catalog(
+        tmp_path,
+        {
+            "a": {"config.json": b'{"a": 1}', "model.safetensors": shared},
+            "b": {"config.json": b'{"b": 2}', "model.safetensors": shared},
+        },
+    )
     double = RegistryDouble(basic_registry)
     try:
         url = f"oci://{double.host}/{namespace()}/"
@@ -121,7 +128,7 @@ def test_redirected_blob_heads_stay_heads_and_no_authorization_reaches_the_secon
         gets = [r for r in double.blobs.requests if r[0] == "GET"]
         assert len(gets) >= 2 and double.blobs.sent >= len(shared)
         # A HEAD re-sent as a GET would show here as a GET before the resolve, and read the whole blob.
-        assert {r[0] for r in double.blobs.requests[:len(double.blobs.requests) - len(gets)]} == {"HEAD"}
+        assert {r[0] for r in double.blobs.requests[: len(double.blobs.requests) - len(gets)]} == {"HEAD"}
         assert any("authorization" in r[2] for r in double.requests)  # the registry itself got the credentials ...
         assert not [r for r in double.blobs.requests if "authorization" in r[2]]  # ... the second host never
     finally:
@@ -134,7 +141,8 @@ def one_model(tmp_path: Path) -> Catalog:
 
 
 def test_an_https_registry_naming_a_plain_http_token_server_gets_no_credentials_sent_there(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     certificate, key = tls_files(tmp_path / "tls")
     monkeypatch.setenv("SSL_CERT_FILE", str(certificate))  # the client trusts the double's certificate
     with HostileHttp(mode="script") as tokens, HostileHttp(mode="script", tls=(certificate, key)) as registry:
@@ -143,7 +151,9 @@ def test_an_https_registry_naming_a_plain_http_token_server_gets_no_credentials_
         registry.script = lambda method, path, headers: (401, {"WWW-Authenticate": realm}, b"")
         cat = one_model(tmp_path)
         url = f"oci://127.0.0.1:{registry.port}/{namespace()}/?plain-http=0"
-        store = open_catalog_store(cat, settings(tmp_path, url, CATALOG_OCI_USERNAME=USER, CATALOG_OCI_PASSWORD=PASSWORD))
+        store = open_catalog_store(
+            cat, settings(tmp_path, url, CATALOG_OCI_USERNAME=USER, CATALOG_OCI_PASSWORD=PASSWORD)
+        )
         assert isinstance(store, OciStore)
         with pytest.raises(StoreUnavailableError) as refused:
             store.artifact(cat.get("m"))
@@ -162,8 +172,9 @@ def test_a_retry_after_beyond_the_cap_is_never_waited_out(tmp_path: Path) -> Non
     cat = one_model(tmp_path)
     slept: list[float] = []
     with busy_registry("100000") as registry:
-        store = open_catalog_store(cat, settings(tmp_path, f"oci://127.0.0.1:{registry.port}/{namespace()}/",
-                                                 CATALOG_HUB_MAX_WAIT="5"))
+        store = open_catalog_store(
+            cat, settings(tmp_path, f"oci://127.0.0.1:{registry.port}/{namespace()}/", CATALOG_HUB_MAX_WAIT="5")
+        )
         assert isinstance(store, OciStore)
         store.client._sleep = slept.append  # the clock is the one side effect replaced: no test sleeps a day
         with pytest.raises(WaitTooLongError) as refused:
@@ -177,8 +188,9 @@ def test_a_retry_after_date_is_waited_out_within_the_cap(tmp_path: Path) -> None
     slept: list[float] = []
     when = email.utils.formatdate(time.time() + 4, usegmt=True)
     with busy_registry(when) as registry:
-        store = open_catalog_store(cat, settings(tmp_path, f"oci://127.0.0.1:{registry.port}/{namespace()}/",
-                                                 CATALOG_HUB_MAX_WAIT="30"))
+        store = open_catalog_store(
+            cat, settings(tmp_path, f"oci://127.0.0.1:{registry.port}/{namespace()}/", CATALOG_HUB_MAX_WAIT="30")
+        )
         assert isinstance(store, OciStore)
         store.client._sleep = slept.append
         with pytest.raises(StoreUnavailableError) as busy:
@@ -191,7 +203,9 @@ def test_a_retry_after_date_is_waited_out_within_the_cap(tmp_path: Path) -> None
 # -- bounds: trickles ----------------------------------------------------------------------------------------------
 def trickling_store(cat: Catalog, tmp_path: Path, registry: HostileHttp, **env: str) -> OciStore:
     url = f"oci://127.0.0.1:{registry.port}/{namespace()}/"
-    store = oci_store.from_url(url, settings(tmp_path, url, **env), bounds=Bounds(answer=3.0, min_rate=1024, window=1.0))
+    store = oci_store.from_url(
+        url, settings(tmp_path, url, **env), bounds=Bounds(answer=3.0, min_rate=1024, window=1.0)
+    )
     bind_models(store, cat)
     return store
 
@@ -204,11 +218,16 @@ def manifest_of(cat: Catalog, name: str) -> bytes:
 
 @pytest.mark.parametrize("where", ["body", "headers"])
 def test_a_registry_trickling_its_manifest_fails_within_the_bounds_and_a_mirror_doing_it_is_skipped(
-        where: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    where: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     name = "tiny-llama"
     body = manifest_of(bundled, name)
     with HostileHttp(mode="script") as registry:
-        registry.script = lambda method, path, headers: (200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}, body)
+        registry.script = lambda method, path, headers: (
+            200,
+            {"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+            body,
+        )
         registry.interval = 0.5  # 2 bytes a second: a read timeout never fires
         registry.trickle_headers, registry.trickle_body = where == "headers", where == "body"
         with pytest.raises(StoreUnavailableError) as failed:
@@ -220,26 +239,38 @@ def test_a_registry_trickling_its_manifest_fails_within_the_bounds_and_a_mirror_
         primary = LocalStore(tmp_path / "primary")
         upload_from_dir(bundled, name, sources[name], primary)
         with caplog.at_level(logging.WARNING):
-            done = resolve(bundled, name, cache=Cache(tmp_path / "c2"), store=primary,
-                           options=ResolveOptions(mirrors=(trickling_store(bundled, tmp_path, registry),)))
+            done = resolve(
+                bundled,
+                name,
+                cache=Cache(tmp_path / "c2"),
+                store=primary,
+                options=ResolveOptions(mirrors=(trickling_store(bundled, tmp_path, registry),)),
+            )
         assert set(done.sources.values()) == {primary.url}
         assert "trying the next store" in caplog.text
 
 
 # -- mounts across runs --------------------------------------------------------------------------------------------
-def test_a_model_sharing_files_with_one_synced_in_an_earlier_run_uploads_none_of_them(oci_registry: RegistryServer,
-                                                                                       tmp_path: Path) -> None:
+def test_a_model_sharing_files_with_one_synced_in_an_earlier_run_uploads_none_of_them(
+    oci_registry: RegistryServer, tmp_path: Path
+) -> None:
     shared, tokenizer = os.urandom(400_000), os.urandom(50_000)
-    cat, folder = small_catalog(tmp_path, {
-        "a": {"config.json": b'{"a": 1}', "model.safetensors": shared, "tokenizer.json": tokenizer},  # never synced
-        "b": {"config.json": b'{"b": 2}', "model.safetensors": shared, "tokenizer.json": tokenizer},
-        "c": {"config.json": b'{"c": 3}', "model.safetensors": shared, "tokenizer.json": tokenizer}})
+    cat, folder = small_catalog(
+        tmp_path,
+        {
+            "a": {"config.json": b'{"a": 1}', "model.safetensors": shared, "tokenizer.json": tokenizer},  # never synced
+            "b": {"config.json": b'{"b": 2}', "model.safetensors": shared, "tokenizer.json": tokenizer},
+            "c": {"config.json": b'{"c": 3}', "model.safetensors": shared, "tokenizer.json": tokenizer},
+        },
+    )
     url = f"oci://{oci_registry.host}/{namespace()}/"
     earlier = open_catalog_store(cat, settings(tmp_path, url))
     assert isinstance(earlier, OciStore)
     sync(cat, earlier, folder, tmp_path, "b")
     assert earlier.blobs == {"uploaded": 3}
-    later = open_catalog_store(cat, settings(tmp_path, url))  # another run: nothing known of b's repository but the catalog
+    later = open_catalog_store(
+        cat, settings(tmp_path, url)
+    )  # another run: nothing known of b's repository but the catalog
     assert isinstance(later, OciStore)
     sync(cat, later, folder, tmp_path, "c")
     assert later.blobs == {"uploaded": 1, "mounted": 2}  # only c's own config.json went up
@@ -261,8 +292,11 @@ def hostile_registry(bundled: Catalog, case: str) -> HostileHttp:
 
     def answer(method: str, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if path.startswith("/token"):
-            value = {"expires-in-superscript": '"\u00b2"', "expires-in-infinite": "1e400",
-                     "expires-in-bool": "true"}.get(case, "300")
+            value = {
+                "expires-in-superscript": '"\u00b2"',
+                "expires-in-infinite": "1e400",
+                "expires-in-bool": "true",
+            }.get(case, "300")
             if case == "token-nested":
                 return 200, {"Content-Type": "application/json"}, DEEP
             return 200, {"Content-Type": "application/json"}, b'{"token": "t", "expires_in": ' + value.encode() + b"}"
@@ -275,29 +309,56 @@ def hostile_registry(bundled: Catalog, case: str) -> HostileHttp:
                 return 404, {}, b""
             if case == "manifest-nested":
                 return 200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json"}, DEEP
-            return 200, {"Content-Type": "application/vnd.oci.image.manifest.v1+json",
-                         "Docker-Content-Digest": "sha256:" + hashlib.sha256(body).hexdigest()}, body
+            return (
+                200,
+                {
+                    "Content-Type": "application/vnd.oci.image.manifest.v1+json",
+                    "Docker-Content-Digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                },
+                body,
+            )
         return 200, {"Content-Length": {"length-superscript": "\u00b2", "length-400-digits": "9" * 400}[case]}, b""
 
     server.script = answer
     return server
 
 
-@pytest.mark.parametrize("case", ["length-superscript", "length-400-digits", "expires-in-superscript",
-                                  "expires-in-infinite", "expires-in-bool", "token-nested", "manifest-nested",
-                                  "retry-after-superscript", "retry-after-400-digits"])
-def test_hostile_values_from_a_registry_are_one_line_errors_never_a_traceback(case: str, bundled: Catalog,
-                                                                              sources: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "case",
+    [
+        "length-superscript",
+        "length-400-digits",
+        "expires-in-superscript",
+        "expires-in-infinite",
+        "expires-in-bool",
+        "token-nested",
+        "manifest-nested",
+        "retry-after-superscript",
+        "retry-after-400-digits",
+    ],
+)
+def test_hostile_values_from_a_registry_are_one_line_errors_never_a_traceback(
+    case: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     # The plan's listing (sync --check) and the HEADs before uploads (sync) read what resolve's transfer would wrap.
-    command = ["sync", "tiny-llama", "--from-dir", str(sources["tiny-llama"].parent)] if case.startswith("length") else \
-        ["sync", "--check", "tiny-llama"]
+    command = (
+        ["sync", "tiny-llama", "--from-dir", str(sources["tiny-llama"].parent)]
+        if case.startswith("length")
+        else ["sync", "--check", "tiny-llama"]
+    )
     with hostile_registry(bundled, case) as registry:
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "DOCKER_"))},
-               "HOME": str(tmp_path / "home"), "DOCKER_CONFIG": str(tmp_path / "docker"),
-               "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "cache"),
-               "CATALOG_STORE": f"oci://127.0.0.1:{registry.port}/ns/", "CATALOG_HUB_MAX_WAIT": "1"}
-        done = subprocess.run([sys.executable, "-m", "catalog", *command], capture_output=True, text=True, env=env,
-                              timeout=120)
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "DOCKER_"))},
+            "HOME": str(tmp_path / "home"),
+            "DOCKER_CONFIG": str(tmp_path / "docker"),
+            "CATALOG_DIR": str(ROOT / "manifests"),
+            "CATALOG_CACHE": str(tmp_path / "cache"),
+            "CATALOG_STORE": f"oci://127.0.0.1:{registry.port}/ns/",
+            "CATALOG_HUB_MAX_WAIT": "1",
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "catalog", *command], capture_output=True, text=True, env=env, timeout=120
+        )
     assert done.returncode not in (0, 3), done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors and "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-
-from catalog.lookup import Catalog
 from catalog.errors import NotCachedError
+from catalog.lookup import Catalog
 from resolver.cache import Cache
-from resolver.views import Layout
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
+from resolver.views import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +27,9 @@ def fill(cat: Catalog, store_url: str, sources: dict[str, Path], names: list[str
         upload_from_dir(cat, name, sources[name], store)
 
 
-def test_cold_then_warm_resolve_of_every_bundled_model(bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+def test_cold_then_warm_resolve_of_every_bundled_model(
+    bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path
+) -> None:
     names = sorted(bundled.models)
     fill(bundled, store_url, sources, names)
     cache = Cache(tmp_path / "cache")
@@ -43,7 +44,9 @@ def test_cold_then_warm_resolve_of_every_bundled_model(bundled: Catalog, sources
         assert again.source == "cache" and again.path == first.path
 
 
-def test_streaming_formats_keep_weights_in_the_store(bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+def test_streaming_formats_keep_weights_in_the_store(
+    bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path
+) -> None:
     """For the formats' own streamers (CATALOG_ENGINE_LOADER=plain); the verified loader's hand-off is below."""
     from catalog.settings import Settings
 
@@ -64,17 +67,22 @@ def test_streaming_formats_keep_weights_in_the_store(bundled: Catalog, sources: 
     # loader's extra config.
     assert tens.model == str(tens.path) and (tens.path / "config.json").is_file()
     assert tens.weights_uri is not None and tens.loader["tensorizer_uri"] == tens.weights_uri + "model.tensors"
-    pulled = resolve(bundled, "tiny-llama-tensorizer", cache=cache, store=store, options=ResolveOptions(materialize_weights=True))
+    pulled = resolve(
+        bundled, "tiny-llama-tensorizer", cache=cache, store=store, options=ResolveOptions(materialize_weights=True)
+    )
     assert pulled.model == str(pulled.path) and pulled.weights_uri is None
-    assert pulled.loader["tensorizer_uri"] == str(pulled.path / "model.tensors") and (pulled.path / "model.tensors").is_file()
+    assert (
+        pulled.loader["tensorizer_uri"] == str(pulled.path / "model.tensors")
+        and (pulled.path / "model.tensors").is_file()
+    )
 
 
 def test_the_verified_loader_gets_the_local_folder_and_the_logical_name(
-        bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+    bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path
+) -> None:
     """CATALOG_ENGINE_LOADER=catalog: --model is the verified folder of configs and tokenizer, the weights stay in the
     store (weights_uri), and the engine's loader gets the name and where the catalog and cache are; nothing of the
     format's own loader config (no tensorizer_uri)."""
-    from catalog.settings import Settings
 
     fill(bundled, store_url, sources, ["tiny-qwen2", "tiny-llama-tensorizer"])
     store = open_store(store_url)
@@ -92,9 +100,17 @@ def test_blobs_are_shared_across_models(bundled: Catalog, sources: dict[str, Pat
     fill(bundled, store_url, sources, ["tiny-llama", "tiny-llama-sharded"])
     cache = Cache(tmp_path / "cache")
     a = resolve(bundled, "tiny-llama", cache=cache, store=open_store(store_url))
-    b = resolve(bundled, "tiny-llama-sharded", cache=cache, store=open_store(store_url), options=ResolveOptions(materialize_weights=True))
+    b = resolve(
+        bundled,
+        "tiny-llama-sharded",
+        cache=cache,
+        store=open_store(store_url),
+        options=ResolveOptions(materialize_weights=True),
+    )
     assert (a.path / "tokenizer.json").stat().st_ino == (b.path / "tokenizer.json").stat().st_ino
-    shared = {e.sha256 for e in bundled.get("tiny-llama").files} | {e.sha256 for e in bundled.get("tiny-llama-sharded").files}
+    shared = {e.sha256 for e in bundled.get("tiny-llama").files} | {
+        e.sha256 for e in bundled.get("tiny-llama-sharded").files
+    }
     assert sorted(p.name for p in cache.blobs.glob("*/*")) == sorted(shared)
 
 
@@ -102,7 +118,13 @@ def test_hf_cache_layout_loads_offline_by_repo_id(bundled: Catalog, sources: dic
     store_url = str(tmp_path / "store")
     fill(bundled, store_url, sources, ["all-minilm-l6-v2"])
     cache = Cache(tmp_path / "cache")
-    result = resolve(bundled, "all-minilm-l6-v2", cache=cache, store=open_store(store_url), options=ResolveOptions(layout=Layout.HF_CACHE))
+    result = resolve(
+        bundled,
+        "all-minilm-l6-v2",
+        cache=cache,
+        store=open_store(store_url),
+        options=ResolveOptions(layout=Layout.HF_CACHE),
+    )
     code = (
         "import sys, json\n"
         "from huggingface_hub import snapshot_download\n"
@@ -114,9 +136,18 @@ def test_hf_cache_layout_loads_offline_by_repo_id(bundled: Catalog, sources: dic
         "same = sorted(tensors) == sorted(original) and all((tensors[k] == original[k]).all() for k in tensors)\n"
         "print(json.dumps([path, plain, len(tensors), same, json.load(open(path + '/1_Pooling/config.json'))]))\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(result.hub_cache), "HF_HOME": str(tmp_path / "hf-home")}
-    done = subprocess.run([sys.executable, "-c", code, result.revision, str(sources["all-minilm-l6-v2"])],
-                          capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(result.hub_cache),
+        "HF_HOME": str(tmp_path / "hf-home"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code, result.revision, str(sources["all-minilm-l6-v2"])],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     path, plain, count, same, pooling = json.loads(done.stdout)
     assert Path(path) == result.path and Path(plain) == result.path
@@ -124,11 +155,27 @@ def test_hf_cache_layout_loads_offline_by_repo_id(bundled: Catalog, sources: dic
     assert pooling["word_embedding_dimension"] == 384
 
 
-def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     fill(bundled, str(tmp_path / "store"), sources, ["all-minilm-l6-v2"])
     env = {**os.environ, "CATALOG_STORE": "s3://never-contacted/", "CATALOG_CACHE": str(tmp_path / "cache")}
-    cold = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2",
-                           "--store", str(tmp_path / "store")], capture_output=True, text=True, env=env)
+    cold = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catalog",
+            "--catalog",
+            str(ROOT / "manifests"),
+            "resolve",
+            "all-minilm-l6-v2",
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert cold.returncode == 0, cold.stderr
     # Warm, with an audit hook recording every file opened; the store points at an unreachable bucket.
     code = (
@@ -140,8 +187,12 @@ def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalo
         "print(json.dumps({'code': code, 'opened': opened, 'boto3': 'boto3' in sys.modules,\n"
         "                  'botocore': 'botocore' in sys.modules}), file=sys.stderr)\n"
     )
-    warm = subprocess.run([sys.executable, "-c", code, "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2"],
-                          capture_output=True, text=True, env=env)
+    warm = subprocess.run(
+        [sys.executable, "-c", code, "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     report = json.loads(warm.stderr.strip().splitlines()[-1])
     assert report["code"] == 0, warm.stderr
     assert warm.stdout.strip() == cold.stdout.strip()
@@ -150,11 +201,17 @@ def test_warm_resolve_reads_no_weight_bytes_and_imports_no_boto3(bundled: Catalo
     opened = [p for p in report["opened"] if p.startswith(str(cache))]
     assert any(p.startswith(str(cache / "markers")) for p in opened)  # the marker was read ...
     # ... and no model file but the two small configs the load-safety check reads for an auto_map (resolver/load_safety.py)
-    assert not [p for p in opened if p.startswith((str(cache / "blobs"), str(cache / "models")))
-                and Path(p).name not in ("config.json", "tokenizer_config.json")]
+    assert not [
+        p
+        for p in opened
+        if p.startswith((str(cache / "blobs"), str(cache / "models")))
+        and Path(p).name not in ("config.json", "tokenizer_config.json")
+    ]
 
 
-def test_a_tokenizer_from_another_model_brings_only_its_non_weight_files(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_a_tokenizer_from_another_model_brings_only_its_non_weight_files(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store_url = str(tmp_path / "store")
     fill(bundled, store_url, sources, ["tiny-qwen2", "tiny-llama"])
     qwen = bundled.get("tiny-qwen2").model_copy(update={"tokenizer": "tiny-llama"})
@@ -166,32 +223,53 @@ def test_a_tokenizer_from_another_model_brings_only_its_non_weight_files(bundled
     assert result.tokenizer is not None and len(result.markers) == 2
     tokenizer_dir = Path(result.tokenizer)
     assert sorted(p.name for p in tokenizer_dir.iterdir()) == sorted(
-        f.path for f in bundled.get("tiny-llama").files if f.path != "model.safetensors")
+        f.path for f in bundled.get("tiny-llama").files if f.path != "model.safetensors"
+    )
     # Offline hands out no stream URI (nothing could check it): the weights must be in the cache first.
     with pytest.raises(NotCachedError):
-        resolve(cat, "tiny-qwen2", cache=cache, store=open_store(str(tmp_path / "gone")), options=ResolveOptions(offline=True))
-    resolve(cat, "tiny-qwen2", cache=cache, store=open_store(store_url), options=ResolveOptions(materialize_weights=True))
-    again = resolve(cat, "tiny-qwen2", cache=cache, store=open_store(str(tmp_path / "gone")), options=ResolveOptions(offline=True))
+        resolve(
+            cat,
+            "tiny-qwen2",
+            cache=cache,
+            store=open_store(str(tmp_path / "gone")),
+            options=ResolveOptions(offline=True),
+        )
+    resolve(
+        cat, "tiny-qwen2", cache=cache, store=open_store(store_url), options=ResolveOptions(materialize_weights=True)
+    )
+    again = resolve(
+        cat, "tiny-qwen2", cache=cache, store=open_store(str(tmp_path / "gone")), options=ResolveOptions(offline=True)
+    )
     assert again.tokenizer == result.tokenizer and not again.streamed  # every view warm: no store needed
 
 
-def test_an_hf_cache_snapshot_of_a_streamed_model_holds_its_weights(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_an_hf_cache_snapshot_of_a_streamed_model_holds_its_weights(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     """A repo-id load finds only local files: in the hf-cache layout a streamed format's weights are local too,
     and the engine is pointed at the repo id, not at the store."""
     from resolver.resolution import engine_args
 
     store_url = str(tmp_path / "store")
     fill(bundled, store_url, sources, ["tiny-qwen2"])
-    result = resolve(bundled, "tiny-qwen2", cache=Cache(tmp_path / "cache"), store=open_store(store_url),
-                     options=ResolveOptions(layout=Layout.HF_CACHE))
+    result = resolve(
+        bundled,
+        "tiny-qwen2",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(store_url),
+        options=ResolveOptions(layout=Layout.HF_CACHE),
+    )
     assert not result.streamed
     qwen = bundled.get("tiny-qwen2")
-    assert sorted(p.relative_to(result.path).as_posix() for p in result.path.rglob("*") if p.is_file()) == sorted(f.path for f in qwen.files)
+    assert sorted(p.relative_to(result.path).as_posix() for p in result.path.rglob("*") if p.is_file()) == sorted(
+        f.path for f in qwen.files
+    )
     assert engine_args(result)[:4] == ["--model", "model-catalog/tiny-qwen2", "--revision", qwen.source.revision]
 
 
 def test_a_file_another_process_brought_while_this_one_waited_is_reported_from_the_cache(
-        bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     """The per-blob lock is held elsewhere; the holder publishes the blob and lets go: this resolve downloaded
     nothing, so its `sources` say cache for that file, not the store."""
     import threading
@@ -220,7 +298,9 @@ def test_a_file_another_process_brought_while_this_one_waited_is_reported_from_t
     holder.start()
     assert held.wait(10)
     threading.Timer(0.5, release.set).start()
-    result = resolve(bundled, "tiny-llama", cache=cache, store=open_store(store_url), options=ResolveOptions(transfer=config))
+    result = resolve(
+        bundled, "tiny-llama", cache=cache, store=open_store(store_url), options=ResolveOptions(transfer=config)
+    )
     holder.join()
     assert result.sources["model.safetensors"] == "cache"
     assert result.sources["config.json"] == open_store(store_url).url

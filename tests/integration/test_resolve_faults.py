@@ -46,7 +46,7 @@ def original(sources: dict[str, Path]) -> bytes:
 
 
 def flip(data: bytes, at: int) -> bytes:
-    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,12 @@ def flip(data: bytes, at: int) -> bytes:
     ids=["flipped-byte", "truncated", "larger"],
 )
 def test_damaged_object_fails_cleanly_and_recovers_after_repair(
-    bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path, damage, what: str  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    store_url: str,
+    tmp_path: Path,
+    damage,
+    what: str,  # type: ignore[no-untyped-def]
 ) -> None:
     fill(bundled, store_url, sources)
     replace_object(bundled, store_url, tmp_path, damage(original(sources)))
@@ -79,7 +84,9 @@ def test_damaged_object_fails_cleanly_and_recovers_after_repair(
     assert (fixed.path / WEIGHTS).read_bytes() == original(sources)
 
 
-def test_missing_object_names_model_file_and_store(bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+def test_missing_object_names_model_file_and_store(
+    bundled: Catalog, sources: dict[str, Path], store_url: str, tmp_path: Path
+) -> None:
     fill(bundled, store_url, sources)
     open_store(store_url).delete(bundled.store_key(bundled.get(MODEL), WEIGHTS))
     cache = Cache(tmp_path / "cache")
@@ -89,12 +96,29 @@ def test_missing_object_names_model_file_and_store(bundled: Catalog, sources: di
     assert_no_trace(cache, bundled.get(MODEL).files[2].sha256)
 
 
-def test_cli_reports_a_corrupt_object_in_one_line_with_exit_1(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_cli_reports_a_corrupt_object_in_one_line_with_exit_1(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store_url = str(tmp_path / "store")
     fill(bundled, store_url, sources)
     replace_object(bundled, store_url, tmp_path, flip(original(sources), 10))
-    done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", MODEL,
-                           "--store", store_url, "--cache", str(tmp_path / "cache")], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catalog",
+            "--catalog",
+            str(ROOT / "manifests"),
+            "resolve",
+            MODEL,
+            "--store",
+            store_url,
+            "--cache",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1
     # Progress lines (one per fetched file, in logs) aside, the failure is one error line and one hint.
     lines = [line for line in done.stderr.strip().splitlines() if not line.startswith(("fetched ", "... "))]
@@ -120,7 +144,9 @@ def proxied_store(proxy: FaultProxy, url: str) -> S3Store:
     return store
 
 
-def test_dropped_connection_resumes_from_the_last_byte(bundled: Catalog, sources: dict[str, Path], proxied: tuple[FaultProxy, str], tmp_path: Path) -> None:
+def test_dropped_connection_resumes_from_the_last_byte(
+    bundled: Catalog, sources: dict[str, Path], proxied: tuple[FaultProxy, str], tmp_path: Path
+) -> None:
     proxy, url = proxied
     fill(bundled, url, sources, "all-minilm-l6-v2")
     store = proxied_store(proxy, url)
@@ -132,28 +158,42 @@ def test_dropped_connection_resumes_from_the_last_byte(bundled: Catalog, sources
     key = bundled.store_key(bundled.get("all-minilm-l6-v2"), "model.safetensors")
     gets = proxy.requests[f"GET /{url[5:]}{key}"]
     assert gets > 3  # 3 parts plus the resumed requests
-    assert (result.path / "model.safetensors").read_bytes() == (sources["all-minilm-l6-v2"] / "model.safetensors").read_bytes()
+    assert (result.path / "model.safetensors").read_bytes() == (
+        sources["all-minilm-l6-v2"] / "model.safetensors"
+    ).read_bytes()
 
 
-def test_server_down_then_back_is_retried(bundled: Catalog, sources: dict[str, Path], proxied: tuple[FaultProxy, str], tmp_path: Path) -> None:
+def test_server_down_then_back_is_retried(
+    bundled: Catalog, sources: dict[str, Path], proxied: tuple[FaultProxy, str], tmp_path: Path
+) -> None:
     proxy, url = proxied
     fill(bundled, url, sources)
     store = proxied_store(proxy, url)
     proxy.refuse_next(3)  # down for the first connections, whenever they come; then back
     config = TransferConfig(concurrency=2, backoff=0.2, attempts=6)
-    result = resolve(bundled, MODEL, cache=Cache(tmp_path / "cache"), store=store, options=ResolveOptions(transfer=config))
+    result = resolve(
+        bundled, MODEL, cache=Cache(tmp_path / "cache"), store=store, options=ResolveOptions(transfer=config)
+    )
     assert (result.path / WEIGHTS).read_bytes() == original(sources)
     assert proxy.refused == 3  # the outage was real: connections were refused, then retried
 
 
-def test_server_that_stays_down_fails_cleanly(bundled: Catalog, sources: dict[str, Path], proxied: tuple[FaultProxy, str], tmp_path: Path) -> None:
+def test_server_that_stays_down_fails_cleanly(
+    bundled: Catalog, sources: dict[str, Path], proxied: tuple[FaultProxy, str], tmp_path: Path
+) -> None:
     proxy, url = proxied
     fill(bundled, url, sources)
     store = proxied_store(proxy, url)
     proxy.go_down(60)
     cache = Cache(tmp_path / "cache")
     with pytest.raises(StoreUnavailableError) as caught:
-        resolve(bundled, MODEL, cache=cache, store=store, options=ResolveOptions(transfer=TransferConfig(backoff=0.01, attempts=3)))
+        resolve(
+            bundled,
+            MODEL,
+            cache=cache,
+            store=store,
+            options=ResolveOptions(transfer=TransferConfig(backoff=0.01, attempts=3)),
+        )
     assert proxy.url in str(caught.value)
     assert "testing-secret-key" not in str(caught.value)
     assert not list(cache.blobs.glob("*/*")) and not list(cache.tmp.glob("*"))
@@ -162,20 +202,41 @@ def test_server_that_stays_down_fails_cleanly(bundled: Catalog, sources: dict[st
 def test_offline_fails_fast_naming_what_is_missing(bundled: Catalog, tmp_path: Path) -> None:
     cache = Cache(tmp_path / "cache")
     with pytest.raises(NotCachedError) as caught:
-        resolve(bundled, MODEL, cache=cache, store=open_store("s3://unreachable-bucket/"), options=ResolveOptions(offline=True))
+        resolve(
+            bundled,
+            MODEL,
+            cache=cache,
+            store=open_store("s3://unreachable-bucket/"),
+            options=ResolveOptions(offline=True),
+        )
     assert "model.safetensors" in str(caught.value) and str(cache.root) in str(caught.value)
 
 
-def test_concurrent_processes_resolve_once_with_identical_results(bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path) -> None:
+def test_concurrent_processes_resolve_once_with_identical_results(
+    bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path
+) -> None:
     from servers import new_bucket
 
     url = f"s3://{new_bucket(s3_server.url)}/"
     fill(bundled, url, sources, "all-minilm-l6-v2")
     proxy = FaultProxy(int(s3_server.url.rsplit(":", 1)[1]))
     env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url, "CATALOG_CACHE": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", "all-minilm-l6-v2",
-               "--store", url, "--format", "json"]
-    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    command = [
+        sys.executable,
+        "-m",
+        "catalog",
+        "--catalog",
+        str(ROOT / "manifests"),
+        "resolve",
+        "all-minilm-l6-v2",
+        "--store",
+        url,
+        "--format",
+        "json",
+    ]
+    procs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     proxy.close()
     assert [p.returncode for p in procs] == [0] * 6, [o[1] for o in outputs]
@@ -191,7 +252,9 @@ def test_concurrent_processes_resolve_once_with_identical_results(bundled: Catal
 
 def test_paths_escaping_the_target_are_refused_before_any_write(bundled: Catalog, tmp_path: Path) -> None:
     manifest = bundled.get(MODEL)
-    evil = manifest.model_copy(update={"files": (*manifest.files, FileEntry(path="../escape.json", size=1, sha256="a" * 64))})
+    evil = manifest.model_copy(
+        update={"files": (*manifest.files, FileEntry(path="../escape.json", size=1, sha256="a" * 64))}
+    )
     cat = Catalog(bundled.root, bundled.settings, {**bundled.models, MODEL: evil}, bundled.sources)
     cache = Cache(tmp_path / "cache")
     with pytest.raises(UnsafePathError):

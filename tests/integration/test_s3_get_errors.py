@@ -26,11 +26,20 @@ def plane(url: str) -> DataPlane:
     return DataPlane("bucket", url, "path", "us-east-1", None, connect_timeout=2, read_timeout=5)
 
 
-@pytest.mark.parametrize("status, kind, transient", [
-    (403, StoreUnavailableError, False), (401, StoreUnavailableError, False), (400, StoreUnavailableError, False),
-    (503, GetFailed, True), (429, GetFailed, True), (500, GetFailed, True)])
-def test_a_failed_get_is_final_or_worth_a_retry_by_its_status(endpoint: HostileHttp, status: int, kind: type,
-                                                              transient: bool) -> None:
+@pytest.mark.parametrize(
+    "status, kind, transient",
+    [
+        (403, StoreUnavailableError, False),
+        (401, StoreUnavailableError, False),
+        (400, StoreUnavailableError, False),
+        (503, GetFailed, True),
+        (429, GetFailed, True),
+        (500, GetFailed, True),
+    ],
+)
+def test_a_failed_get_is_final_or_worth_a_retry_by_its_status(
+    endpoint: HostileHttp, status: int, kind: type, transient: bool
+) -> None:
     endpoint.status = status
     with pytest.raises(kind) as failed:
         plane(endpoint.url).open("k", 0, None, "the store")

@@ -17,8 +17,15 @@ MiB = 1024 * 1024
 
 
 def test_the_client_carries_the_settings() -> None:
-    options = Settings.build({"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_RETRY_MODE": "adaptive", "AWS_MAX_ATTEMPTS": "7",
-                              "CATALOG_S3_READ_TIMEOUT": "9", "CATALOG_S3_UNSIGNED": "1"}).s3
+    options = Settings.build(
+        {
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+            "AWS_RETRY_MODE": "adaptive",
+            "AWS_MAX_ATTEMPTS": "7",
+            "CATALOG_S3_READ_TIMEOUT": "9",
+            "CATALOG_S3_UNSIGNED": "1",
+        }
+    ).s3
     config = make_s3_client(options).meta.config
     assert config.s3["addressing_style"] == "path"  # an endpoint is set: path-style unless told otherwise
     assert config.retries == {"mode": "adaptive", "total_max_attempts": 7}  # AWS_MAX_ATTEMPTS counts the first try

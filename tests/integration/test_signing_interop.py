@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from signing_keys import Chain, KeyPair, key_pair, model_signing, pinned_folder, pki
 
 from catalog.lookup import Catalog
@@ -41,13 +40,19 @@ class World:
         for stray in folder.glob("*.sig"):
             stray.unlink()
         with open(folder / "catalog.yaml", "a") as f:
-            f.write(f"signatures: required\ntrusted_keys: [{self.key.public}]\ntrusted_roots: [{self.org.root}]\n"
-                    "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]\n")
+            f.write(
+                f"signatures: required\ntrusted_keys: [{self.key.public}]\ntrusted_roots: [{self.org.root}]\n"
+                "trusted_identities: [{identity: CN=org signer, issuer: CN=org intermediate}]\n"
+            )
         return folder
 
     def catalog(self, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True,
-                              env={**self.env, "CATALOG_DIR": str(folder)})
+        return subprocess.run(
+            [sys.executable, "-m", "catalog", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, "CATALOG_DIR": str(folder)},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +63,12 @@ def world(bundled: Catalog, sources: dict[str, Path], tmp_path_factory: pytest.T
         upload_from_dir(bundled, name, sources[name], open_store(str(store)))
     base = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
     env = {**base, "HOME": str(tmp / "home"), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(tmp / "cache")}
-    done = subprocess.run([sys.executable, "-m", "catalog", "resolve", "--all", "--materialize-weights", "--format", "json"],
-                          capture_output=True, text=True, env={**env, "CATALOG_DIR": str(ROOT / "manifests")})
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "resolve", "--all", "--materialize-weights", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env={**env, "CATALOG_DIR": str(ROOT / "manifests")},
+    )
     assert done.returncode == 0, done.stderr
     answers = json.loads(done.stdout)
     views = {a["name"]: Path(a["path"]) for a in (answers if isinstance(answers, list) else [answers])}
@@ -70,15 +79,33 @@ def world(bundled: Catalog, sources: dict[str, Path], tmp_path_factory: pytest.T
 def test_catalog_signatures_verify_with_model_signing_on_every_resolved_view(world: World) -> None:
     keyed, certified = world.catalog_copy("keyed"), world.catalog_copy("certified")
     assert world.catalog(keyed, "sign", "--all", "--private-key", str(world.key.private)).returncode == 0
-    done = world.catalog(certified, "sign", "--all", "--private-key", str(world.org.key), "--certificate", str(world.org.chain))
+    done = world.catalog(
+        certified, "sign", "--all", "--private-key", str(world.org.key), "--certificate", str(world.org.chain)
+    )
     assert done.returncode == 0, done.stderr
     names = sorted(world.views)
     results = model_signing(
-        *[["verify", "key", world.views[n], "--signature", keyed / f"{n}.sig", "--public_key", world.key.public] for n in names],
-        *[["verify", "certificate", world.views[n], "--signature", certified / f"{n}.sig", "--certificate_chain",
-           world.org.root] for n in names],
-        env=world.env)
-    assert all(code == 0 and "Verification succeeded" in output for code, output in results), list(zip(names * 2, results, strict=True))
+        *[
+            ["verify", "key", world.views[n], "--signature", keyed / f"{n}.sig", "--public_key", world.key.public]
+            for n in names
+        ],
+        *[
+            [
+                "verify",
+                "certificate",
+                world.views[n],
+                "--signature",
+                certified / f"{n}.sig",
+                "--certificate_chain",
+                world.org.root,
+            ]
+            for n in names
+        ],
+        env=world.env,
+    )
+    assert all(code == 0 and "Verification succeeded" in output for code, output in results), list(
+        zip(names * 2, results, strict=True)
+    )
     # ... and the catalog itself accepts them for the same views (resolve re-checks before handing them out)
     for folder in (keyed, certified):
         done = world.catalog(folder, "resolve", *names, "--materialize-weights", "--format", "json")
@@ -91,12 +118,32 @@ def test_model_signing_signatures_over_the_pinned_files_verify_in_the_catalog(wo
     folders = {n: pinned_folder(world.views[n], world.tmp / "ms-folders" / n) for n in names}
     for n in names:  # the fields that change what is loaded, as one more file model_signing signs
         done = world.catalog(keyed, "sign", n, "--subject-into", str(folders[n]))
-        assert done.returncode == 0 and done.stdout.strip() == str(folders[n] / ".model-catalog-subject.json"), done.stderr
+        assert done.returncode == 0 and done.stdout.strip() == str(folders[n] / ".model-catalog-subject.json"), (
+            done.stderr
+        )
     results = model_signing(
-        *[["sign", "key", folders[n], "--signature", keyed / f"{n}.sig", "--private_key", world.key.private] for n in names],
-        *[["sign", "certificate", folders[n], "--signature", certified / f"{n}.sig", "--private_key", world.org.key,
-           "--signing_certificate", world.org.leaf, "--certificate_chain", world.org.intermediate] for n in names],
-        env=world.env)
+        *[
+            ["sign", "key", folders[n], "--signature", keyed / f"{n}.sig", "--private_key", world.key.private]
+            for n in names
+        ],
+        *[
+            [
+                "sign",
+                "certificate",
+                folders[n],
+                "--signature",
+                certified / f"{n}.sig",
+                "--private_key",
+                world.org.key,
+                "--signing_certificate",
+                world.org.leaf,
+                "--certificate_chain",
+                world.org.intermediate,
+            ]
+            for n in names
+        ],
+        env=world.env,
+    )
     assert all(code == 0 and "Signing succeeded" in output for code, output in results), results
     for folder in (keyed, certified):
         done = world.catalog(folder, "validate")
@@ -134,18 +181,33 @@ def test_a_changed_byte_a_missing_file_and_an_extra_file_fail_on_both_sides(worl
     theirs = {how: world.catalog_copy(f"negative-{how}") for how in CASES}
     results = model_signing(
         # model_signing refuses the damaged folders against the catalog's signature ...
-        *[["verify", "key", folders[how], "--signature", ours / f"{name}.sig", "--public_key", world.key.public]
-          for how in CASES],
+        *[
+            ["verify", "key", folders[how], "--signature", ours / f"{name}.sig", "--public_key", world.key.public]
+            for how in CASES
+        ],
         # ... and signs them, for the catalog to refuse
-        *[["sign", "key", folders[how], "--signature", theirs[how] / f"{name}.sig", "--private_key", world.key.private]
-          for how in CASES],
-        env=world.env)
+        *[
+            [
+                "sign",
+                "key",
+                folders[how],
+                "--signature",
+                theirs[how] / f"{name}.sig",
+                "--private_key",
+                world.key.private,
+            ]
+            for how in CASES
+        ],
+        env=world.env,
+    )
     for how, (code, output) in zip(CASES, results[:3], strict=True):
         assert code == 1 and "Verification failed" in output and named[how] in output, (how, output)
     assert [code for code, _ in results[3:]] == [0, 0, 0]
-    expected = {"changed-byte": "'model.safetensors' is pinned as sha256",
-                "missing-file": "'config.json' is pinned but not signed",
-                "extra-file": "'extra.json' is signed but not pinned"}
+    expected = {
+        "changed-byte": "'model.safetensors' is pinned as sha256",
+        "missing-file": "'config.json' is pinned but not signed",
+        "extra-file": "'extra.json' is signed but not pinned",
+    }
     for how in CASES:
         done = world.catalog(theirs[how], "validate", str(theirs[how] / f"{name}.yaml"))
         assert done.returncode == 1 and expected[how] in done.stdout and f"{name}.yaml:" in done.stdout, done.stdout
@@ -153,17 +215,42 @@ def test_a_changed_byte_a_missing_file_and_an_extra_file_fail_on_both_sides(worl
         assert done.returncode == 1 and expected[how] in done.stderr and "refused before any download" in done.stderr
     # model_signing over the pinned files alone: valid, but it does not cover tokenizer, loader, load_format ...
     files_only = world.catalog_copy("negative-files-only")
-    assert model_signing(["sign", "key", pinned_folder(world.views[name], world.tmp / "negative" / "files-only"),
-                          "--signature", files_only / f"{name}.sig", "--private_key", world.key.private],
-                         env=world.env)[0][0] == 0
+    assert (
+        model_signing(
+            [
+                "sign",
+                "key",
+                pinned_folder(world.views[name], world.tmp / "negative" / "files-only"),
+                "--signature",
+                files_only / f"{name}.sig",
+                "--private_key",
+                world.key.private,
+            ],
+            env=world.env,
+        )[0][0]
+        == 0
+    )
     done = world.catalog(files_only, "validate", str(files_only / f"{name}.yaml"))
     assert done.returncode == 1 and "signs the files only" in done.stdout and "--subject-into" not in done.stdout
     done = world.catalog(files_only, "resolve", name)
     assert done.returncode == 1 and "signs the files only" in done.stderr and "--subject-into DIR" in done.stderr
     # A file pinned after model_signing signed exactly the pinned files: the catalog refuses the signature.
     exact = world.catalog_copy("negative-extra-pin")
-    assert model_signing(["sign", "key", pinned_folder(world.views[name], world.tmp / "negative" / "exact"), "--signature",
-                          exact / f"{name}.sig", "--private_key", world.key.private], env=world.env)[0][0] == 0
+    assert (
+        model_signing(
+            [
+                "sign",
+                "key",
+                pinned_folder(world.views[name], world.tmp / "negative" / "exact"),
+                "--signature",
+                exact / f"{name}.sig",
+                "--private_key",
+                world.key.private,
+            ],
+            env=world.env,
+        )[0][0]
+        == 0
+    )
     manifest = exact / f"{name}.yaml"
     manifest.write_text(manifest.read_text() + "  - path: added.json\n    size: 2\n    sha256: " + "ab" * 32 + "\n")
     done = world.catalog(exact, "validate", str(manifest))

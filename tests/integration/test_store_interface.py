@@ -23,7 +23,16 @@ from catalog.lookup import Catalog
 from catalog.settings import Settings
 from catalog_app.main import run
 from resolver.cache import Cache
-from resolver.stores import ObjectInfo, ObjectNotFound, ObjectStream, Store, StreamTarget, check_key, register, unregister
+from resolver.stores import (
+    ObjectInfo,
+    ObjectNotFound,
+    ObjectStream,
+    Store,
+    StreamTarget,
+    check_key,
+    register,
+    unregister,
+)
 from resolver.stores.base import ViewStream
 from resolver.transfer import TransferConfig, Wanted, fetch, fetch_digest_etag
 
@@ -80,7 +89,9 @@ class MemoryStore(Store):
     def head(self, key: str) -> ObjectInfo | None:
         self.requests["Head"] += 1
         data = self.objects.get(check_key(key))
-        return None if data is None else ObjectInfo(key, len(data), etag=_etag(data), metadata=self.metadata.get(key, {}))
+        return (
+            None if data is None else ObjectInfo(key, len(data), etag=_etag(data), metadata=self.metadata.get(key, {}))
+        )
 
     def open(self, key: str, start: int = 0, end: int | None = None) -> ObjectStream:
         with self._lock:
@@ -95,7 +106,9 @@ class MemoryStore(Store):
             raise ObjectNotFound(key)
         return _Stream(data, start, end, _etag(data))
 
-    def put(self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None) -> ObjectInfo:
+    def put(
+        self, key: str, source: Path, metadata: Mapping[str, str] | None = None, sha256: str | None = None
+    ) -> ObjectInfo:
         self.requests["Put"] += 1
         data = source.read_bytes()
         self.objects[check_key(key)] = data
@@ -117,7 +130,7 @@ class MemoryStore(Store):
 
 
 def _etag(data: bytes) -> str:
-    return hashlib.md5(data).hexdigest()  # noqa: S324 - an ETag, not a security check
+    return hashlib.md5(data).hexdigest()
 
 
 def from_url(url: str, settings: Settings) -> MemoryStore:
@@ -148,7 +161,8 @@ def catalog(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, s
 
 
 def test_a_new_store_syncs_resolves_and_streams_through_the_interface_alone(
-        mem: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mem: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     base = ["--catalog", str(ROOT / "manifests")]
     for name in ("tiny-llama", "tiny-qwen2"):
         code, _, err = catalog(*base, "sync", name, "--store", mem, "--from-dir", str(sources[name]), capsys=capsys)
@@ -183,14 +197,17 @@ def test_a_new_store_syncs_resolves_and_streams_through_the_interface_alone(
     assert code == 0, err
     streamed = json.loads(out)
     qwen = bundled.get("tiny-qwen2")
-    assert streamed["weights_uri"] == mem + bundled.store_key(qwen)  # the engine's loader (plain or verified) streams it
+    assert streamed["weights_uri"] == mem + bundled.store_key(
+        qwen
+    )  # the engine's loader (plain or verified) streams it
     code, out, err = catalog(*base, "resolve", *runner, "tiny-qwen2", "--store", mem, "--format", "env", capsys=capsys)
     assert code == 0, err
     assert "MEM_ENDPOINT=mem://endpoint" in out
 
 
-def test_the_transfer_retries_what_the_store_calls_transient_and_nothing_else(mem: str, bundled: Catalog, sources: dict[str, Path],
-                                                                             tmp_path: Path) -> None:
+def test_the_transfer_retries_what_the_store_calls_transient_and_nothing_else(
+    mem: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store = from_url(mem, Settings.build({}))
     manifest = bundled.get("tiny-llama")
     entry = max(manifest.files, key=lambda e: e.size)
@@ -200,7 +217,9 @@ def test_the_transfer_retries_what_the_store_calls_transient_and_nothing_else(me
     waits: list[float] = []
 
     MemoryStore.hiccups[key] = 2  # two hiccups, three attempts: fetched
-    assert fetch(store, [Wanted("tiny-llama", entry, key)], Cache(tmp_path / "c1"), config, sleep=waits.append) == {entry.sha256}
+    assert fetch(store, [Wanted("tiny-llama", entry, key)], Cache(tmp_path / "c1"), config, sleep=waits.append) == {
+        entry.sha256
+    }
     assert len(waits) == 2 and store.requests["Get"] == 3
 
     MemoryStore.hiccups[key] = 3  # three hiccups: the last attempt spent, said as the store being unavailable
@@ -221,11 +240,16 @@ def test_a_store_gets_every_default_it_does_not_override(mem: str) -> None:
     assert store.listed_sha256([ObjectInfo("a", 1, etag="x")]) == {}
     store.objects["a"] = b"1"
     assert store.delete_many(["a", "../b"]).keys() == {"../b"} and "a" not in store.objects
-    assert not store.transient(UsageError("no")) and store.transient(ConnectionResetError()) and not store.transient(Refused())
+    assert (
+        not store.transient(UsageError("no"))
+        and store.transient(ConnectionResetError())
+        and not store.transient(Refused())
+    )
 
 
 def test_sync_from_dir_uploads_a_verified_copy_and_keeps_it_in_the_cache(
-        mem: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mem: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import shutil
 
     base = ["--catalog", str(ROOT / "manifests")]
@@ -233,7 +257,12 @@ def test_sync_from_dir_uploads_a_verified_copy_and_keeps_it_in_the_cache(
     shutil.copytree(sources["tiny-llama"], folder)
     (folder / "config.json").write_text((folder / "config.json").read_text().replace("{", "{ ", 1))  # one byte more
     code, _, err = catalog(*base, "sync", "tiny-llama", "--store", mem, "--from-dir", str(folder), capsys=capsys)
-    assert code != 0 and "tiny-llama/config.json" in err and "differs; nothing was uploaded" in err and "Traceback" not in err
+    assert (
+        code != 0
+        and "tiny-llama/config.json" in err
+        and "differs; nothing was uploaded" in err
+        and "Traceback" not in err
+    )
     llama = bundled.get("tiny-llama")
     objects = MemoryStore.buckets[mem.split("://")[1].strip("/")]
     assert bundled.store_key(llama, "config.json") not in objects
@@ -245,7 +274,10 @@ def test_sync_from_dir_uploads_a_verified_copy_and_keeps_it_in_the_cache(
     assert code == 0, err
     for entry in llama.files:  # each file read once from the folder: uploaded, and the verified copy kept as the blob
         assert hashlib.sha256(objects[bundled.store_key(llama, entry.path)]).hexdigest() == entry.sha256
-        assert cache.has_blob(entry) and hashlib.sha256(cache.blob_path(entry.sha256).read_bytes()).hexdigest() == entry.sha256
+        assert (
+            cache.has_blob(entry)
+            and hashlib.sha256(cache.blob_path(entry.sha256).read_bytes()).hexdigest() == entry.sha256
+        )
 
 
 class _ViewOnly(ViewStream):
@@ -258,8 +290,8 @@ class _ViewOnly(ViewStream):
         self.views = 0
 
     def read_view(self, limit: int) -> memoryview:
-        view = self._data[:min(limit, 777)]
-        self._data = self._data[len(view):]
+        view = self._data[: min(limit, 777)]
+        self._data = self._data[len(view) :]
         self.views += 1
         return view
 
@@ -277,8 +309,9 @@ class ViewStore(MemoryStore):
         return stream
 
 
-def test_the_transfer_writes_and_hashes_a_view_streams_own_buffers(mem: str, bundled: Catalog, sources: dict[str, Path],
-                                                                   tmp_path: Path) -> None:
+def test_the_transfer_writes_and_hashes_a_view_streams_own_buffers(
+    mem: str, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store = ViewStore(mem.split("://", 1)[1].strip("/"))
     manifest = bundled.get("tiny-llama")
     entry = max(manifest.files, key=lambda e: e.size)
@@ -286,7 +319,10 @@ def test_the_transfer_writes_and_hashes_a_view_streams_own_buffers(mem: str, bun
     store.put(key, sources["tiny-llama"] / entry.path)
     wanted = [Wanted("tiny-llama", entry, key)]
     # One GET, then the same file cut into parts of 4 KiB (each part's views pwritten at their offsets, hashed behind).
-    for cache, config in ((Cache(tmp_path / "whole"), TransferConfig()), (Cache(tmp_path / "parts"), TransferConfig(part_size=4096))):
+    for cache, config in (
+        (Cache(tmp_path / "whole"), TransferConfig()),
+        (Cache(tmp_path / "parts"), TransferConfig(part_size=4096)),
+    ):
         assert fetch(store, wanted, cache, config) == {entry.sha256}
         assert hashlib.sha256(cache.blob_path(entry.sha256).read_bytes()).hexdigest() == entry.sha256
     assert len(ViewStore.opened) == 1 + -(-entry.size // 4096) and all(s.views for s in ViewStore.opened)

@@ -52,8 +52,11 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bucketish
         return
     bucket: str = request.getfixturevalue("bucket")
     client = make_s3_client(S3Options(endpoint_url=os.environ["AWS_ENDPOINT_URL"], addressing_style="path"))
-    yield Bucketish(f"s3://{bucket}/", lambda key, data: client.put_object(Bucket=bucket, Key=key, Body=data),
-                    lambda key: client.delete_object(Bucket=bucket, Key=key))
+    yield Bucketish(
+        f"s3://{bucket}/",
+        lambda key, data: client.put_object(Bucket=bucket, Key=key, Body=data),
+        lambda key: client.delete_object(Bucket=bucket, Key=key),
+    )
 
 
 _caches = itertools.count()
@@ -62,10 +65,28 @@ _caches = itertools.count()
 def resolve_cli(store: str, name: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """vllm-args for the format's own streamer (which reads the URI unverified: what the proof is for)."""
     cache = tmp_path / f"cache-{next(_caches)}"
-    return subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", name,
-                           "--format", "vllm-args", "--store", store, "--cache", str(cache), *extra],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "CATALOG_ENGINE_LOADER": "plain"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catalog",
+            "--catalog",
+            str(ROOT / "manifests"),
+            "resolve",
+            name,
+            "--format",
+            "vllm-args",
+            "--store",
+            store,
+            "--cache",
+            str(cache),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CATALOG_ENGINE_LOADER": "plain"},
+    )
 
 
 def uploaded(bundled: Catalog, sources: dict[str, Path], target: Bucketish, name: str) -> str:
@@ -81,8 +102,9 @@ def flipped(sources: dict[str, Path], name: str) -> bytes:
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_clean_then_rewritten_then_missing(bundled: Catalog, sources: dict[str, Path], target: Bucketish,
-                                           tmp_path: Path, name: str) -> None:
+def test_clean_then_rewritten_then_missing(
+    bundled: Catalog, sources: dict[str, Path], target: Bucketish, tmp_path: Path, name: str
+) -> None:
     prefix = uploaded(bundled, sources, target, name)
     clean = resolve_cli(target.url, name, tmp_path)
     assert clean.returncode == 0, clean.stderr
@@ -101,8 +123,9 @@ def test_clean_then_rewritten_then_missing(bundled: Catalog, sources: dict[str, 
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_resized_object_names_expected_and_got_size(bundled: Catalog, sources: dict[str, Path], target: Bucketish,
-                                                    tmp_path: Path, name: str) -> None:
+def test_resized_object_names_expected_and_got_size(
+    bundled: Catalog, sources: dict[str, Path], target: Bucketish, tmp_path: Path, name: str
+) -> None:
     prefix = uploaded(bundled, sources, target, name)
     target.put(prefix + MODELS[name], flipped(sources, name) + b"\0")
     done = resolve_cli(target.url, name, tmp_path)
@@ -113,7 +136,11 @@ def test_resized_object_names_expected_and_got_size(bundled: Catalog, sources: d
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_objects_put_by_another_tool_are_never_verified_unless_hashed(
-    bundled: Catalog, sources: dict[str, Path], target: Bucketish, tmp_path: Path, name: str,
+    bundled: Catalog,
+    sources: dict[str, Path],
+    target: Bucketish,
+    tmp_path: Path,
+    name: str,
 ) -> None:
     prefix = uploaded(bundled, sources, target, name)
     target.delete(state_key(name))  # the same bytes, but nothing records that sync verified them
@@ -143,15 +170,32 @@ def test_an_empty_or_absent_store_folder_fails(tmp_path: Path, name: str) -> Non
         assert f"{name}/" in done.stderr and done.stdout == ""
 
 
-def test_sync_records_what_a_streamed_resolve_checks(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_sync_records_what_a_streamed_resolve_checks(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     """An object sync verified (not uploaded by upload_from_dir) passes the listing check."""
     store = LocalStore(tmp_path / "store")
     name = "tiny-qwen2"
     prefix = uploaded(bundled, sources, Bucketish(str(store.root), lambda k, d: None, lambda k: None), name)
     (store.root / state_key(name)).unlink()
-    sync = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "sync", name,
-                           "--store", str(store.root), "--cache", str(tmp_path / "sync-cache")],
-                          capture_output=True, text=True, timeout=120)
+    sync = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "catalog",
+            "--catalog",
+            str(ROOT / "manifests"),
+            "sync",
+            name,
+            "--store",
+            str(store.root),
+            "--cache",
+            str(tmp_path / "sync-cache"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert sync.returncode == 0, sync.stderr
     done = resolve_cli(str(store.root), name, tmp_path)
     assert done.returncode == 0, done.stderr

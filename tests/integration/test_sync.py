@@ -19,12 +19,21 @@ from resolver.stores import S3Options, make_s3_client
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(hub: HubDouble, bucket: str, tmp_path: Path, *args: str, endpoint: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "cache"),
-           "CATALOG_STORE": f"s3://{bucket}/"}
+def run(
+    hub: HubDouble, bucket: str, tmp_path: Path, *args: str, endpoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_STORE": f"s3://{bucket}/",
+    }
     if endpoint:
         env["AWS_ENDPOINT_URL"] = endpoint
-    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def s3(s3_server: SeaweedServer):  # type: ignore[no-untyped-def]
@@ -36,7 +45,9 @@ def keys(s3_server: SeaweedServer, bucket: str) -> dict[str, int]:
     return {o["Key"]: o["Size"] for o in out.get("Contents", [])}
 
 
-def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_sync_from_empty_then_noop_then_resolve(
+    hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path
+) -> None:
     first = run(hub, bucket, tmp_path, "sync", "--format", "json")
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
@@ -46,7 +57,9 @@ def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, s3_
     for m in bundled:
         for e in m.files:
             assert stored[bundled.store_key(m, e.path)] == e.size
-    head = s3(s3_server).head_object(Bucket=bucket, Key=bundled.store_key(bundled.get("tiny-llama"), "model.safetensors"))
+    head = s3(s3_server).head_object(
+        Bucket=bucket, Key=bundled.store_key(bundled.get("tiny-llama"), "model.safetensors")
+    )
     assert head["Metadata"]["sha256"] == bundled.get("tiny-llama").file("model.safetensors").sha256  # type: ignore[union-attr]
     assert head["Metadata"]["hf-repo"] == "model-catalog/tiny-llama"
 
@@ -64,7 +77,10 @@ def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, s3_
         assert sum(proxy.requests.values()) == 1, proxy.requests
         proxy.requests.clear()
         fresh_runner = run(hub, bucket, tmp_path / "elsewhere", "sync", "--format", "json", endpoint=proxy.url)
-        assert json.loads(fresh_runner.stdout)["requests"] == {"ListObjectsV2": 1, "GetObject": len(bundled)}  # one small GET per model
+        assert json.loads(fresh_runner.stdout)["requests"] == {
+            "ListObjectsV2": 1,
+            "GetObject": len(bundled),
+        }  # one small GET per model
         assert sum(proxy.requests.values()) == 1 + len(bundled), proxy.requests
     finally:
         proxy.close()
@@ -73,13 +89,30 @@ def test_sync_from_empty_then_noop_then_resolve(hub: HubDouble, bucket: str, s3_
     assert check.returncode == 0 and "No changes: the store matches the manifests." in check.stdout
 
     for m in bundled:
-        done = subprocess.run([sys.executable, "-m", "catalog", "--catalog", str(ROOT / "manifests"), "resolve", m.name,
-                               "--store", f"s3://{bucket}/", "--cache", str(tmp_path / "resolve-cache"), "--materialize-weights"],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "catalog",
+                "--catalog",
+                str(ROOT / "manifests"),
+                "resolve",
+                m.name,
+                "--store",
+                f"s3://{bucket}/",
+                "--cache",
+                str(tmp_path / "resolve-cache"),
+                "--materialize-weights",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr
 
 
-def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_each_drift_is_detected_and_repaired(
+    hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path
+) -> None:
     assert run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2").returncode == 0
     client = s3(s3_server)
     llama, qwen = bundled.get("tiny-llama"), bundled.get("tiny-qwen2")
@@ -123,7 +156,9 @@ def test_each_drift_is_detected_and_repaired(hub: HubDouble, bucket: str, s3_ser
     assert "someone-else/model/weights.bin" in whole.stdout and orphan in keys(s3_server, bucket)
 
 
-def test_max_delete_aborts_with_nothing_deleted(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_max_delete_aborts_with_nothing_deleted(
+    hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path
+) -> None:
     assert run(hub, bucket, tmp_path, "sync", "tiny-llama").returncode == 0
     client = s3(s3_server)
     for i in range(5):
@@ -155,7 +190,9 @@ def test_a_plan_made_from_a_folder_is_applied_from_that_folder_with_no_hub_reque
     hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, sources: dict[str, Path], tmp_path: Path
 ) -> None:
     plan = tmp_path / "plan.json"
-    made = run(hub, bucket, tmp_path, "sync", "tiny-llama", "--from-dir", str(sources["tiny-llama"]), "--out", str(plan))
+    made = run(
+        hub, bucket, tmp_path, "sync", "tiny-llama", "--from-dir", str(sources["tiny-llama"]), "--out", str(plan)
+    )
     assert made.returncode == 0, made.stderr
     assert json.loads(plan.read_text())["from_dir"] == str(sources["tiny-llama"].resolve())
     before = hub.hub_requests()
@@ -164,16 +201,23 @@ def test_a_plan_made_from_a_folder_is_applied_from_that_folder_with_no_hub_reque
     assert hub.hub_requests() == before
     assert sorted(keys(s3_server, bucket)) == sorted(
         [bundled.store_key(bundled.get("tiny-llama"), f.path) for f in bundled.get("tiny-llama").files]
-        + [k for k in keys(s3_server, bucket) if k.startswith(".model-catalog/")])
+        + [k for k in keys(s3_server, bucket) if k.startswith(".model-catalog/")]
+    )
     moved = json.loads(plan.read_text()) | {"from_dir": str(tmp_path / "gone")}
     plan.write_text(json.dumps(moved))
     gone = run(hub, bucket, tmp_path, "sync", "--apply", str(plan))
     assert gone.returncode == 2 and "which is no folder now" in gone.stderr
 
 
-def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path) -> None:
+def test_hub_429_is_waited_out_and_a_truncated_file_fails_alone(
+    hub: HubDouble, bucket: str, s3_server: SeaweedServer, bundled: Catalog, tmp_path: Path
+) -> None:
     hub.fail(429, times=1, retry_after=0.3, path_contains="tiny-qwen2")
-    hub.truncate("tiny-llama/resolve/" + bundled.get("tiny-llama").source.revision + "/model.safetensors", after_bytes=0, times=100)
+    hub.truncate(
+        "tiny-llama/resolve/" + bundled.get("tiny-llama").source.revision + "/model.safetensors",
+        after_bytes=0,
+        times=100,
+    )
     done = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "--format", "json")
     assert done.returncode == 1
     out = json.loads(done.stdout)
@@ -192,9 +236,17 @@ def test_a_sync_killed_mid_upload_leaves_nothing_partial_and_a_rerun_completes(
     key = bundled.store_key(bundled.get("all-minilm-l6-v2"), "model.safetensors")
     proc = subprocess.Popen(
         [sys.executable, "-m", "catalog", "sync", "all-minilm-l6-v2", "--part-size", "8MiB", "--concurrency", "2"],
-        env={**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "cache"),
-             "CATALOG_STORE": f"s3://{bucket}/", "AWS_ENDPOINT_URL": proxy.url},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env={
+            **os.environ,
+            "HF_ENDPOINT": hub.url,
+            "CATALOG_DIR": str(ROOT / "manifests"),
+            "CATALOG_CACHE": str(tmp_path / "cache"),
+            "CATALOG_STORE": f"s3://{bucket}/",
+            "AWS_ENDPOINT_URL": proxy.url,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while proxy.requests[f"PUT /{bucket}/{key}"] < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -210,10 +262,22 @@ def test_a_sync_killed_mid_upload_leaves_nothing_partial_and_a_rerun_completes(
 
 
 def test_two_syncs_at_once_leave_a_consistent_bucket(hub: HubDouble, bucket: str, tmp_path: Path) -> None:
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": f"s3://{bucket}/"}
-    procs = [subprocess.Popen([sys.executable, "-m", "catalog", "sync", "tiny-llama", "tiny-qwen2", "tiny-llama-sharded"],
-                              env={**env, "CATALOG_CACHE": str(tmp_path / f"cache-{i}")}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_STORE": f"s3://{bucket}/",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "catalog", "sync", "tiny-llama", "tiny-qwen2", "tiny-llama-sharded"],
+            env={**env, "CATALOG_CACHE": str(tmp_path / f"cache-{i}")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     deep = run(hub, bucket, tmp_path, "sync", "tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "--check", "--deep")

@@ -27,7 +27,7 @@ from resolver.upload import upload_from_dir
 from resolver.verified_load import LoadIncomplete, TensorRefused
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from faultproxy import Fault, HttpFaultProxy  # noqa: E402
+from faultproxy import Fault, HttpFaultProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAMED = ("tiny-qwen2", "tiny-llama-tensorizer", "tiny-llama-sharded")
@@ -73,7 +73,8 @@ def loaded(name: str, rank: int | None = None) -> tuple[dict[str, object], LoadS
 
 @pytest.mark.parametrize("name", STREAMED)
 def test_every_streamed_model_arrives_tensor_by_tensor_equal_to_its_source(
-        bundled: Catalog, sources: dict[str, Path], store_env: str, name: str) -> None:
+    bundled: Catalog, sources: dict[str, Path], store_env: str, name: str
+) -> None:
     import torch
 
     upload(bundled, sources, name, store_env)
@@ -88,8 +89,10 @@ def test_every_streamed_model_arrives_tensor_by_tensor_equal_to_its_source(
         [record] = session.records
         assert record.ok and record.delivered == len(expected) and [f.path for f in record.files] == files
         for file in record.files:  # all of it from the bucket, by runai's reader
-            assert file.by_source == {f"{store_env}{bundled.store_key(bundled.get(name))}{file.path} at endpoint "
-                                      f"{os.environ['AWS_ENDPOINT_URL']}": file.tensors}
+            assert file.by_source == {
+                f"{store_env}{bundled.store_key(bundled.get(name))}{file.path} at endpoint "
+                f"{os.environ['AWS_ENDPOINT_URL']}": file.tensors
+            }
             assert file.refused == [] and file.failures == []
 
 
@@ -97,8 +100,9 @@ def flip_in_bucket(bundled: Catalog, sources: dict[str, Path], store: str, name:
     data = bytearray((sources[name] / path).read_bytes())
     data[offset] ^= 0x01  # one bit, same size
     client = make_s3_client(S3Options(endpoint_url=os.environ["AWS_ENDPOINT_URL"], addressing_style="path"))
-    client.put_object(Bucket=store.removeprefix("s3://").strip("/"), Key=bundled.store_key(bundled.get(name), path),
-                      Body=bytes(data))
+    client.put_object(
+        Bucket=store.removeprefix("s3://").strip("/"), Key=bundled.store_key(bundled.get(name), path), Body=bytes(data)
+    )
 
 
 def tensor_at(bundled: Catalog, name: str, path: str, index: int) -> tuple[str, int]:
@@ -112,10 +116,12 @@ def tensor_at(bundled: Catalog, name: str, path: str, index: int) -> tuple[str, 
     return tensor.name, tensor.start
 
 
-@pytest.mark.parametrize(("name", "path"), [("tiny-qwen2", "model-00001-of-00002.safetensors"),
-                                            ("tiny-llama-tensorizer", "model.tensors")])
+@pytest.mark.parametrize(
+    ("name", "path"), [("tiny-qwen2", "model-00001-of-00002.safetensors"), ("tiny-llama-tensorizer", "model.tensors")]
+)
 def test_a_bit_flipped_in_the_bucket_is_refused_before_its_tensor_is_delivered(
-        bundled: Catalog, sources: dict[str, Path], store_env: str, name: str, path: str) -> None:
+    bundled: Catalog, sources: dict[str, Path], store_env: str, name: str, path: str
+) -> None:
     upload(bundled, sources, name, store_env)
     victim, offset = tensor_at(bundled, name, path, 3)
     flip_in_bucket(bundled, sources, store_env, name, path, offset + 1)
@@ -126,15 +132,18 @@ def test_a_bit_flipped_in_the_bucket_is_refused_before_its_tensor_is_delivered(
             delivered.append(tensor_name)
     assert victim not in delivered and len(delivered) < len(set(delivered) | {victim})
     message = str(refused.value)
-    assert message.startswith(f"{name}/{path}: tensor {victim} (bytes {offset}-") and "refused before the model saw it" in message
+    assert (
+        message.startswith(f"{name}/{path}: tensor {victim} (bytes {offset}-")
+        and "refused before the model saw it" in message
+    )
     assert "no other source" in message
     [record] = session.records
     assert not record.ok and record.files[-1].refused[0]["tensor"] == victim
 
 
-def test_a_refused_tensor_is_fetched_again_from_the_next_source(bundled: Catalog, sources: dict[str, Path],
-                                                                store_env: str, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_tensor_is_fetched_again_from_the_next_source(
+    bundled: Catalog, sources: dict[str, Path], store_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A mirror (tried first) serves one wrong tensor: that tensor alone comes from the primary store."""
     import torch
 
@@ -159,8 +168,9 @@ def test_a_refused_tensor_is_fetched_again_from_the_next_source(bundled: Catalog
 
 
 @pytest.fixture
-def proxied_store(bundled: Catalog, sources: dict[str, Path], store_env: str,
-                  monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpFaultProxy]:
+def proxied_store(
+    bundled: Catalog, sources: dict[str, Path], store_env: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HttpFaultProxy]:
     """tiny-qwen2 in the bucket, reached through an HTTP fault proxy (the loader's endpoint)."""
     upload(bundled, sources, "tiny-qwen2", store_env)
     with HttpFaultProxy(os.environ["AWS_ENDPOINT_URL"]) as proxy:
@@ -168,8 +178,9 @@ def proxied_store(bundled: Catalog, sources: dict[str, Path], store_env: str,
         yield proxy
 
 
-def test_bytes_that_change_in_flight_with_the_same_etag_are_refused(proxied_store: HttpFaultProxy,
-                                                                     bundled: Catalog) -> None:
+def test_bytes_that_change_in_flight_with_the_same_etag_are_refused(
+    proxied_store: HttpFaultProxy, bundled: Catalog
+) -> None:
     """A store that lists the verified object (same ETag, same size) but serves other bytes: no proof by ETag can see
     it; the loader does."""
     path = "model-00001-of-00002.safetensors"
@@ -187,17 +198,23 @@ def test_a_truncated_object_ends_in_one_clear_error(bundled: Catalog, sources: d
     upload(bundled, sources, name, store_env)
     data = (sources[name] / path).read_bytes()
     client = make_s3_client(S3Options(endpoint_url=os.environ["AWS_ENDPOINT_URL"], addressing_style="path"))
-    client.put_object(Bucket=store_env.removeprefix("s3://").strip("/"), Key=bundled.store_key(bundled.get(name), path),
-                      Body=data[: len(data) // 2])
+    client.put_object(
+        Bucket=store_env.removeprefix("s3://").strip("/"),
+        Key=bundled.store_key(bundled.get(name), path),
+        Body=data[: len(data) // 2],
+    )
     session = LoadSession.open(LoadRequest.from_config({"model": name}))
     with pytest.raises(LoadIncomplete) as incomplete:
         dict(session.tensors())
     message = str(incomplete.value)
-    assert message.startswith(f"{name}/{path}: ") and "could not be read" in message and "cannot stream s3://" in message
+    assert (
+        message.startswith(f"{name}/{path}: ") and "could not be read" in message and "cannot stream s3://" in message
+    )
 
 
-def test_a_stalled_server_ends_in_one_clear_error_within_the_capped_wait(proxied_store: HttpFaultProxy,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stalled_server_ends_in_one_clear_error_within_the_capped_wait(
+    proxied_store: HttpFaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The stream's minimum rate (here 3 s, runai's shortest, instead of the default 30) ends a read that delivers
     nothing; the load says which URI and endpoint stalled. The wait is bounded, not the time of the test."""
     monkeypatch.setenv("RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS", "3000")
@@ -227,4 +244,4 @@ def test_a_tensor_is_hashed_exactly_as_pinned(bundled: Catalog, sources: dict[st
     manifest = bundled.get("tiny-llama")
     for file in plan(manifest, pinned_tables(bundled, manifest)):
         raw = (sources["tiny-llama"] / file.entry.path).read_bytes()
-        assert all(hashlib.sha256(raw[t.start:t.end]).hexdigest() == t.sha256 for t in file.tensors)
+        assert all(hashlib.sha256(raw[t.start : t.end]).hexdigest() == t.sha256 for t in file.tensors)

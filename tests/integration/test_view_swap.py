@@ -26,12 +26,17 @@ from resolver.cache import Cache
 from resolver.views import Layout, ViewSpec, ViewState
 
 CATALOG = "/catalogs/one"
-FILES = {"config.json": b'{"model_type": "llama"}', "nested/deeper/tokenizer.json": b'{"version": "1.0"}' * 50,
-         "model.safetensors": bytes(range(256)) * 400}
+FILES = {
+    "config.json": b'{"model_type": "llama"}',
+    "nested/deeper/tokenizer.json": b'{"version": "1.0"}' * 50,
+    "model.safetensors": bytes(range(256)) * 400,
+}
 
 
 def spec_of(layout: Layout) -> ViewSpec:
-    files = tuple(FileEntry(path=p, size=len(b), sha256=hashlib.sha256(b).hexdigest()) for p, b in sorted(FILES.items()))
+    files = tuple(
+        FileEntry(path=p, size=len(b), sha256=hashlib.sha256(b).hexdigest()) for p, b in sorted(FILES.items())
+    )
     return ViewSpec("swap-model", "org/swap-model", "0123456789abcdef0123456789abcdef01234567", layout, files)
 
 
@@ -112,12 +117,28 @@ def reset(root: Path) -> None:
         shutil.rmtree(root / folder, ignore_errors=True)
 
 
-@pytest.mark.parametrize(("layout", "start", "atomic_exchange"), [
-    (Layout.DIR, "empty", True), (Layout.DIR, "stale", True), (Layout.DIR, "stale", False), (Layout.DIR, "empty", False),
-    (Layout.HF_CACHE, "empty", True), (Layout.HF_CACHE, "stale", True),
-], ids=["dir-empty", "dir-stale", "dir-stale-no-exchange", "dir-empty-no-exchange", "hf-cache-empty", "hf-cache-stale"])
+@pytest.mark.parametrize(
+    ("layout", "start", "atomic_exchange"),
+    [
+        (Layout.DIR, "empty", True),
+        (Layout.DIR, "stale", True),
+        (Layout.DIR, "stale", False),
+        (Layout.DIR, "empty", False),
+        (Layout.HF_CACHE, "empty", True),
+        (Layout.HF_CACHE, "stale", True),
+    ],
+    ids=[
+        "dir-empty",
+        "dir-stale",
+        "dir-stale-no-exchange",
+        "dir-empty-no-exchange",
+        "hf-cache-empty",
+        "hf-cache-stale",
+    ],
+)
 def test_a_second_builder_never_takes_the_view_from_the_first_nor_from_a_reader(
-        tmp_path: Path, layout: Layout, start: str, atomic_exchange: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, layout: Layout, start: str, atomic_exchange: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not atomic_exchange:  # as on NFS: the C library's renameat2 refuses RENAME_EXCHANGE there
         monkeypatch.setattr(fsutil, "_renameat2", lambda: None)
     root = tmp_path / "cache"

@@ -36,7 +36,8 @@ def locked_catalog(tmp_path: Path, sources: dict[str, Path], *names: str) -> Cat
 
 
 def test_a_streamed_shard_whose_header_changed_at_the_same_size_is_refused_naming_the_tensor(
-        sources: dict[str, Path], store_url: str, tmp_path: Path) -> None:
+    sources: dict[str, Path], store_url: str, tmp_path: Path
+) -> None:
     cat = locked_catalog(tmp_path, sources, "tiny-qwen2")
     store = open_store(store_url)
     upload_from_dir(cat, "tiny-qwen2", sources["tiny-qwen2"], store)
@@ -46,7 +47,9 @@ def test_a_streamed_shard_whose_header_changed_at_the_same_size_is_refused_namin
     rows, columns = examples.KV_HEADS * examples.HEAD_DIM, examples.HIDDEN  # v_proj: one key/value head's rows
     old = f'"{TENSOR}":{{"dtype":"BF16","shape":[{rows},{columns}]'.encode()
     assert original.count(old) == 1
-    changed = original.replace(old, old.replace(f"[{rows},{columns}]".encode(), f"[{columns},{rows}]".encode()))  # same size
+    changed = original.replace(
+        old, old.replace(f"[{rows},{columns}]".encode(), f"[{columns},{rows}]".encode())
+    )  # same size
     assert len(changed) == len(original)
     (tmp_path / "changed").write_bytes(changed)
     store.put(cat.store_key(cat.get("tiny-qwen2"), SHARD), tmp_path / "changed")
@@ -54,13 +57,16 @@ def test_a_streamed_shard_whose_header_changed_at_the_same_size_is_refused_namin
     report = check_load(cat, "tiny-qwen2", store=store, cache=Cache(tmp_path / "cache2"))
     assert not report.ok
     where = f"tiny-qwen2/{SHARD}"
-    assert report.problems[0] == (f"{where}: tensor {TENSOR} is BF16 [{columns}, {rows}] in the file, pinned as "
-                                  f"BF16 [{rows}, {columns}]")
+    assert report.problems[0] == (
+        f"{where}: tensor {TENSOR} is BF16 [{columns}, {rows}] in the file, pinned as BF16 [{rows}, {columns}]"
+    )
     assert report.problems[1].startswith(f"{where}: the header is not the pinned one (sha256 ")
     assert any("the streamed bytes hash to" in p for p in report.problems[2:])  # and the whole file's pin, as before
 
 
-def test_a_local_load_names_pins_that_do_not_describe_the_verified_bytes(sources: dict[str, Path], tmp_path: Path) -> None:
+def test_a_local_load_names_pins_that_do_not_describe_the_verified_bytes(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
     cat = locked_catalog(tmp_path, sources, "tiny-llama")
     store = open_store(str(tmp_path / "store"))
     upload_from_dir(cat, "tiny-llama", sources["tiny-llama"], store)
@@ -75,4 +81,5 @@ def test_a_local_load_names_pins_that_do_not_describe_the_verified_bytes(sources
     assert report.problems == [
         f"tiny-llama/model.safetensors: the header is not the pinned one (sha256 {entry.header.sha256}, pinned {'e' * 64}; "
         "every tensor's dtype and shape still match: its metadata or layout changed): the file changed under its pin "
-        "(`catalog sync` re-uploads the pinned bytes) or the pin is stale (`catalog lock --check tiny-llama`)"]
+        "(`catalog sync` re-uploads the pinned bytes) or the pin is stale (`catalog lock --check tiny-llama`)"
+    ]

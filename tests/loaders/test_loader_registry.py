@@ -17,7 +17,16 @@ from catalog.formats import FORMATS, LoadFormat
 from catalog.lookup import Catalog
 from catalog.settings import S3Options
 from resolver.cache import Cache
-from resolver.loaders import LOADERS, LOCAL, LoadError, check_load, load_weights, loader_for, scoped_environ, stream_target
+from resolver.loaders import (
+    LOADERS,
+    LOCAL,
+    LoadError,
+    check_load,
+    load_weights,
+    loader_for,
+    scoped_environ,
+    stream_target,
+)
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import LocalStore, S3Store, open_store
 from resolver.upload import upload_from_dir
@@ -71,26 +80,44 @@ def test_a_loaded_report_says_it_was_not_skipped(bundled: Catalog, sources: dict
 # where a streaming loader reads from, and in which environment
 
 
-def test_stream_target_comes_from_the_store_alone(bundled: Catalog, sources: dict[str, Path], tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stream_target_comes_from_the_store_alone(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The store reports the endpoint its client really uses, boto3's own lookups included: none here.
     for variable in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(variable, raising=False)
     assert stream_target(LocalStore(tmp_path / "store")) == LOCAL
-    s3 = S3Store("bucket", "", S3Options(endpoint_url="http://127.0.0.1:1", region="eu-west-3", addressing_style="path",
-                                         unsigned=True))
+    s3 = S3Store(
+        "bucket",
+        "",
+        S3Options(endpoint_url="http://127.0.0.1:1", region="eu-west-3", addressing_style="path", unsigned=True),
+    )
     target = stream_target(s3)
-    assert target.scheme == "s3" and target.endpoint == "http://127.0.0.1:1" and target.region == "eu-west-3" and target.unsigned
+    assert (
+        target.scheme == "s3"
+        and target.endpoint == "http://127.0.0.1:1"
+        and target.region == "eu-west-3"
+        and target.unsigned
+    )
     assert target.addressing == "path" and target.where == "endpoint http://127.0.0.1:1"
-    assert dict(target.env) == {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_REGION": "eu-west-3",
-                                "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0", "RUNAI_STREAMER_S3_UNSIGNED": "1"}
+    assert dict(target.env) == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+        "AWS_REGION": "eu-west-3",
+        "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+        "RUNAI_STREAMER_S3_UNSIGNED": "1",
+    }
     default = stream_target(S3Store("bucket", "", S3Options()))  # AWS itself: nothing to say, still S3
     assert default.remote and default.endpoint is None and default.where == "the default s3:// endpoint"
     # Weights materialized into the cache are local files, whatever the store.
     folder = tmp_path / "folder-store"
     upload_from_dir(bundled, "tiny-qwen2", sources["tiny-qwen2"], open_store(str(folder)))
-    local = resolve(bundled, "tiny-qwen2", cache=Cache(tmp_path / "cache"), store=open_store(str(folder)),
-                    options=ResolveOptions(materialize_weights=True))
+    local = resolve(
+        bundled,
+        "tiny-qwen2",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(str(folder)),
+        options=ResolveOptions(materialize_weights=True),
+    )
     assert not local.streams and stream_target(s3, local) == LOCAL
 
 
@@ -98,7 +125,9 @@ def test_scoped_environ_overlays_then_restores_and_defaults_only_where_unset(mon
     monkeypatch.setenv("CATALOG_TEST_KEPT", "user")
     monkeypatch.delenv("CATALOG_TEST_NEW", raising=False)
     monkeypatch.delenv("CATALOG_TEST_DEFAULT", raising=False)
-    with scoped_environ({"CATALOG_TEST_NEW": "1"}, defaults={"CATALOG_TEST_KEPT": "default", "CATALOG_TEST_DEFAULT": "d"}):
+    with scoped_environ(
+        {"CATALOG_TEST_NEW": "1"}, defaults={"CATALOG_TEST_KEPT": "default", "CATALOG_TEST_DEFAULT": "d"}
+    ):
         assert os.environ["CATALOG_TEST_NEW"] == "1"
         assert os.environ["CATALOG_TEST_KEPT"] == "user"  # the user's value wins over a default
         assert os.environ["CATALOG_TEST_DEFAULT"] == "d"
@@ -154,15 +183,18 @@ def tensorizer_store(bundled: Catalog, sources: dict[str, Path], tmp_path: Path)
     return store
 
 
-def test_tensorizer_streamed_with_its_true_pin_is_ok(bundled: Catalog, tensorizer_store: LocalStore, tmp_path: Path) -> None:
+def test_tensorizer_streamed_with_its_true_pin_is_ok(
+    bundled: Catalog, tensorizer_store: LocalStore, tmp_path: Path
+) -> None:
     report = check_load(bundled, "tiny-llama-tensorizer", store=tensorizer_store, cache=Cache(tmp_path / "cache"))
     assert report.ok, report.problems
     assert report.uri.startswith(str(tensorizer_store.root)) and report.uri.endswith("/model.tensors")  # streamed
     assert report.compared_with == "tiny-llama" and report.tensors == 21
 
 
-def test_tensorizer_streamed_against_a_wrong_pin_is_reported(bundled: Catalog, tensorizer_store: LocalStore,
-                                                             tmp_path: Path) -> None:
+def test_tensorizer_streamed_against_a_wrong_pin_is_reported(
+    bundled: Catalog, tensorizer_store: LocalStore, tmp_path: Path
+) -> None:
     """tensorizer's own per-tensor hashes pass and the tensors equal the twin's: only the whole-file hash
     can tell that the bytes are not the pinned ones."""
     real = bundled.get("tiny-llama-tensorizer").file("model.tensors")
@@ -182,6 +214,11 @@ def test_tensorizer_materialized_against_a_wrong_pin_never_loads(tensorizer_stor
     """Materialized weights are verified by resolve on their way into the cache, before any load."""
     cat = wrong_pin_catalog(tmp_path, "0" * 64)
     with pytest.raises(IntegrityError) as caught:
-        check_load(cat, "tiny-llama-tensorizer", store=tensorizer_store, cache=Cache(tmp_path / "cache"),
-                   options=ResolveOptions(materialize_weights=True))
+        check_load(
+            cat,
+            "tiny-llama-tensorizer",
+            store=tensorizer_store,
+            cache=Cache(tmp_path / "cache"),
+            options=ResolveOptions(materialize_weights=True),
+        )
     assert caught.value.path == "model.tensors" and caught.value.expected == "0" * 64

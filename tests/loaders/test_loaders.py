@@ -14,21 +14,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from servers import SeaweedServer, free_port
 
 import catalog
 from catalog.lookup import Catalog
 from catalog.schema import LoadFormat
 from resolver.cache import Cache
-from resolver.views import Layout
 from resolver.hashing import hash_file
 from resolver.loaders import LoadError, check_load, load_weights
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import S3Options, S3Store, make_s3_client, open_store
 from resolver.upload import upload_from_dir
-from servers import SeaweedServer, free_port
+from resolver.views import Layout
 
 torch = pytest.importorskip("torch")
-from safetensors.torch import load_file  # noqa: E402 - only once importorskip found torch
+from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = catalog.load(ROOT / "manifests")
@@ -48,12 +48,16 @@ def assert_same_tensors(got: dict[str, torch.Tensor], want: dict[str, torch.Tens
 
 
 def test_the_bundled_catalog_has_both_streaming_formats() -> None:
-    assert {BUNDLED.get(n).load_format for n in STREAMED} == {LoadFormat.RUNAI_STREAMER, LoadFormat.RUNAI_STREAMER_SHARDED}
+    assert {BUNDLED.get(n).load_format for n in STREAMED} == {
+        LoadFormat.RUNAI_STREAMER,
+        LoadFormat.RUNAI_STREAMER_SHARDED,
+    }
 
 
 @pytest.mark.parametrize("name", STREAMED)
-def test_runai_streams_every_bundled_streaming_model(bundled: Catalog, sources: dict[str, Path], store_url: str,
-                                                     name: str, tmp_path: Path) -> None:
+def test_runai_streams_every_bundled_streaming_model(
+    bundled: Catalog, sources: dict[str, Path], store_url: str, name: str, tmp_path: Path
+) -> None:
     fill(bundled, store_url, sources, [name])
     store = open_store(store_url)
     cache = Cache(tmp_path / "cache")
@@ -69,10 +73,14 @@ def test_runai_streams_every_bundled_streaming_model(bundled: Catalog, sources: 
     assert report.tensors == loaded.count and report.bytes == loaded.bytes > 0
     assert report.seconds > 0 and report.throughput_mib_s > 0
     # The weights stayed in the store: only configs and tokenizers are in the cache's view.
-    assert not any(p.name.endswith(".safetensors") for p in resolve(bundled, name, cache=cache, store=store).path.iterdir())
+    assert not any(
+        p.name.endswith(".safetensors") for p in resolve(bundled, name, cache=cache, store=store).path.iterdir()
+    )
 
 
-def test_tensorizer_from_s3_equals_tiny_llama(bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path) -> None:
+def test_tensorizer_from_s3_equals_tiny_llama(
+    bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path
+) -> None:
     from servers import new_bucket
 
     store_url = f"s3://{new_bucket(s3_server.url)}/"
@@ -88,7 +96,9 @@ def test_tensorizer_from_s3_equals_tiny_llama(bundled: Catalog, sources: dict[st
 
 
 def test_tensorizer_weights_that_differ_from_the_safetensors_twin_are_reported(
-    bundled: Catalog, sources: dict[str, Path], tmp_path: Path,
+    bundled: Catalog,
+    sources: dict[str, Path],
+    tmp_path: Path,
 ) -> None:
     """A tensorizer artifact written from the wrong state dict: same names, shapes and dtypes, one value off."""
     from tensorizer import TensorSerializer
@@ -110,15 +120,22 @@ def test_tensorizer_weights_that_differ_from_the_safetensors_twin_are_reported(
     (manifests / "tiny-llama-tensorizer.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     cat = catalog.load(manifests)
     store_url = str(tmp_path / "store")
-    fill(cat, store_url, {"tiny-llama": sources["tiny-llama"], "tiny-llama-tensorizer": folder},
-         ["tiny-llama", "tiny-llama-tensorizer"])
+    fill(
+        cat,
+        store_url,
+        {"tiny-llama": sources["tiny-llama"], "tiny-llama-tensorizer": folder},
+        ["tiny-llama", "tiny-llama-tensorizer"],
+    )
     report = check_load(cat, "tiny-llama-tensorizer", store=open_store(store_url), cache=Cache(tmp_path / "cache"))
     assert report.compared_with == "tiny-llama"
     assert report.problems == ["tiny-llama-tensorizer: tensor model.norm.weight differs from tiny-llama's"]
 
 
 def test_an_object_changed_under_its_pin_is_caught_while_streaming(
-    bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path,
+    bundled: Catalog,
+    sources: dict[str, Path],
+    s3_server: SeaweedServer,
+    tmp_path: Path,
 ) -> None:
     """Streaming bypasses the resolver's download-time hash check, so check-load rebuilds each file from its
     header and the streamed tensors and compares the pin."""
@@ -130,7 +147,9 @@ def test_an_object_changed_under_its_pin_is_caught_while_streaming(
     data = bytearray((sources["tiny-qwen2"] / shard).read_bytes())
     data[-1] ^= 0xFF  # one byte of the last tensor: same size, same header, still a valid file
     key = bundled.store_key(bundled.get("tiny-qwen2"), shard)
-    make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path")).put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    make_s3_client(S3Options(endpoint_url=s3_server.url, addressing_style="path")).put_object(
+        Bucket=bucket, Key=key, Body=bytes(data)
+    )
     report = check_load(bundled, "tiny-qwen2", store=open_store(f"s3://{bucket}/"), cache=Cache(tmp_path / "cache"))
     assert len(report.problems) == 1, report.problems
     assert report.problems[0].startswith(f"tiny-qwen2/{shard}: the streamed bytes hash to ")
@@ -139,7 +158,11 @@ def test_an_object_changed_under_its_pin_is_caught_while_streaming(
 
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama-tensorizer"])
 def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
-    bundled: Catalog, sources: dict[str, Path], s3_server: SeaweedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    bundled: Catalog,
+    sources: dict[str, Path],
+    s3_server: SeaweedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     name: str,
 ) -> None:
     """A warm cache (so resolving needs no request) and a store whose endpoint nothing listens on: the loader's
@@ -149,7 +172,13 @@ def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
     bucket = new_bucket(s3_server.url)
     fill(bundled, f"s3://{bucket}/", sources, [name])
     cache = Cache(tmp_path / "cache")
-    resolve(bundled, name, cache=cache, store=open_store(f"s3://{bucket}/"), options=ResolveOptions(materialize_weights=True))
+    resolve(
+        bundled,
+        name,
+        cache=cache,
+        store=open_store(f"s3://{bucket}/"),
+        options=ResolveOptions(materialize_weights=True),
+    )
     dead = f"http://127.0.0.1:{free_port()}"
     store = S3Store(bucket, "", S3Options(endpoint_url=dead, addressing_style="path"))
     monkeypatch.setenv("RUNAI_STREAMER_S3_MAX_RETRIES", "1")  # runai's default backs off for ~8 s
@@ -165,7 +194,9 @@ def test_a_dead_endpoint_gives_one_error_naming_the_uri_and_the_endpoint(
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """The real `catalog` entry point."""
-    return subprocess.run([sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_check_load_cli_json(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
@@ -193,8 +224,10 @@ def test_check_load_cli_json(bundled: Catalog, sources: dict[str, Path], tmp_pat
 
 
 def test_importing_the_loaders_and_their_cli_imports_no_heavy_library() -> None:
-    code = ("import sys, resolver.loaders, catalog_app.commands.check_load\n"
-            "print(sorted(m for m in ('torch', 'safetensors', 'tensorizer', 'runai_model_streamer', 'boto3') if m in sys.modules))")
+    code = (
+        "import sys, resolver.loaders, catalog_app.commands.check_load\n"
+        "print(sorted(m for m in ('torch', 'safetensors', 'tensorizer', 'runai_model_streamer', 'boto3') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -218,17 +251,33 @@ print(json.dumps({"by_repo": embed("sentence-transformers/all-MiniLM-L6-v2", rev
 """
 
 
-def test_transformers_loads_minilm_by_repo_id_from_the_hf_cache_layout(bundled: Catalog, sources: dict[str, Path],
-                                                                        tmp_path: Path) -> None:
+def test_transformers_loads_minilm_by_repo_id_from_the_hf_cache_layout(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store_url = str(tmp_path / "store")
     fill(bundled, store_url, sources, ["all-minilm-l6-v2"])
-    result = resolve(bundled, "all-minilm-l6-v2", cache=Cache(tmp_path / "cache"), store=open_store(store_url),
-                     options=ResolveOptions(layout=Layout.HF_CACHE))
+    result = resolve(
+        bundled,
+        "all-minilm-l6-v2",
+        cache=Cache(tmp_path / "cache"),
+        store=open_store(store_url),
+        options=ResolveOptions(layout=Layout.HF_CACHE),
+    )
     assert result.hub_cache is not None
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(result.hub_cache),
-           "HF_HOME": str(tmp_path / "hf-home")}
-    done = subprocess.run([sys.executable, "-c", EMBED, result.revision, str(sources["all-minilm-l6-v2"])],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_CACHE": str(result.hub_cache),
+        "HF_HOME": str(tmp_path / "hf-home"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", EMBED, result.revision, str(sources["all-minilm-l6-v2"])],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     vectors = json.loads(done.stdout)
     assert len(vectors["by_repo"]) == 384

@@ -53,11 +53,17 @@ def test_baseline_moved(catalog_baseline):
 """
 
 
-def test_budgets_and_baselines_fail_with_both_figures(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_budgets_and_baselines_fail_with_both_figures(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     project = tmp_path / "project"
     shutil.copytree(ROOT / "manifests", project / "manifests")
     llama = project / "manifests" / "tiny-llama.yaml"
-    text = llama.read_text().replace("ready_budget_s: 300", "ready_budget_s: 0.1").replace("\nfiles:\n", "\n" + BASELINE, 1)
+    text = (
+        llama.read_text()
+        .replace("ready_budget_s: 300", "ready_budget_s: 0.1")
+        .replace("\nfiles:\n", "\n" + BASELINE, 1)
+    )
     llama.write_text(text)
     lines = yamlsource.parse(text).lines
     (project / "test_models.py").write_text(SUITE)
@@ -65,17 +71,42 @@ def test_budgets_and_baselines_fail_with_both_figures(bundled: Catalog, sources:
     for name in ("tiny-llama", "tiny-qwen2"):
         upload_from_dir(bundled, name, sources[name], store)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-    env |= {"CATALOG_DIR": str(project / "manifests"), "CATALOG_STORE": str(tmp_path / "store"),
-            "CATALOG_CACHE": str(tmp_path / "cache"), "CATALOG_GPU_CLASS": "cpu"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--catalog-report", "report.json",
-                           "test_models.py"], cwd=project, capture_output=True, text=True, env=env, timeout=300)
+    env |= {
+        "CATALOG_DIR": str(project / "manifests"),
+        "CATALOG_STORE": str(tmp_path / "store"),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_GPU_CLASS": "cpu",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--catalog-report",
+            "report.json",
+            "test_models.py",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     out = done.stdout
     assert out.strip().splitlines()[-1].startswith("2 failed, 2 passed"), out + done.stderr
     budget_line = lines.line_of(("profiles", "cpu", "ready_budget_s"))
-    assert re.search(r"tiny-llama was ready in 0\.[3-9] s, over its budget of 0\.1 s \(manifests/tiny-llama\.yaml:"
-                     rf"{budget_line}, the cpu profile\)", out), out
-    assert (f"tiny-llama: accuracy on tiny-sts (test) is 0.61, expected 0.7 +/- 0.02 "
-            f"(manifests/tiny-llama.yaml:{lines.line_of(('baselines', 0))})") in out
+    assert re.search(
+        r"tiny-llama was ready in 0\.[3-9] s, over its budget of 0\.1 s \(manifests/tiny-llama\.yaml:"
+        rf"{budget_line}, the cpu profile\)",
+        out,
+    ), out
+    assert (
+        f"tiny-llama: accuracy on tiny-sts (test) is 0.61, expected 0.7 +/- 0.02 "
+        f"(manifests/tiny-llama.yaml:{lines.line_of(('baselines', 0))})"
+    ) in out
     report = {t["test"].split("::")[1]: t for t in json.loads((project / "report.json").read_text())["tests"]}
     over = report["test_over_budget"]["ready"][0]
     assert over["model"] == "tiny-llama" and over["budget_s"] == 0.1 and over["over"] and over["seconds"] >= 0.3

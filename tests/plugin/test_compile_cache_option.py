@@ -42,16 +42,38 @@ def session(tmp_path: Path, cache: str, engine_cache: str, expect: str) -> subpr
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     (project / "test_compiled.py").write_text(textwrap.dedent(USER_TEST))
-    env = {**os.environ, "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_STORE": str(tmp_path / "store"),
-           "CATALOG_CACHE": str(tmp_path / cache), "CATALOG_MODE": "ci", "EXPECT": expect}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_compiled.py",
-                           "--catalog-compile-cache", str(tmp_path / engine_cache),
-                           "--catalog-engine-args", "--dtype float32 --max-model-len 64"],
-                          cwd=project, capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_STORE": str(tmp_path / "store"),
+        "CATALOG_CACHE": str(tmp_path / cache),
+        "CATALOG_MODE": "ci",
+        "EXPECT": expect,
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "test_compiled.py",
+            "--catalog-compile-cache",
+            str(tmp_path / engine_cache),
+            "--catalog-engine-args",
+            "--dtype float32 --max-model-len 64",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
-def test_a_session_publishes_its_compile_cache_and_the_next_one_starts_with_it(bundled: Catalog, sources: dict[str, Path],
-                                                                               tmp_path: Path) -> None:
+def test_a_session_publishes_its_compile_cache_and_the_next_one_starts_with_it(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], open_store(str(tmp_path / "store")))
     first = session(tmp_path, "cache-1", "engine-1", "compiled")
     assert first.returncode == 0, first.stdout + first.stderr

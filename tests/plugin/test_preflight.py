@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -122,14 +121,25 @@ def runner(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> dict[s
 
 def run_pytest(runner: dict[str, Path], *args: str, store: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-    env |= {"CATALOG_DIR": str(runner["project"] / "manifests"), "CATALOG_STORE": store or str(runner["store"]),
-            "CATALOG_CACHE": str(runner["cache"]), "CATALOG_GPU_CLASS": "cpu"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, "test_models.py"],
-                          cwd=runner["project"], capture_output=True, text=True, env=env, timeout=600)
+    env |= {
+        "CATALOG_DIR": str(runner["project"] / "manifests"),
+        "CATALOG_STORE": store or str(runner["store"]),
+        "CATALOG_CACHE": str(runner["cache"]),
+        "CATALOG_GPU_CLASS": "cpu",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, "test_models.py"],
+        cwd=runner["project"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
-def test_the_preflight_names_each_test_missing_a_pin_before_any_runs(runner: dict[str, Path], bundled: Catalog,
-                                                                     counting_store: CountingStore) -> None:
+def test_the_preflight_names_each_test_missing_a_pin_before_any_runs(
+    runner: dict[str, Path], bundled: Catalog, counting_store: CountingStore
+) -> None:
     sts = bundled.get("tiny-sts")
     index = [f.path for f in sts.files].index("data/test.jsonl")
     cache = Cache(runner["cache"])
@@ -139,11 +149,16 @@ def test_the_preflight_names_each_test_missing_a_pin_before_any_runs(runner: dic
     done = run_pytest(runner, "--catalog-preflight", store=counting_store.url)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
-    assert re.search(r"catalog preflight: 10 of 50 test\(s\) need pins this runner lacks \(checked in [\d.]+ s, nothing "
-                     r"read from any store; `pytest --catalog-prefetch` fetches them\)", out), out
+    assert re.search(
+        r"catalog preflight: 10 of 50 test\(s\) need pins this runner lacks \(checked in [\d.]+ s, nothing "
+        r"read from any store; `pytest --catalog-prefetch` fetches them\)",
+        out,
+    ), out
     for i in range(10):
-        assert (f"  test_models.py::test_data[{i}] -> manifests/tiny-sts.yaml:{line} (tiny-sts, dir) -> missing "
-                "data/test.jsonl\n") in out + "\n"
+        assert (
+            f"  test_models.py::test_data[{i}] -> manifests/tiny-sts.yaml:{line} (tiny-sts, dir) -> missing "
+            "data/test.jsonl\n"
+        ) in out + "\n"
     assert "test_marked" not in out and "test_by_repo_id" not in out  # every other test's pins are here
     assert not (runner["project"] / "ran.txt").exists()  # not a single test ran
     assert counting_store.requests == 0
@@ -160,11 +175,16 @@ def test_the_preflight_names_each_test_missing_a_pin_before_any_runs(runner: dic
     assert len((runner["project"] / "ran.txt").read_text()) == 50
 
 
-def test_with_every_pin_present_the_preflight_reads_no_store(runner: dict[str, Path], counting_store: CountingStore) -> None:
+def test_with_every_pin_present_the_preflight_reads_no_store(
+    runner: dict[str, Path], counting_store: CountingStore
+) -> None:
     done = run_pytest(runner, "--catalog-preflight", "--collect-only", store=counting_store.url)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"catalog preflight: 50 test\(s\), 4 model view\(s\), every pin present in [\d.]+ s \(nothing read "
-                     r"from any store\)", done.stdout), done.stdout
+    assert re.search(
+        r"catalog preflight: 50 test\(s\), 4 model view\(s\), every pin present in [\d.]+ s \(nothing read "
+        r"from any store\)",
+        done.stdout,
+    ), done.stdout
     assert counting_store.requests == 0
 
 
@@ -184,9 +204,11 @@ def test_tests_map_to_the_models_they_name(bundled: Catalog) -> None:
     names = Names.of(bundled)
     assert names.repos["model-catalog/tiny-llama"] == "tiny-llama"  # the primary of three manifests
     refs, unmapped = named_refs(code_strings(_uses), names)
-    assert sorted(refs, key=lambda r: r.name) == [Ref("tiny-llama", "named", "tiny-llama"),
-                                                  Ref("tiny-qwen2", "repo id", "Model-Catalog/Tiny-Qwen2", "hf-cache"),
-                                                  Ref("tiny-sts", "named", "tiny-sts")]
+    assert sorted(refs, key=lambda r: r.name) == [
+        Ref("tiny-llama", "named", "tiny-llama"),
+        Ref("tiny-qwen2", "repo id", "Model-Catalog/Tiny-Qwen2", "hf-cache"),
+        Ref("tiny-sts", "named", "tiny-sts"),
+    ]
     assert unmapped == []
     assert readiness(bundled, Cache(Path("/nonexistent")), (), "tiny-qwen2").missing  # an empty cache lacks it all
 

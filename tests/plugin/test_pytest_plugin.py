@@ -12,12 +12,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import manifest_text
 
 from catalog.errors import UsageError
-from catalog.settings import Settings
 from catalog.lookup import Catalog
+from catalog.settings import Settings
 from catalog_app.pytest_plugin import Machine, detect_machine, match_gpu_class, skip_reason
-from helpers import manifest_text
 from resolver.stores import open_store
 from resolver.upload import upload_from_dir
 
@@ -30,27 +30,43 @@ def user_env(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> dict
     manifests = tmp_path / "manifests"
     shutil.copytree(ROOT / "manifests", manifests)
     for name, gpu in (("big-h200", "{class: h200}"), ("pair-l4", "{class: l4, count: 2}")):
-        text = manifest_text(name, prefix=f"s3://vllm-ci-model-weights/org/{name}/").replace("gpu: {class: cpu}", f"gpu: {gpu}")
+        text = manifest_text(name, prefix=f"s3://vllm-ci-model-weights/org/{name}/").replace(
+            "gpu: {class: cpu}", f"gpu: {gpu}"
+        )
         (manifests / f"{name}.yaml").write_text(text)
     store = tmp_path / "store"
     for name in ("tiny-llama", "tiny-qwen2"):
         upload_from_dir(bundled, name, sources[name], open_store(str(store)))
-    return {**os.environ, "CATALOG_DIR": str(manifests), "CATALOG_STORE": str(store),
-            "CATALOG_CACHE": str(tmp_path / "cache"), "CATALOG_GPU_CLASS": "l4", "CATALOG_MODE": "ci"}
+    return {
+        **os.environ,
+        "CATALOG_DIR": str(manifests),
+        "CATALOG_STORE": str(store),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "CATALOG_GPU_CLASS": "l4",
+        "CATALOG_MODE": "ci",
+    }
 
 
 def run_pytest(tmp_path: Path, source: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     project = tmp_path / "user-project"
     project.mkdir(exist_ok=True)
     (project / "test_models.py").write_text(textwrap.dedent(source))
-    return subprocess.run([sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", *args, "test_models.py"],
-                          cwd=project, capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", *args, "test_models.py"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def counts(output: str) -> dict[str, int]:
     summary = output.strip().splitlines()[-1]
-    return {word.rstrip("s") if word.startswith("error") else word: int(n)
-            for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary)}
+    return {
+        word.rstrip("s") if word.startswith("error") else word: int(n)
+        for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary)
+    }
 
 
 USER_TESTS = """\
@@ -106,10 +122,17 @@ def test_marked_tests_resolve_skip_and_fail_by_logical_name(user_env: dict[str, 
     done = run_pytest(tmp_path, USER_TESTS, user_env)
     out = done.stdout
     assert counts(out) == {"passed": 2, "skipped": 2, "error": 3}, out  # errors: they fail at setup
-    assert re.search(r"SKIPPED \[1\] test_models.py:\d+: big-h200 needs 1 x h200 \(141 GiB\); this machine is 1 x l4 \(24 GiB\)\n", out)
-    assert re.search(r"SKIPPED \[1\] test_models.py:\d+: pair-l4 needs 2 x l4 \(24 GiB\); this machine is 1 x l4 \(24 GiB\)\n", out)
+    assert re.search(
+        r"SKIPPED \[1\] test_models.py:\d+: big-h200 needs 1 x h200 \(141 GiB\); this machine is 1 x l4 \(24 GiB\)\n",
+        out,
+    )
+    assert re.search(
+        r"SKIPPED \[1\] test_models.py:\d+: pair-l4 needs 2 x l4 \(24 GiB\); this machine is 1 x l4 \(24 GiB\)\n", out
+    )
     # User errors are one line with the hint, not a traceback through the resolver.
-    assert "catalog_model('tiny-lama'): no model named 'tiny-lama' in the catalog (hint: did you mean tiny-llama," in out
+    assert (
+        "catalog_model('tiny-lama'): no model named 'tiny-lama' in the catalog (hint: did you mean tiny-llama," in out
+    )
     assert "the catalog_resolution fixture needs @pytest.mark.catalog_model(NAME) on the test" in out
     assert "catalog_model('tiny-llama'): layout='flat' is not one of dir, hf-cache" in out
     assert "resolver/" not in out and "Traceback" not in out and "another exception" not in out
@@ -159,25 +182,32 @@ def test_without_prefetch_the_first_test_fetches(user_env: dict[str, str], tmp_p
 
 
 def test_importing_the_plugin_imports_no_heavy_library() -> None:
-    code = ("import sys, catalog_app.pytest_plugin\n"
-            "print(sorted(m for m in ('boto3', 'botocore', 'torch', 'huggingface_hub', 'resolver') if m in sys.modules))")
+    code = (
+        "import sys, catalog_app.pytest_plugin\n"
+        "print(sorted(m for m in ('boto3', 'botocore', 'torch', 'huggingface_hub', 'resolver') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(("device", "memory", "expected"), [
-    ("NVIDIA H200", 140.4, "h200"),  # reports less than the catalog's 141: still an h200
-    ("NVIDIA H200 MIG 1g.18gb", 16.5, "h200_18gb"),
-    ("NVIDIA H200 MIG 2g.35gb", 32.5, "h200_35gb"),
-    ("NVIDIA L4", 22.0, "l4"),
-    ("NVIDIA L40S", 44.4, None),  # not an l4
-    ("NVIDIA H100 80GB HBM3", 79.1, "h100"),
-    ("NVIDIA A100-SXM4-80GB", 79.2, "a100"),
-    ("NVIDIA GH200 480GB", 94.5, "gh200"),
-    ("AMD Instinct MI300X", 191.5, "mi300"),
-    ("NVIDIA B200", 178.4, "b200"),
-])
-def test_device_names_map_to_catalog_classes(bundled: Catalog, device: str, memory: float, expected: str | None) -> None:
+@pytest.mark.parametrize(
+    ("device", "memory", "expected"),
+    [
+        ("NVIDIA H200", 140.4, "h200"),  # reports less than the catalog's 141: still an h200
+        ("NVIDIA H200 MIG 1g.18gb", 16.5, "h200_18gb"),
+        ("NVIDIA H200 MIG 2g.35gb", 32.5, "h200_35gb"),
+        ("NVIDIA L4", 22.0, "l4"),
+        ("NVIDIA L40S", 44.4, None),  # not an l4
+        ("NVIDIA H100 80GB HBM3", 79.1, "h100"),
+        ("NVIDIA A100-SXM4-80GB", 79.2, "a100"),
+        ("NVIDIA GH200 480GB", 94.5, "gh200"),
+        ("AMD Instinct MI300X", 191.5, "mi300"),
+        ("NVIDIA B200", 178.4, "b200"),
+    ],
+)
+def test_device_names_map_to_catalog_classes(
+    bundled: Catalog, device: str, memory: float, expected: str | None
+) -> None:
     assert match_gpu_class(device, memory, bundled.settings.gpu_classes) == expected
 
 
@@ -205,6 +235,7 @@ def test_skip_reasons(bundled: Catalog) -> None:
     assert skip_reason(bundled, bundled.get("tiny-llama-sharded"), never) is None
     minilm = bundled.get("all-minilm-l6-v2")  # l4 x 1
     assert skip_reason(bundled, minilm, lambda: Machine("cpu", 1, 16)) == (
-        "all-minilm-l6-v2 needs 1 x l4 (24 GiB); this machine is 1 x cpu (16 GiB)")
+        "all-minilm-l6-v2 needs 1 x l4 (24 GiB); this machine is 1 x cpu (16 GiB)"
+    )
     assert skip_reason(bundled, minilm, lambda: Machine("h200_35gb", 1, 35)) is None  # more memory than it needs
     assert skip_reason(bundled, minilm, lambda: Machine("h200_18gb", 1, 18)) is not None

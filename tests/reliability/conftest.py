@@ -24,10 +24,18 @@ from .support import long_requested
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("reliability", "model-catalog reliability suite")
-    group.addoption("--reliability-long", action="store_true", default=False,
-                    help="run the reliability suite's long variants (more rounds, examples and keys)")
-    group.addoption("--reliability-seed", type=int, default=None,
-                    help="seed for the reliability suite's random choices (default: fixed, or $RELIABILITY_SEED)")
+    group.addoption(
+        "--reliability-long",
+        action="store_true",
+        default=False,
+        help="run the reliability suite's long variants (more rounds, examples and keys)",
+    )
+    group.addoption(
+        "--reliability-seed",
+        type=int,
+        default=None,
+        help="seed for the reliability suite's random choices (default: fixed, or $RELIABILITY_SEED)",
+    )
 
 
 @pytest.fixture(scope="session")

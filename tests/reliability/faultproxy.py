@@ -21,8 +21,17 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te", "trailer",
-              "upgrade", "expect"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+}
 KINDS = ("status", "stall", "short", "inflate", "reset", "stall_body", "flip")
 
 
@@ -139,8 +148,10 @@ class HttpFaultProxy:
             self.requests[f"{h.command} {path}"] += 1
         fault = self._take(h.command, path)
         if fault is not None and fault.kind == "status":
-            error = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
-                     f"<Message>injected {fault.status}</Message></Error>").encode()
+            error = (
+                f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+                f"<Message>injected {fault.status}</Message></Error>"
+            ).encode()
             h.send_response_only(fault.status)
             h.send_header("Content-Type", "application/xml")
             h.send_header("Content-Length", str(len(error)))
@@ -170,7 +181,7 @@ class HttpFaultProxy:
         if h.command == "HEAD":
             return
         if fault is not None and fault.kind == "flip" and fault.after < len(data):
-            data = data[:fault.after] + bytes([data[fault.after] ^ 0xFF]) + data[fault.after + 1:]
+            data = data[: fault.after] + bytes([data[fault.after] ^ 0xFF]) + data[fault.after + 1 :]
         if fault is None or fault.kind in ("stall", "flip"):
             h.wfile.write(data)
             return

@@ -124,7 +124,7 @@ class HostileHttp:
                 for i in range(start, end):
                     if self.closed.wait(self.interval):
                         return
-                    h.wfile.write(data[i:i + 1])
+                    h.wfile.write(data[i : i + 1])
                     h.wfile.flush()
                     with self.lock:
                         self.sent += 1
@@ -132,13 +132,12 @@ class HostileHttp:
             if self.mode == "ignore-range" and _client_left(h, 0.2):
                 return  # it read the headers and hung up: it never asked for this body
             for i in range(start, end, 256 * 1024):
-                chunk = data[i:min(end, i + 256 * 1024)]
+                chunk = data[i : min(end, i + 256 * 1024)]
                 h.wfile.write(chunk)
                 with self.lock:
                     self.sent += len(chunk)
         except OSError:
             return  # the client went away (it gave up on us): fine
-
 
     def _scripted(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         length = int(h.headers.get("Content-Length") or 0)
@@ -158,7 +157,7 @@ class HostileHttp:
             for i in range(slow, len(raw)):
                 if self.closed.wait(self.interval):
                     return
-                h.wfile.write(raw[i:i + 1])
+                h.wfile.write(raw[i : i + 1])
                 h.wfile.flush()
         except OSError:
             return
@@ -177,17 +176,24 @@ def tls_files(folder: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     folder.mkdir(parents=True, exist_ok=True)
     certificate, private = folder / "cert.pem", folder / "key.pem"
     certificate.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
+    private.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return certificate, private
 
 

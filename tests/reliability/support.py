@@ -23,12 +23,21 @@ BUNDLED = ROOT / "manifests"
 if str(TESTS) not in sys.path:  # servers.py, hubdouble.py, helpers.py (tests/conftest.py does the same)
     sys.path.insert(0, str(TESTS))
 
-from hubdouble import HubDouble  # noqa: E402
-from servers import FaultProxy, MotoServer, SeaweedServer, free_port, new_bucket, s3_env  # noqa: E402
+from hubdouble import HubDouble
+from servers import FaultProxy, MotoServer, SeaweedServer, free_port, new_bucket, s3_env
 
 # The tests run against SeaweedFS (SeaweedServer); MotoServer stays exported for bench/load_resolve.py.
-__all__ = ["BUNDLED", "FaultProxy", "HubDouble", "MotoServer", "ROOT", "SeaweedServer", "free_port", "new_bucket",
-           "s3_env"]
+__all__ = [
+    "BUNDLED",
+    "FaultProxy",
+    "HubDouble",
+    "MotoServer",
+    "ROOT",
+    "SeaweedServer",
+    "free_port",
+    "new_bucket",
+    "s3_env",
+]
 
 SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 # What a writer names its in-flight files: tmp/<pid>-<hex>.part, `.<name>.<pid>-<hex>` staging files and
@@ -69,10 +78,23 @@ def cli_env(extra: Mapping[str, str] | None = None, drop: Iterable[str] = ()) ->
     return env
 
 
-def run_catalog(args: Sequence[str], env: Mapping[str, str], *, timeout: float = 300, cwd: Path | None = None,
-                preexec_fn: Any = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(catalog_cmd(*args), env=dict(env), capture_output=True, text=True, timeout=timeout,
-                          cwd=str(cwd) if cwd else None, preexec_fn=preexec_fn)
+def run_catalog(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    timeout: float = 300,
+    cwd: Path | None = None,
+    preexec_fn: Any = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        catalog_cmd(*args),
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(cwd) if cwd else None,
+        preexec_fn=preexec_fn,
+    )
 
 
 def explain(done: subprocess.CompletedProcess[str]) -> str:
@@ -158,14 +180,16 @@ def parse_json_results(stdout: str) -> list[dict[str, Any]]:
 
 
 # -- generated catalogs ---------------------------------------------------------------------------------
-def write_generated_catalog(work: Path, bucket: str, models: int, files: int = 3, unit: int = 4096,
-                            prefix: str = "model") -> tuple[Path, Path, list[str]]:
+def write_generated_catalog(
+    work: Path, bucket: str, models: int, files: int = 3, unit: int = 4096, prefix: str = "model"
+) -> tuple[Path, Path, list[str]]:
     """`models` small safetensors models (config.json + weights) with manifests pinning them, under
     work/manifests and work/data/<name>/ (the layout bench/sync_noop.py uses). Returns (manifests, data, names)."""
     manifests, data = work / "manifests", work / "data"
     manifests.mkdir(parents=True)
     (manifests / "catalog.yaml").write_text(
-        f"store: s3://{bucket}/\ndefault_gpu: cpu\ngpu_classes:\n  cpu: {{memory_gib: 16}}\n")
+        f"store: s3://{bucket}/\ndefault_gpu: cpu\ngpu_classes:\n  cpu: {{memory_gib: 16}}\n"
+    )
     names = []
     for i in range(models):
         name = f"{prefix}-{i:03d}"
@@ -182,7 +206,8 @@ def write_generated_catalog(work: Path, bucket: str, models: int, files: int = 3
             entries.append(f"  - path: {path}\n    size: {len(blob)}\n    sha256: {hashlib.sha256(blob).hexdigest()}\n")
         (manifests / f"{name}.yaml").write_text(
             f"name: {name}\nsource:\n  hf_repo: org/{name}\n  revision: {rev}\ns3_prefix: s3://{bucket}/{name}/\n"
-            f"load_format: safetensors\nfiles:\n{''.join(entries)}")
+            f"load_format: safetensors\nfiles:\n{''.join(entries)}"
+        )
     return manifests, data, names
 
 

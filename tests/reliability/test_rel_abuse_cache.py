@@ -30,11 +30,11 @@ from catalog.lookup import Catalog
 from catalog.schema import FileEntry
 from resolver.cache import UNRECORDED_BELOW, Cache
 from resolver.fsutil import staging_owner
-from resolver.view_stamps import STAGING_MARK, staging_name
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import LocalStore
 from resolver.transfer import TransferConfig, Wanted, fetch
 from resolver.upload import upload_from_dir
+from resolver.view_stamps import STAGING_MARK, staging_name
 
 from .support import BUNDLED, explain, run_catalog, sha256_file, write_generated_catalog
 from .test_rel_abuse_inputs import add_file, one_line_error
@@ -43,8 +43,15 @@ CONFIG = "config.json"
 
 
 def env_for(manifests: Path, store: Path, cache: Path, home: Path) -> dict[str, str]:
-    return {**os.environ, "CATALOG_DIR": str(manifests), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(cache),
-            "HOME": str(home), "HF_ENDPOINT": "http://127.0.0.1:9", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        **os.environ,
+        "CATALOG_DIR": str(manifests),
+        "CATALOG_STORE": str(store),
+        "CATALOG_CACHE": str(cache),
+        "HOME": str(home),
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 @pytest.fixture
@@ -78,7 +85,11 @@ def test_an_edit_through_a_view_is_never_linked_into_another_view(llama: dict[st
     assert pin is not None
     first = resolved(llama, "tiny-llama")
     flip_first_byte(first / CONFIG, keep_mtime=False)  # through the hard link: the shared blob changes too
-    for args in (("tiny-llama-sharded",), ("tiny-llama-sharded", "--materialize-weights"), ("tiny-llama", "--layout", "hf-cache")):
+    for args in (
+        ("tiny-llama-sharded",),
+        ("tiny-llama-sharded", "--materialize-weights"),
+        ("tiny-llama", "--layout", "hf-cache"),
+    ):
         view = resolved(llama, *args)
         assert sha256_file(view / CONFIG) == pin.sha256, f"{args}: a corrupted blob was linked into a new view"
     verify = run_catalog(["verify"], llama)
@@ -104,8 +115,9 @@ def test_a_same_size_edit_that_keeps_mtime_is_caught_without_deep(llama: dict[st
     assert run_catalog(["verify", "--deep"], llama).returncode == 0
 
 
-def test_a_warm_resolve_re_reads_no_blob_after_another_view_linked_it(llama: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-                                                                       bundled: Catalog, tmp_path: Path) -> None:
+def test_a_warm_resolve_re_reads_no_blob_after_another_view_linked_it(
+    llama: dict[str, str], monkeypatch: pytest.MonkeyPatch, bundled: Catalog, tmp_path: Path
+) -> None:
     """Linking moves ctime; a blob's own record vouches for it, so warm resolves never re-hash a blob that has one.
     Blobs under UNRECORDED_BELOW have none (a record costs what their re-hash does): each is re-hashed once, then
     the view's marker holds again."""
@@ -128,8 +140,13 @@ def test_a_warm_resolve_re_reads_no_blob_after_another_view_linked_it(llama: dic
     def resolve_both() -> None:
         cache = Cache(tmp_path / "cache")
         for name in ("tiny-llama", "tiny-llama-sharded"):
-            resolve(bundled, name, cache=cache, store=LocalStore(tmp_path / "store"),
-                    options=ResolveOptions(materialize_weights=True) if name == "tiny-llama" else ResolveOptions())
+            resolve(
+                bundled,
+                name,
+                cache=cache,
+                store=LocalStore(tmp_path / "store"),
+                options=ResolveOptions(materialize_weights=True) if name == "tiny-llama" else ResolveOptions(),
+            )
 
     resolve_both()
     assert len(set(rehashed)) == len(rehashed)  # each small blob at most once
@@ -159,7 +176,9 @@ def test_gc_of_one_catalog_keeps_the_views_of_another(tmp_path: Path) -> None:
     try:
         done = run_catalog(["gc"], beta)
         assert done.returncode == 0, explain(done)
-        assert view.is_dir() and run_catalog(["verify", "--deep"], alpha).returncode == 0, "gc removed another catalog's view"
+        assert view.is_dir() and run_catalog(["verify", "--deep"], alpha).returncode == 0, (
+            "gc removed another catalog's view"
+        )
         assert str(view) not in done.stdout
         wide = run_catalog(["gc", "--all-catalogs"], beta)
         assert wide.returncode == 0 and not view.exists(), explain(wide)
@@ -251,8 +270,13 @@ def many_files(root: Path, count: int, size: int) -> list[Wanted]:
     for i in range(count):
         data = hashlib.sha256(str(i).encode()).digest() * (size // 32)
         (root / f"f{i:03d}.bin").write_bytes(data)
-        wanted.append(Wanted("m", FileEntry(path=f"f{i:03d}.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest()),
-                             f"f{i:03d}.bin"))
+        wanted.append(
+            Wanted(
+                "m",
+                FileEntry(path=f"f{i:03d}.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest()),
+                f"f{i:03d}.bin",
+            )
+        )
     return wanted
 
 
@@ -266,7 +290,9 @@ def test_ctrl_c_cancels_queued_downloads_at_once_and_leaves_no_temp_file(tmp_pat
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            fetch(SlowStore(tmp_path / "store"), wanted, cache, TransferConfig(concurrency=2, part_size=64 * 1024 * 1024))
+            fetch(
+                SlowStore(tmp_path / "store"), wanted, cache, TransferConfig(concurrency=2, part_size=64 * 1024 * 1024)
+            )
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
@@ -284,15 +310,26 @@ def test_ctrl_c_in_the_cli_exits_130() -> None:
         assert main.run(["resolve", "x"]) == main.INTERRUPTED
 
 
-def test_a_stopped_lock_holder_is_said_and_waited_for_only_so_long(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_stopped_lock_holder_is_said_and_waited_for_only_so_long(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     wanted = many_files(tmp_path / "store", 1, 1024 * 1024)
     cache = Cache(tmp_path / "cache")
     cache.locks.mkdir(parents=True)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom filelock import FileLock\n"
-        f"lock = FileLock({str(cache.locks / (wanted[0].entry.sha256 + '.lock'))!r})\nlock.acquire()\n"
-        "print('held', flush=True)\n"
-        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom filelock import FileLock\n"
+                f"lock = FileLock({str(cache.locks / (wanted[0].entry.sha256 + '.lock'))!r})\nlock.acquire()\n"
+                "print('held', flush=True)\n"
+                "time.sleep(120)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         os.kill(holder.pid, signal.SIGSTOP)
@@ -314,7 +351,9 @@ def test_a_stopped_lock_holder_is_said_and_waited_for_only_so_long(tmp_path: Pat
 def test_a_cache_path_that_is_a_file_is_one_line(llama: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "cache").write_text("not a folder")
     done = run_catalog(["resolve", "tiny-llama"], llama)
-    assert done.returncode == 1 and one_line_error(done.stderr) and str(tmp_path / "cache") in done.stderr, explain(done)
+    assert done.returncode == 1 and one_line_error(done.stderr) and str(tmp_path / "cache") in done.stderr, explain(
+        done
+    )
 
 
 def test_a_locks_folder_that_is_a_file_only_costs_the_lock(tmp_path: Path) -> None:
@@ -354,7 +393,9 @@ def test_a_cache_folder_this_user_cannot_write_is_one_line(bundled: Catalog, sou
         shutil.rmtree(shared, ignore_errors=True)
 
 
-def test_the_cache_deleted_during_a_resolve_is_one_error(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_the_cache_deleted_during_a_resolve_is_one_error(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     store = tmp_path / "store"
     upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], LocalStore(store))
     cache = Cache(tmp_path / "cache")
@@ -379,7 +420,9 @@ def test_gc_with_a_ds_store_in_models(llama: dict[str, str], tmp_path: Path) -> 
 
 def _bind_read_only(source: Path, target: Path) -> bool:
     target.mkdir()
-    return subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(target)], capture_output=True).returncode == 0
+    return (
+        subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(target)], capture_output=True).returncode == 0
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="a read-only bind mount needs root")

@@ -28,14 +28,25 @@ CATALOG_BUCKET = "abuse-catalog"
 
 
 def env_for(manifests: Path, store_url: str, cache: Path) -> dict[str, str]:
-    return {**os.environ, "CATALOG_DIR": str(manifests), "CATALOG_STORE": store_url, "CATALOG_CACHE": str(cache),
-            "HF_ENDPOINT": "http://127.0.0.1:9", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        **os.environ,
+        "CATALOG_DIR": str(manifests),
+        "CATALOG_STORE": store_url,
+        "CATALOG_CACHE": str(cache),
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def one_line_error(stderr: str) -> bool:
     lines = [line for line in stderr.splitlines() if line.strip()]
-    return (bool(lines) and lines[0].startswith("error: ") and "Traceback" not in stderr and "internal error" not in stderr
-            and all(line.startswith(("error: ", "hint: ")) for line in lines))
+    return (
+        bool(lines)
+        and lines[0].startswith("error: ")
+        and "Traceback" not in stderr
+        and "internal error" not in stderr
+        and all(line.startswith(("error: ", "hint: ")) for line in lines)
+    )
 
 
 def add_file(manifests: Path, data: Path, name: str, path: str, content: bytes) -> None:
@@ -44,8 +55,10 @@ def add_file(manifests: Path, data: Path, name: str, path: str, content: bytes) 
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(content)
     manifest = manifests / f"{name}.yaml"
-    manifest.write_text(manifest.read_text() + f"  - path: {json.dumps(path)}\n    size: {len(content)}\n"
-                        f"    sha256: {hashlib.sha256(content).hexdigest()}\n")
+    manifest.write_text(
+        manifest.read_text() + f"  - path: {json.dumps(path)}\n    size: {len(content)}\n"
+        f"    sha256: {hashlib.sha256(content).hexdigest()}\n"
+    )
 
 
 # -- case 8: a broken plan file or --out path is a one-line usage error -------------------------------
@@ -58,8 +71,20 @@ def test_apply_of_a_file_that_is_no_plan_is_one_line(tmp_path: Path, text: str) 
     assert done.returncode == 2 and one_line_error(done.stderr), explain(done)
 
 
-@pytest.mark.parametrize("field,value", [("size", "12"), ("size", 1.5), ("size", None), ("size", True), ("size", -1),
-                                         ("action", "explode"), ("key", 7), ("sha256", ["x"]), ("surprise", 1)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("size", "12"),
+        ("size", 1.5),
+        ("size", None),
+        ("size", True),
+        ("size", -1),
+        ("action", "explode"),
+        ("key", 7),
+        ("sha256", ["x"]),
+        ("surprise", 1),
+    ],
+)
 def test_apply_of_a_plan_with_a_mistyped_item_is_one_line(tmp_path: Path, field: str, value: object) -> None:
     manifests, data, names = write_generated_catalog(tmp_path, CATALOG_BUCKET, 1)
     env = env_for(manifests, str(tmp_path / "store"), tmp_path / "cache")
@@ -76,8 +101,10 @@ def test_apply_of_a_plan_with_a_mistyped_item_is_one_line(tmp_path: Path, field:
 
 def test_sync_out_into_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     manifests, data, names = write_generated_catalog(tmp_path, CATALOG_BUCKET, 1)
-    done = run_catalog(["sync", "--out", str(tmp_path / "no" / "such" / "plan.json")],
-                       env_for(manifests, str(tmp_path / "store"), tmp_path / "cache"))
+    done = run_catalog(
+        ["sync", "--out", str(tmp_path / "no" / "such" / "plan.json")],
+        env_for(manifests, str(tmp_path / "store"), tmp_path / "cache"),
+    )
     assert done.returncode == 2 and one_line_error(done.stderr), explain(done)
     assert "plan.json" in done.stderr
 
@@ -111,7 +138,9 @@ def test_a_pinned_part_file_is_listed_by_the_folder_store(tmp_path: Path) -> Non
     again = run_catalog(["sync", "--check"], env)
     assert again.returncode == 0, explain(again)  # once uploaded it is seen: no endless re-upload
     cat = catalog.load(manifests)
-    assert read_small(open_store(str(store_dir)), cat.store_key(cat.get(names[0]), "weights.part")) == b"part of the model"
+    assert (
+        read_small(open_store(str(store_dir)), cat.store_key(cat.get(names[0]), "weights.part")) == b"part of the model"
+    )
     assert not any((store_dir / ".catalog-tmp").iterdir())  # temp files live apart and are gone
 
 
@@ -130,8 +159,10 @@ def test_a_path_the_stores_cannot_hold_is_refused_by_validate_with_its_line(tmp_
 def test_a_manifest_of_100000_files_validates(tmp_path: Path) -> None:
     manifests, data, names = write_generated_catalog(tmp_path, CATALOG_BUCKET, 1)
     manifest = manifests / f"{names[0]}.yaml"
-    entries = "".join(f"  - path: shards/part-{i:06d}.json\n    size: {i}\n    sha256: {hashlib.sha256(str(i).encode()).hexdigest()}\n"
-                      for i in range(100_000 - 3))
+    entries = "".join(
+        f"  - path: shards/part-{i:06d}.json\n    size: {i}\n    sha256: {hashlib.sha256(str(i).encode()).hexdigest()}\n"
+        for i in range(100_000 - 3)
+    )
     manifest.write_text(manifest.read_text() + entries)
     start = time.monotonic()
     result = load_dir(manifests)

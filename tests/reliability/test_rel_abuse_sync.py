@@ -15,8 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import catalog
 from catalog.lookup import Catalog
 from resolver.cache import Cache
@@ -31,8 +29,14 @@ PART = "5MiB"  # S3 refuses smaller parts (but the last)
 
 
 def env_for(manifests: Path, store_url: str, cache: Path) -> dict[str, str]:
-    return {**os.environ, "CATALOG_DIR": str(manifests), "CATALOG_STORE": store_url, "CATALOG_CACHE": str(cache),
-            "HF_ENDPOINT": "http://127.0.0.1:9", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        **os.environ,
+        "CATALOG_DIR": str(manifests),
+        "CATALOG_STORE": store_url,
+        "CATALOG_CACHE": str(cache),
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
 
 
 def object_sha256(store: Store, key: str) -> str:
@@ -50,7 +54,9 @@ def flip_byte(path: Path, offset: int) -> None:
     path.chmod(mode)
 
 
-def synced_catalog(tmp_path: Path, store_url: str, models: int = 2, unit: int = 4096) -> tuple[Path, Path, list[str], Catalog, dict[str, str]]:
+def synced_catalog(
+    tmp_path: Path, store_url: str, models: int = 2, unit: int = 4096
+) -> tuple[Path, Path, list[str], Catalog, dict[str, str]]:
     manifests, data, names = write_generated_catalog(tmp_path, CATALOG_BUCKET, models, files=3, unit=unit)
     env = env_for(manifests, store_url, tmp_path / "cache")
     first = run_catalog(["sync", "--from-dir", str(data), "--part-size", PART], env)
@@ -161,7 +167,9 @@ def test_a_plan_made_before_a_pr_pinned_an_extra_object_is_refused(tmp_path: Pat
     # the PR merged after the plan was saved: extra.json is now pinned
     manifest = manifests / f"{names[0]}.yaml"
     sha = hashlib.sha256(stray.read_bytes()).hexdigest()
-    manifest.write_text(manifest.read_text() + f"  - path: extra.json\n    size: {stray.stat().st_size}\n    sha256: {sha}\n")
+    manifest.write_text(
+        manifest.read_text() + f"  - path: extra.json\n    size: {stray.stat().st_size}\n    sha256: {sha}\n"
+    )
     assert run_catalog(["validate"], env).returncode == 0
 
     done = run_catalog(["sync", "--apply", str(plan)], env)
@@ -217,14 +225,18 @@ def test_a_symlinked_manifest_folder_inside_the_catalog_is_followed_once(tmp_pat
 
 
 # -- case 12: a large prune is batched ---------------------------------------------------------------
-def test_pruning_thousands_of_objects_uses_batched_deletes(s3_server: Any, bucket: str, tmp_path: Path, long_run: bool) -> None:
+def test_pruning_thousands_of_objects_uses_batched_deletes(
+    s3_server: Any, bucket: str, tmp_path: Path, long_run: bool
+) -> None:
     count = 5_003 if long_run else 2_100
     store_url = f"s3://{bucket}/"
     manifests, data, names, cat, env = synced_catalog(tmp_path, store_url, models=1)
     client = s3_client(s3_server.url)
     prefix = cat.store_key(cat.get(names[0]))
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: client.put_object(Bucket=bucket, Key=f"{prefix}extra/{i:05d}", Body=b"x"), range(count)))
+        list(
+            pool.map(lambda i: client.put_object(Bucket=bucket, Key=f"{prefix}extra/{i:05d}", Body=b"x"), range(count))
+        )
 
     done = run_catalog(["sync", "--prune", "--max-delete", str(count), "--format", "json"], env)
     assert done.returncode == 0, explain(done)

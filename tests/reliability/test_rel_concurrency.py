@@ -65,14 +65,27 @@ class GcLoop(threading.Thread):
 
 
 def test_eight_resolves_and_gc_at_once_over_one_cache(
-    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    s3_server,
+    bucket: str,
+    tmp_path: Path,
+    rng,
+    long_run: bool,  # type: ignore[no-untyped-def]
 ) -> None:
     url = f"s3://{bucket}/"
     store = open_store(url)
     for name in sources:
         upload_from_dir(bundled, name, sources[name], store)
     cache_dir = tmp_path / "cache"
-    env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(cache_dir), "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(BUNDLED),
+            "CATALOG_STORE": url,
+            "CATALOG_CACHE": str(cache_dir),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     rounds = 10 if long_run else 3
     for round_ in range(rounds):
         if round_:  # views rebuilt every round; a random half of the blobs fetched again
@@ -83,15 +96,28 @@ def test_eight_resolves_and_gc_at_once_over_one_cache(
                     blob.unlink()
         gc_loop = GcLoop(env)
         gc_loop.start()
-        procs = [subprocess.Popen(catalog_cmd("resolve", *args, "--format", "json", "--part-size", "8MiB", "--concurrency", "2"),
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in RESOLVES]
+        procs = [
+            subprocess.Popen(
+                catalog_cmd("resolve", *args, "--format", "json", "--part-size", "8MiB", "--concurrency", "2"),
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for args in RESOLVES
+        ]
         outputs = [p.communicate(timeout=300) for p in procs]
         gc_loop.stop.set()
         gc_loop.join(timeout=120)
-        failed = [f"{' '.join(args)}: exit {p.returncode}\n{err[-2000:]}" for args, p, (_, err) in zip(RESOLVES, procs, outputs, strict=True)
-                  if p.returncode != 0]
+        failed = [
+            f"{' '.join(args)}: exit {p.returncode}\n{err[-2000:]}"
+            for args, p, (_, err) in zip(RESOLVES, procs, outputs, strict=True)
+            if p.returncode != 0
+        ]
         assert failed == [], f"round {round_}: " + "\n".join(failed)
-        assert [g.returncode for g in gc_loop.runs] == [0] * len(gc_loop.runs), [explain(g) for g in gc_loop.runs if g.returncode]
+        assert [g.returncode for g in gc_loop.runs] == [0] * len(gc_loop.runs), [
+            explain(g) for g in gc_loop.runs if g.returncode
+        ]
         assert gc_loop.runs, "gc never ran alongside the resolves"
         for args, (out, _) in zip(RESOLVES, outputs, strict=True):
             for result in parse_json_results(out):
@@ -121,16 +147,42 @@ def test_resolves_of_one_view_building_it_at_once_beside_gc_never_fail_nor_hand_
     cache_dir = tmp_path / "cache"
     rounds = 120 if long_run else 32
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("view_race.py")), "--catalog", str(manifests), "--store", str(store),
-         "--cache", str(cache_dir), "--model", name, "--rounds", str(rounds), "--processes", "5", "--readers", "3"],
-        env=cli_env({"HOME": str(tmp_path / "home")}), capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            str(Path(__file__).with_name("view_race.py")),
+            "--catalog",
+            str(manifests),
+            "--store",
+            str(store),
+            "--cache",
+            str(cache_dir),
+            "--model",
+            name,
+            "--rounds",
+            str(rounds),
+            "--processes",
+            "5",
+            "--readers",
+            "3",
+        ],
+        env=cli_env({"HOME": str(tmp_path / "home")}),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, explain(done)
     report = json.loads(done.stdout)
     failed = {f"round {r['round']} ({r['kind']})": r["failed"] for r in report if r["failed"]}
     assert failed == {}, json.dumps(failed, indent=1)[:6000]
     assert len(report) == rounds and sum(r["gc_runs"] for r in report) >= rounds, "gc did not run beside the resolves"
-    env = cli_env({"CATALOG_DIR": str(manifests), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(cache_dir),
-                   "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(manifests),
+            "CATALOG_STORE": str(store),
+            "CATALOG_CACHE": str(cache_dir),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     verified = run_catalog(["verify", "--deep"], env)
     assert verified.returncode == 0, explain(verified)
     assert blob_mismatches(cache_dir) == []
@@ -139,16 +191,32 @@ def test_resolves_of_one_view_building_it_at_once_beside_gc_never_fail_nor_hand_
 
 
 def test_two_syncs_at_once_fill_then_repair_one_bucket(
-    bundled: Catalog, hub, s3_server, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    hub,
+    s3_server,
+    bucket: str,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    base = {"HF_ENDPOINT": hub.url, "CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": f"s3://{bucket}/", "HOME": str(tmp_path / "home")}
+    base = {
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_DIR": str(BUNDLED),
+        "CATALOG_STORE": f"s3://{bucket}/",
+        "HOME": str(tmp_path / "home"),
+    }
     pins = {bundled.store_key(m, f.path): f for m in bundled for f in m.files}
     client = s3_client(s3_server.url)
 
     def both(*args: str) -> None:
-        procs = [subprocess.Popen(catalog_cmd("sync", *args, "--part-size", "8MiB", "--concurrency", "2"),
-                                  env=cli_env({**base, "CATALOG_CACHE": str(tmp_path / f"cache-{i}")}),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                catalog_cmd("sync", *args, "--part-size", "8MiB", "--concurrency", "2"),
+                env=cli_env({**base, "CATALOG_CACHE": str(tmp_path / f"cache-{i}")}),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
         outputs = [p.communicate(timeout=300) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outputs
 
@@ -189,7 +257,9 @@ def test_gc_never_removes_a_view_whose_marker_appears_while_it_runs(
     for i in range(stale):
         folder = cache.markers / f"gone-{i:05d}"
         folder.mkdir(parents=True)
-        (folder / "view.json").write_text(json.dumps({"version": 1, "name": f"gone-{i:05d}", "layout": "dir", "files": {}}))
+        (folder / "view.json").write_text(
+            json.dumps({"version": 1, "name": f"gone-{i:05d}", "layout": "dir", "files": {}})
+        )
     first, last = cache.markers / "gone-00000" / "view.json", cache.markers / f"gone-{stale - 1:05d}" / "view.json"
     env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_CACHE": str(cache.root), "HOME": str(tmp_path / "home")})
     gc = subprocess.Popen(catalog_cmd("gc"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

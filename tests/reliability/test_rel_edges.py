@@ -10,19 +10,22 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import manifest_text, write_catalog
+from signing_keys import key_pair
 
 from .support import ROOT, explain, run_catalog, write_generated_catalog  # (puts tests/ on the path: helpers, keys)
-
-from helpers import manifest_text, write_catalog  # noqa: E402
-from signing_keys import key_pair  # noqa: E402
 
 HANG_GUARD = 120  # seconds: a read that blocks or never ends fails the test instead of holding the suite
 
 
 def env_for(tmp_path: Path, folder: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "HF_", "AWS_"))}
-    return env | {"HOME": str(tmp_path), "CATALOG_DIR": str(folder), "CATALOG_CACHE": str(tmp_path / "cache"),
-                  "PYTHONPATH": str(ROOT)}
+    return env | {
+        "HOME": str(tmp_path),
+        "CATALOG_DIR": str(folder),
+        "CATALOG_CACHE": str(tmp_path / "cache"),
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 def plant(path: Path, kind: str) -> None:
@@ -43,14 +46,23 @@ def test_validate_refuses_a_device_or_fifo_in_the_catalog_in_one_line(tmp_path: 
     settings = (ROOT / "manifests" / "catalog.yaml").read_text() + "trusted_keys: [../keys/signer.pub]\n"
     folder = write_catalog(tmp_path, {"tiny.yaml": manifest_text("tiny")}, settings=settings)
     (folder / "tiny.sig").write_text("{}")  # any signature: validate then reads the trusted key and the signature
-    victim = {"manifest": folder / "x.yaml", "signature": folder / "tiny.sig", "tensor-tables": folder / "tiny.tensors.json",
-              "trusted-key": keys.public}[target]
+    victim = {
+        "manifest": folder / "x.yaml",
+        "signature": folder / "tiny.sig",
+        "tensor-tables": folder / "tiny.tensors.json",
+        "trusted-key": keys.public,
+    }[target]
     plant(victim, kind)
     done = run_catalog(["validate"], env_for(tmp_path, folder), timeout=HANG_GUARD)
     said = done.stdout + done.stderr
     assert done.returncode == 1, explain(done)
-    what = "leads outside" if kind == "dev-zero" and target != "trusted-key" else \
-        "is a character device" if kind == "dev-zero" else "is a FIFO"
+    what = (
+        "leads outside"
+        if kind == "dev-zero" and target != "trusted-key"
+        else "is a character device"
+        if kind == "dev-zero"
+        else "is a FIFO"
+    )
     lines = [line for line in said.splitlines() if victim.name in line and what in line and "refused unread" in line]
     assert len(lines) == 1, explain(done)
     assert "Traceback" not in said and "internal error" not in said
@@ -67,22 +79,31 @@ def add_from_dir(tmp_path: Path, weights: bytes, *args: str) -> tuple[Path, obje
     source.mkdir(exist_ok=True)
     (source / "config.json").write_text("{}")
     (source / "model.safetensors").write_bytes(weights)
-    done = run_catalog(["add", "org/tiny", "--revision", args[0] if args else "a" * 40, "--from-dir", str(source)],
-                       env_for(tmp_path, folder), timeout=HANG_GUARD)
+    done = run_catalog(
+        ["add", "org/tiny", "--revision", args[0] if args else "a" * 40, "--from-dir", str(source)],
+        env_for(tmp_path, folder),
+        timeout=HANG_GUARD,
+    )
     return folder, done
 
 
-@pytest.mark.parametrize("header", [
-    '{"w": {"dtype": "F32", "shape": [1%s], "data_offsets": [0, 4]}}' % ("0" * 400),  # 10**400: a float overflow
-    '{"\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',  # a lone surrogate: no UTF-8 file holds it
-    '{"w": %s}' % ("[" * 5000 + "]" * 5000),  # nesting: RecursionError
-], ids=["shape-10**400", "lone-surrogate", "nested"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        '{"w": {"dtype": "F32", "shape": [1%s], "data_offsets": [0, 4]}}' % ("0" * 400),  # 10**400: a float overflow
+        '{"\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',  # a lone surrogate: no UTF-8 file holds it
+        '{"w": %s}' % ("[" * 5000 + "]" * 5000),  # nesting: RecursionError
+    ],
+    ids=["shape-10**400", "lone-surrogate", "nested"],
+)
 def test_add_from_dir_refuses_a_hostile_header_in_one_line_and_writes_nothing(tmp_path: Path, header: str) -> None:
     """Before: exit 3 with a traceback's last line, and the scaffolded manifest left half-made."""
     folder, done = add_from_dir(tmp_path, safetensors(header, b"\0" * 4))
     assert done.returncode == 1, explain(done)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "tiny/model.safetensors" in errors[0] and "internal error" not in done.stderr, explain(done)
+    assert len(errors) == 1 and "tiny/model.safetensors" in errors[0] and "internal error" not in done.stderr, explain(
+        done
+    )
     assert sorted(p.name for p in folder.iterdir()) == ["catalog.yaml"]
 
 

@@ -24,12 +24,12 @@ from catalog.errors import CacheWriteError
 from catalog.lookup import Catalog
 from resolver import capacity
 from resolver.cache import Cache
+from resolver.hub import HubOptions
 from resolver.maintenance import verify
 from resolver.publish import publish
 from resolver.resolve import ResolveOptions, resolve
 from resolver.stores import LocalStore, open_store
 from resolver.sync import Action, SourceOfBytes, apply, make_plan
-from resolver.hub import HubOptions
 from resolver.tiers import Tier
 from resolver.transfer import TransferConfig
 from resolver.upload import upload_from_dir
@@ -51,8 +51,9 @@ def store_dir(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> Pat
 
 
 def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path / "home"),
-                    **extra})
+    return cli_env(
+        {"CATALOG_DIR": str(BUNDLED), "CATALOG_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path / "home"), **extra}
+    )
 
 
 def edit_in_place(path: Path) -> None:
@@ -75,8 +76,9 @@ def largest(cat: Catalog, name: str):  # type: ignore[no-untyped-def]
 
 
 # -- 1. unverified bytes -------------------------------------------------------------------------------------------
-def test_a_tier_blob_edited_with_its_mtime_put_back_is_hashed_again_not_relinked(bundled: Catalog, store_dir: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_a_tier_blob_edited_with_its_mtime_put_back_is_hashed_again_not_relinked(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     tier = tmp_path / "tier"
     publish(bundled, ["tiny-llama"], open_store(str(store_dir)), tier)
     store, cache = open_store(str(store_dir)), Cache(tmp_path / "cache")
@@ -92,8 +94,9 @@ def test_a_tier_blob_edited_with_its_mtime_put_back_is_hashed_again_not_relinked
     assert verify(bundled, cache, ["tiny-llama"], deep=True).problems == []
 
 
-def test_a_tier_blob_that_hashed_wrong_is_never_hashed_again_while_unchanged(bundled: Catalog, store_dir: Path, tmp_path: Path,
-                                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_tier_blob_that_hashed_wrong_is_never_hashed_again_while_unchanged(
+    bundled: Catalog, store_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     tier = tmp_path / "tier"
     publish(bundled, ["tiny-llama"], open_store(str(store_dir)), tier)
     victim = largest(bundled, "tiny-llama")
@@ -111,8 +114,9 @@ def test_a_tier_blob_that_hashed_wrong_is_never_hashed_again_while_unchanged(bun
     assert "hashes to" not in caplog.text and "hashed wrong here before" in caplog.text  # skipped by its identity
 
 
-def test_the_folder_stores_etag_sees_a_same_size_rewrite_with_the_mtime_put_back(bundled: Catalog, store_dir: Path,
-                                                                                 tmp_path: Path) -> None:
+def test_the_folder_stores_etag_sees_a_same_size_rewrite_with_the_mtime_put_back(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     manifest = bundled.get("tiny-qwen2")
     weight = largest(bundled, "tiny-qwen2")
     edit_in_place(store_dir / bundled.store_key(manifest, weight.path))
@@ -124,8 +128,9 @@ def test_the_folder_stores_etag_sees_a_same_size_rewrite_with_the_mtime_put_back
     assert streamed.stdout == ""
 
 
-def test_a_file_dropped_into_a_dir_view_with_the_folder_mtime_put_back_is_removed(bundled: Catalog, store_dir: Path,
-                                                                                  tmp_path: Path) -> None:
+def test_a_file_dropped_into_a_dir_view_with_the_folder_mtime_put_back_is_removed(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     store, cache = open_store(str(store_dir)), Cache(tmp_path / "cache")
     first = resolve(bundled, "tiny-llama", cache=cache, store=store)
     st = os.stat(first.path)
@@ -137,7 +142,9 @@ def test_a_file_dropped_into_a_dir_view_with_the_folder_mtime_put_back_is_remove
     assert sorted(p.name for p in again.path.iterdir()) == sorted(e.path for e in bundled.get("tiny-llama").files)
 
 
-def test_a_warm_stream_answer_rests_on_a_proof_of_bounded_age(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
+def test_a_warm_stream_answer_rests_on_a_proof_of_bounded_age(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     """For the format's own streamer, which reads the URI unverified (the verified loader needs no proof: below)."""
     env = env_for(tmp_path, CATALOG_STORE=str(store_dir), CATALOG_ENGINE_LOADER="plain")
     cold = run_catalog(["resolve", "tiny-qwen2", "--format", "json"], env)
@@ -159,8 +166,9 @@ def test_a_warm_stream_answer_rests_on_a_proof_of_bounded_age(bundled: Catalog, 
     assert stale.stdout == ""
 
 
-def test_a_warm_answer_for_the_verified_loader_needs_no_proof_of_the_objects(bundled: Catalog, store_dir: Path,
-                                                                           tmp_path: Path) -> None:
+def test_a_warm_answer_for_the_verified_loader_needs_no_proof_of_the_objects(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     """`--load-format catalog`: the engine hashes every tensor itself, so a warm answer stays valid past the proof's
     age (and the object it names may change: the engine refuses the changed tensor, tests/integration/
     test_verified_load.py); a changed engine choice misses."""
@@ -230,7 +238,9 @@ def test_sync_records_the_etag_of_the_get_it_hashed(bundled: Catalog, sources: d
     source = SourceOfBytes(bundled, Cache(tmp_path / "cache"), HubOptions(), None, config)
     report = apply(plan, bundled, racing, source, max_delete=10, check_fresh=False, config=config)
     assert racing.replaced and not report.errors
-    again = make_plan(bundled, ["tiny-llama"], open_store(str(folder)), prune=False, delete_orphans=False, deep=False, config=config)
+    again = make_plan(
+        bundled, ["tiny-llama"], open_store(str(folder)), prune=False, delete_orphans=False, deep=False, config=config
+    )
     item = next(i for i in again.items if i.key == key)
     assert item.action is Action.VERIFY, item  # the bytes now there were never hashed: never recorded as verified
 
@@ -280,8 +290,9 @@ def test_a_running_resolve_is_known_by_its_lock_not_by_a_pid(bundled: Catalog, s
     assert list((cache.root / "active").iterdir()) == []  # the record nobody held was swept
 
 
-def test_a_size_limit_smaller_than_one_commands_models_fails_before_anything(bundled: Catalog, store_dir: Path,
-                                                                            tmp_path: Path) -> None:
+def test_a_size_limit_smaller_than_one_commands_models_fails_before_anything(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     names = ["tiny-llama", "tiny-llama-sharded"]
     need = sum({e.sha256: e.size for n in names for e in bundled.get(n).files}.values())
     assert all(bundled.get(n).total_bytes < need - 1 for n in names)  # each alone would fit
@@ -290,12 +301,16 @@ def test_a_size_limit_smaller_than_one_commands_models_fails_before_anything(bun
     assert done.returncode == 1 and done.stdout == "", explain(done)
     assert "CATALOG_CACHE_MAX_SIZE" in done.stderr and "nothing was fetched or evicted" in done.stderr
     assert not (tmp_path / "cache" / "blobs").exists()
-    fits = run_catalog(["resolve", *names, "--materialize-weights", "--format", "json"], {**env, "CATALOG_CACHE_MAX_SIZE": str(need)})
+    fits = run_catalog(
+        ["resolve", *names, "--materialize-weights", "--format", "json"], {**env, "CATALOG_CACHE_MAX_SIZE": str(need)}
+    )
     assert fits.returncode == 0, explain(fits)
     assert all(Path(r["path"]).is_dir() for r in json.loads(fits.stdout))  # neither evicted by the other
 
 
-def test_an_edited_plan_naming_syncs_state_records_is_refused(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_an_edited_plan_naming_syncs_state_records_is_refused(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     shutil.copy(BUNDLED / "catalog.yaml", manifests)
@@ -309,7 +324,9 @@ def test_an_edited_plan_naming_syncs_state_records_is_refused(bundled: Catalog, 
     assert made.returncode == 0, explain(made)
     plan = json.loads((tmp_path / "plan.json").read_text())
     plan["prune"] = plan["delete_orphans"] = True
-    plan["items"].append({"action": "orphan", "key": ".model-catalog/state/tiny-llama.json", "size": state.stat().st_size})
+    plan["items"].append(
+        {"action": "orphan", "key": ".model-catalog/state/tiny-llama.json", "size": state.stat().st_size}
+    )
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     done = run_catalog(["sync", "--store", str(folder), "--apply", str(tmp_path / "plan.json")], env)
     assert done.returncode == 2 and "sync's own state records" in done.stderr, explain(done)
@@ -345,25 +362,39 @@ def other_fs() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_tier_on_another_filesystem_is_checked_for_free_space_before_copying(bundled: Catalog, store_dir: Path,
-                                                                                tmp_path: Path, other_fs: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tier_on_another_filesystem_is_checked_for_free_space_before_copying(
+    bundled: Catalog, store_dir: Path, tmp_path: Path, other_fs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     same_fs = tmp_path / "tier"
     for tier in (other_fs, same_fs):
         publish(bundled, ["tiny-llama"], open_store(str(store_dir)), tier)
     monkeypatch.setattr(capacity.shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 1000, 1000))
     cache = Cache(tmp_path / "cache")
     with pytest.raises(CacheWriteError, match="needs"):
-        resolve(bundled, "tiny-llama", cache=cache, store=open_store(str(store_dir)), options=ResolveOptions(tiers=(other_fs,)))
+        resolve(
+            bundled,
+            "tiny-llama",
+            cache=cache,
+            store=open_store(str(store_dir)),
+            options=ResolveOptions(tiers=(other_fs,)),
+        )
     assert not cache.blobs.exists()
     # A hard link costs nothing: the same shortage is no reason to refuse a tier on the cache's own filesystem.
-    linked = resolve(bundled, "tiny-llama", cache=cache, store=open_store(str(store_dir)), options=ResolveOptions(tiers=(same_fs,)))
+    linked = resolve(
+        bundled, "tiny-llama", cache=cache, store=open_store(str(store_dir)), options=ResolveOptions(tiers=(same_fs,))
+    )
     assert set(linked.sources.values()) == {Tier(same_fs).url}
 
 
 def test_the_size_limit_counts_what_a_tier_serves(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
     cache = Cache(tmp_path / "cache")
-    resolve(bundled, "tiny-llama-sharded", cache=cache, store=open_store(str(store_dir)), options=ResolveOptions(materialize_weights=True))
+    resolve(
+        bundled,
+        "tiny-llama-sharded",
+        cache=cache,
+        store=open_store(str(store_dir)),
+        options=ResolveOptions(materialize_weights=True),
+    )
     tier = tmp_path / "tier"
     publish(bundled, ["tiny-llama"], open_store(str(store_dir)), tier)
     limit = sum({e.sha256: e.size for e in bundled.get("tiny-llama").files}.values())
@@ -377,19 +408,25 @@ def test_the_size_limit_counts_what_a_tier_serves(bundled: Catalog, store_dir: P
 def test_offline_resolves_from_a_shared_tier(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
     tier = tmp_path / "tier"
     publish(bundled, ["tiny-llama"], open_store(str(store_dir)), tier)
-    done = run_catalog(["resolve", "tiny-llama", "--offline", "--shared-cache", str(tier), "--format", "json"], env_for(tmp_path))
+    done = run_catalog(
+        ["resolve", "tiny-llama", "--offline", "--shared-cache", str(tier), "--format", "json"], env_for(tmp_path)
+    )
     assert done.returncode == 0, explain(done)
     assert set(json.loads(done.stdout)["sources"].values()) == {f"tier:{tier}"}
 
 
 def test_a_missing_tier_folder_is_said(store_dir: Path, tmp_path: Path) -> None:
-    done = run_catalog(["resolve", "tiny-llama", "--store", str(store_dir), "--shared-cache", str(tmp_path / "not-mounted")],
-                       env_for(tmp_path))
+    done = run_catalog(
+        ["resolve", "tiny-llama", "--store", str(store_dir), "--shared-cache", str(tmp_path / "not-mounted")],
+        env_for(tmp_path),
+    )
     assert done.returncode == 0, explain(done)
     assert f"shared tier {tmp_path / 'not-mounted'} cannot be read" in done.stderr
 
 
-def test_a_folder_where_a_tier_blob_belongs_is_one_line_never_a_traceback(bundled: Catalog, store_dir: Path, tmp_path: Path) -> None:
+def test_a_folder_where_a_tier_blob_belongs_is_one_line_never_a_traceback(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     tier = tmp_path / "tier"
     publish(bundled, ["tiny-llama"], open_store(str(store_dir)), tier)
     victim = largest(bundled, "tiny-llama")
@@ -397,16 +434,23 @@ def test_a_folder_where_a_tier_blob_belongs_is_one_line_never_a_traceback(bundle
     blob.unlink()
     blob.mkdir()
     env = env_for(tmp_path)
-    done = run_catalog(["resolve", "tiny-llama", "--store", str(store_dir), "--shared-cache", str(tier), "--format", "json"], env)
+    done = run_catalog(
+        ["resolve", "tiny-llama", "--store", str(store_dir), "--shared-cache", str(tier), "--format", "json"], env
+    )
     assert done.returncode == 0 and "is not a regular file" in done.stderr, explain(done)
     assert json.loads(done.stdout)["sources"][victim.path] != f"tier:{tier}"
     again = run_catalog(["publish", "tiny-llama", "--to", str(tier), "--store", str(store_dir)], env)
-    assert again.returncode == 1 and f"{blob} is a folder" in again.stderr and "Traceback" not in again.stderr, explain(again)
-    assert f"hint: remove the folder {blob}" in again.stderr and "free space" not in again.stderr, explain(again)  # not a full disk
+    assert again.returncode == 1 and f"{blob} is a folder" in again.stderr and "Traceback" not in again.stderr, explain(
+        again
+    )
+    assert f"hint: remove the folder {blob}" in again.stderr and "free space" not in again.stderr, explain(
+        again
+    )  # not a full disk
 
 
-def test_publish_checks_the_tiers_space_first_and_names_the_tier(bundled: Catalog, store_dir: Path, tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_publish_checks_the_tiers_space_first_and_names_the_tier(
+    bundled: Catalog, store_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(capacity.shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 1000, 1000))
     tier = tmp_path / "tier"
     store = open_store(str(store_dir))
@@ -422,8 +466,9 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def test_publish_clean_removes_only_killed_publishers_temp_files_and_gc_refuses_a_tier(bundled: Catalog, store_dir: Path,
-                                                                                       tmp_path: Path) -> None:
+def test_publish_clean_removes_only_killed_publishers_temp_files_and_gc_refuses_a_tier(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     import fcntl
 
     tier = tmp_path / "tier"
@@ -440,7 +485,9 @@ def test_publish_clean_removes_only_killed_publishers_temp_files_and_gc_refuses_
     fcntl.flock(held, fcntl.LOCK_EX)
     try:
         check = run_catalog(["publish", "tiny-llama", "--to", str(tier), "--store", str(store_dir), "--check"], env)
-        assert check.returncode == 1 and "publish --clean" in check.stdout and running.name not in check.stdout, explain(check)
+        assert check.returncode == 1 and "publish --clean" in check.stdout and running.name not in check.stdout, (
+            explain(check)
+        )
         clean = run_catalog(["publish", "--clean", "--to", str(tier)], env)
         assert clean.returncode == 0 and str(killed) in clean.stdout, explain(clean)
         assert not killed.exists() and running.exists()
@@ -452,8 +499,9 @@ def test_publish_clean_removes_only_killed_publishers_temp_files_and_gc_refuses_
     assert sorted(p.name for p in (tier / "blobs").rglob("*") if p.is_file()) == blobs_before
 
 
-def test_a_symlinked_tier_blobs_folder_is_refused_before_anything_is_made_outside(bundled: Catalog, store_dir: Path,
-                                                                                  tmp_path: Path) -> None:
+def test_a_symlinked_tier_blobs_folder_is_refused_before_anything_is_made_outside(
+    bundled: Catalog, store_dir: Path, tmp_path: Path
+) -> None:
     tier, outside = tmp_path / "tier", tmp_path / "outside"
     tier.mkdir()
     outside.mkdir()
@@ -477,11 +525,16 @@ def shared_tmp() -> Iterator[Path]:
 def as_other_user(command: list[str]) -> list[str]:
     """`command` run as another user: as root, setpriv to a uid that owns nothing here; otherwise this user is
     already not the one who made the files (the test says what it checks instead)."""
-    return ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", *command] if ROOT_USER else command
+    return (
+        ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", *command]
+        if ROOT_USER
+        else command
+    )
 
 
-def test_a_cp_a_copy_of_a_warm_cache_on_a_read_only_mount_answers_offline(bundled: Catalog, store_dir: Path,
-                                                                          shared_tmp: Path) -> None:
+def test_a_cp_a_copy_of_a_warm_cache_on_a_read_only_mount_answers_offline(
+    bundled: Catalog, store_dir: Path, shared_tmp: Path
+) -> None:
     warm = shared_tmp / "warm"
     env = env_for(shared_tmp, CATALOG_STORE=str(store_dir), CATALOG_CACHE=str(warm))
     first = run_catalog(["resolve", "tiny-llama", "--format", "json"], env)
@@ -489,25 +542,48 @@ def test_a_cp_a_copy_of_a_warm_cache_on_a_read_only_mount_answers_offline(bundle
     copy, mount = shared_tmp / "copy", shared_tmp / "mnt"
     subprocess.run(["cp", "-a", str(warm), str(copy)], check=True)
     mount.mkdir()
-    argv = [sys.executable, "-m", "catalog", "resolve", "tiny-llama", "--offline", "--format", "json", "--cache", str(mount)]
+    argv = [
+        sys.executable,
+        "-m",
+        "catalog",
+        "resolve",
+        "tiny-llama",
+        "--offline",
+        "--format",
+        "json",
+        "--cache",
+        str(mount),
+    ]
     if ROOT_USER:  # a real read-only mount, in a mount namespace of its own (nothing leaks to the machine's mounts)
-        command = ["unshare", "-m", "sh", "-c", 'mount --bind -o ro "$0" "$1" && shift && exec "$@"', str(copy), str(mount), *argv]
+        command = [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            'mount --bind -o ro "$0" "$1" && shift && exec "$@"',
+            str(copy),
+            str(mount),
+            *argv,
+        ]
     else:
         subprocess.run(["chmod", "-R", "a-w", str(copy)], check=True)
         command = [*argv[:-1], str(copy)]
-    done = subprocess.run(command, env={k: v for k, v in env.items() if k != "CATALOG_CACHE"}, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        command, env={k: v for k, v in env.items() if k != "CATALOG_CACHE"}, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, explain(done)
     answer = json.loads(done.stdout)
     assert answer["path"].startswith(str(mount if ROOT_USER else copy))
     for entry in bundled.get("tiny-llama").files:  # every byte re-hashed from the copy, none fetched
         assert answer["sources"][entry.path] == "cache"
-    assert sorted(p.name for p in (copy / "blobs").rglob("*") if p.is_file()) == \
-        sorted(p.name for p in (warm / "blobs").rglob("*") if p.is_file())
+    assert sorted(p.name for p in (copy / "blobs").rglob("*") if p.is_file()) == sorted(
+        p.name for p in (warm / "blobs").rglob("*") if p.is_file()
+    )
 
 
-def test_folder_store_objects_are_readable_by_another_users_resolve(bundled: Catalog, sources: dict[str, Path],
-                                                                    shared_tmp: Path) -> None:
+def test_folder_store_objects_are_readable_by_another_users_resolve(
+    bundled: Catalog, sources: dict[str, Path], shared_tmp: Path
+) -> None:
     folder = shared_tmp / "store"
     upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], open_store(str(folder)))
     manifest = bundled.get("tiny-llama")
@@ -519,7 +595,12 @@ def test_folder_store_objects_are_readable_by_another_users_resolve(bundled: Cat
     if ROOT_USER:
         os.chown(cache, OTHER_UID, OTHER_UID)
     env = env_for(shared_tmp, CATALOG_CACHE=str(cache), HOME=str(cache))
-    done = subprocess.run(as_other_user([sys.executable, "-m", "catalog", "resolve", "tiny-llama", "--store", str(folder)]),
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        as_other_user([sys.executable, "-m", "catalog", "resolve", "tiny-llama", "--store", str(folder)]),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, explain(done)
     assert Path(done.stdout.strip()).is_dir()

@@ -66,8 +66,17 @@ def assert_view_is_the_model(result_path: Path, cat: Catalog, sources: dict[str,
 
 
 def via(proxy_url: str, bucket: str, *, read_timeout: float = 5, max_attempts: int = 2) -> S3Store:
-    return S3Store(bucket, "", S3Options(endpoint_url=proxy_url, addressing_style="path", max_attempts=max_attempts,
-                                         read_timeout=read_timeout, connect_timeout=2))
+    return S3Store(
+        bucket,
+        "",
+        S3Options(
+            endpoint_url=proxy_url,
+            addressing_style="path",
+            max_attempts=max_attempts,
+            read_timeout=read_timeout,
+            connect_timeout=2,
+        ),
+    )
 
 
 # -- odd keys ------------------------------------------------------------------------------------------
@@ -101,7 +110,10 @@ def plant_odd_keys(bundled: Catalog, sources: dict[str, Path], server, bucket: s
 
 
 def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
-    bundled: Catalog, sources: dict[str, Path], moto_s3, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    moto_s3,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     bucket = new_bucket(moto_s3.url)  # moto here because SeaweedFS cannot hold these keys (see plant_odd_keys)
     url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto_s3, bucket)
@@ -116,8 +128,14 @@ def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
     assert_view_is_the_model(result.path, bundled, sources)
     assert_sound(tmp_path, cache, {"cache"})
 
-    env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(tmp_path / "sync-cache"),
-                   "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(BUNDLED),
+            "CATALOG_STORE": url,
+            "CATALOG_CACHE": str(tmp_path / "sync-cache"),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     check = run_catalog(["sync", MODEL, "--check", "--format", "json"], env)
     assert check.returncode == 1, explain(check)
     assert "Traceback" not in check.stderr
@@ -127,7 +145,10 @@ def test_odd_keys_in_the_bucket_are_listed_verbatim_and_never_followed(
 
 
 def test_prune_deletes_odd_keys_under_a_prefix_or_reports_each_and_carries_on(
-    bundled: Catalog, sources: dict[str, Path], moto_s3, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    moto_s3,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     """Odd keys ('..', '//', backslash, control characters, case twins) under a model's prefix are extra
     objects. `sync --prune` must remove them (they are plain S3 keys; deleting one writes nothing local),
@@ -135,8 +156,14 @@ def test_prune_deletes_odd_keys_under_a_prefix_or_reports_each_and_carries_on(
     the other extras, print its report, keep the pinned objects."""
     bucket = new_bucket(moto_s3.url)  # moto here because SeaweedFS cannot hold these keys (see plant_odd_keys)
     url, prefix, odd, outside = plant_odd_keys(bundled, sources, moto_s3, bucket)
-    env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(tmp_path / "sync-cache"),
-                   "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(BUNDLED),
+            "CATALOG_STORE": url,
+            "CATALOG_CACHE": str(tmp_path / "sync-cache"),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     pruned = run_catalog(["sync", MODEL, "--prune", "--format", "json"], env)
     assert "Traceback" not in pruned.stderr, explain(pruned)
     after = bucket_objects(moto_s3.url, bucket)
@@ -181,8 +208,14 @@ def test_local_store_with_case_twins_and_links_out_of_the_store(
     assert prefix + "CONFIG.JSON" in listed and prefix + "config.json" in listed
     assert not any("linked" in k for k in listed), "a listing must not descend into links out of the store"
 
-    env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": str(store_dir), "CATALOG_CACHE": str(tmp_path / "sync-cache"),
-                   "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(BUNDLED),
+            "CATALOG_STORE": str(store_dir),
+            "CATALOG_CACHE": str(tmp_path / "sync-cache"),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     pruned = run_catalog(["sync", MODEL, "--prune", "--from-dir", str(sources[MODEL]), "--format", "json"], env)
     assert pruned.returncode == 0, explain(pruned)
     assert json.loads(pruned.stdout)["deleted"] == [prefix + "CONFIG.JSON"]
@@ -203,7 +236,7 @@ def raw_listing(endpoint: str, bucket: str, prefix: str) -> dict[str, int]:
 
 
 def test_keys_with_characters_urls_escape_are_listed_verbatim_in_one_request(s3_server, bucket: str) -> None:  # type: ignore[no-untyped-def]
-    keys = ["m/a%41.bin", "m/b#[1]~.bin", "m/c{}^|`<>\".bin", "m/\u00fc+&=;:@$,.bin", "m/with space/x.bin", "m/%2F.bin"]
+    keys = ["m/a%41.bin", "m/b#[1]~.bin", 'm/c{}^|`<>".bin', "m/\u00fc+&=;:@$,.bin", "m/with space/x.bin", "m/%2F.bin"]
     client = s3_client(s3_server.url)
     for key in keys:
         client.put_object(Bucket=bucket, Key=key, Body=b"12")
@@ -218,7 +251,13 @@ def test_folder_markers_and_empty_objects_are_listed_as_s3_holds_them(moto_s3) -
     # as the consoles' "create folder" makes it. object_store would list `m/empty-marker/` as `m/empty-marker`.
     bucket = new_bucket(moto_s3.url)
     client = s3_client(moto_s3.url)
-    planted = {"m/empty-marker/": b"", "m/folder/": b"", "m/folder/x.bin": b"12", "m/empty.json": b"", "m/ok.bin": b"123"}
+    planted = {
+        "m/empty-marker/": b"",
+        "m/folder/": b"",
+        "m/folder/x.bin": b"12",
+        "m/empty.json": b"",
+        "m/ok.bin": b"123",
+    }
     for key, body in planted.items():
         client.put_object(Bucket=bucket, Key=key, Body=body)
     store = S3Store(bucket, "", S3Options(endpoint_url=moto_s3.url, addressing_style="path"))
@@ -233,7 +272,12 @@ def test_a_listing_of_thousands_of_keys_returns_each_exactly_once(s3_server, buc
     neighbours = {f"{base}many-more/x-{i}.bin": 1 for i in range(5)} | {f"{base}many": 2, "many/outside-base.bin": 3}
     client = s3_client(s3_server.url)
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda kv: client.put_object(Bucket=bucket, Key=kv[0], Body=b"x" * kv[1]), {**wanted, **neighbours}.items()))
+        list(
+            pool.map(
+                lambda kv: client.put_object(Bucket=bucket, Key=kv[0], Body=b"x" * kv[1]),
+                {**wanted, **neighbours}.items(),
+            )
+        )
     store = S3Store(bucket, base, S3Options(endpoint_url=s3_server.url, addressing_style="path"))
     listed = list(store.list("many/"))
     keys = [o.key for o in listed]
@@ -250,12 +294,20 @@ def nested_catalog(bundled: Catalog) -> Catalog:
     Catalog is built directly, as a defence-in-depth check of the resolver and the sync planner."""
     outer = bundled.get(MODEL)
     inner = bundled.get("tiny-qwen2").model_copy(update={"s3_prefix": outer.s3_prefix + "v2/"})
-    return Catalog(bundled.root, bundled.settings, {MODEL: outer, "tiny-qwen2": inner},
-                   {MODEL: bundled.sources[MODEL], "tiny-qwen2": bundled.sources["tiny-qwen2"]})
+    return Catalog(
+        bundled.root,
+        bundled.settings,
+        {MODEL: outer, "tiny-qwen2": inner},
+        {MODEL: bundled.sources[MODEL], "tiny-qwen2": bundled.sources["tiny-qwen2"]},
+    )
 
 
 def test_a_model_nested_in_another_models_prefix_is_not_seen_by_it(
-    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    s3_server,
+    bucket: str,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     cat = nested_catalog(bundled)
     url = f"s3://{bucket}/"
@@ -269,7 +321,9 @@ def test_a_model_nested_in_another_models_prefix_is_not_seen_by_it(
     cache = Cache(tmp_path / "cache")
     outer = resolve(cat, MODEL, cache=cache, store=store, options=ResolveOptions(transfer=FAST))
     assert_view_is_the_model(outer.path, cat, sources)
-    inner = resolve(cat, "tiny-qwen2", cache=cache, store=store, options=ResolveOptions(materialize_weights=True, transfer=FAST))
+    inner = resolve(
+        cat, "tiny-qwen2", cache=cache, store=store, options=ResolveOptions(materialize_weights=True, transfer=FAST)
+    )
     assert_view_is_the_model(inner.path, cat, sources, "tiny-qwen2")
 
     source = SourceOfBytes(cat, Cache(tmp_path / "sync-cache"), HubOptions(), None, FAST)
@@ -304,10 +358,19 @@ def weights_key(cat: Catalog, name: str = MODEL, path: str = WEIGHTS) -> str:
     return cat.store_key(cat.get(name), path)
 
 
-@pytest.mark.parametrize(("kind", "after", "times"), [("short", 20_000, 3), ("short", 1, 4), ("reset", 30_000, 2), ("reset", 0, 2)],
-                         ids=["short-body-20k", "short-body-1-byte", "reset-after-30k", "reset-before-body"])
+@pytest.mark.parametrize(
+    ("kind", "after", "times"),
+    [("short", 20_000, 3), ("short", 1, 4), ("reset", 30_000, 2), ("reset", 0, 2)],
+    ids=["short-body-20k", "short-body-1-byte", "reset-after-30k", "reset-before-body"],
+)
 def test_bodies_cut_short_or_reset_are_resumed_to_the_verified_file(
-    bundled: Catalog, sources: dict[str, Path], faulty, tmp_path: Path, kind: str, after: int, times: int  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    faulty,
+    tmp_path: Path,
+    kind: str,
+    after: int,
+    times: int,  # type: ignore[no-untyped-def]
 ) -> None:
     proxy, bucket = faulty
     fault = proxy.add(Fault(kind, times=times, after=after, path_contains=weights_key(bundled)))
@@ -320,13 +383,18 @@ def test_bodies_cut_short_or_reset_are_resumed_to_the_verified_file(
 
 
 def test_a_length_that_announces_more_than_the_body_never_publishes_wrong_bytes(
-    bundled: Catalog, sources: dict[str, Path], faulty, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    faulty,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     proxy, bucket = faulty
     fault = proxy.add(Fault("inflate", times=2, after=100, path_contains=weights_key(bundled)))
     cache = Cache(tmp_path / "cache")
     try:
-        result = resolve(bundled, MODEL, cache=cache, store=via(proxy.url, bucket), options=ResolveOptions(transfer=FAST))
+        result = resolve(
+            bundled, MODEL, cache=cache, store=via(proxy.url, bucket), options=ResolveOptions(transfer=FAST)
+        )
     except CatalogError as exc:  # a clean, named failure is acceptable; a traceback-class error is not
         print(f"inflated Content-Length: clean failure: {exc}")
         assert f"{MODEL}/{WEIGHTS}" in str(exc)
@@ -359,7 +427,10 @@ def test_500_then_200_resolves_and_lists(bundled: Catalog, sources: dict[str, Pa
 
 
 def test_a_stall_longer_than_the_read_timeout_is_cut_and_retried(
-    bundled: Catalog, sources: dict[str, Path], faulty, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    faulty,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     proxy, bucket = faulty
     stall = 30.0
@@ -367,8 +438,9 @@ def test_a_stall_longer_than_the_read_timeout_is_cut_and_retried(
     during = proxy.add(Fault("stall_body", times=1, after=10_000, seconds=stall, path_contains=weights_key(bundled)))
     cache = Cache(tmp_path / "cache")
     started = time.monotonic()
-    result = resolve(bundled, MODEL, cache=cache, store=via(proxy.url, bucket, read_timeout=1),
-                     options=ResolveOptions(transfer=FAST))
+    result = resolve(
+        bundled, MODEL, cache=cache, store=via(proxy.url, bucket, read_timeout=1), options=ResolveOptions(transfer=FAST)
+    )
     elapsed = time.monotonic() - started
     assert before.served == 1 and during.served == 1
     assert elapsed < 12, f"read_timeout=1 was not honoured: {elapsed:.1f}s against {stall:.0f}s stalls"
@@ -377,15 +449,22 @@ def test_a_stall_longer_than_the_read_timeout_is_cut_and_retried(
 
 
 def test_a_store_that_always_stalls_fails_cleanly_and_in_bounded_time(
-    bundled: Catalog, faulty, tmp_path: Path  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    faulty,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     proxy, bucket = faulty
     proxy.add(Fault("stall", times=1000, seconds=60, path_contains=weights_key(bundled)))
     cache = Cache(tmp_path / "cache")
     started = time.monotonic()
     with pytest.raises(StoreUnavailableError) as caught:
-        resolve(bundled, MODEL, cache=cache, store=via(proxy.url, bucket, read_timeout=1, max_attempts=1),
-                options=ResolveOptions(transfer=TransferConfig(attempts=3, backoff=0.01)))
+        resolve(
+            bundled,
+            MODEL,
+            cache=cache,
+            store=via(proxy.url, bucket, read_timeout=1, max_attempts=1),
+            options=ResolveOptions(transfer=TransferConfig(attempts=3, backoff=0.01)),
+        )
     elapsed = time.monotonic() - started
     assert elapsed < 20, f"gave up only after {elapsed:.1f}s"
     assert proxy.url in str(caught.value) and "Timeout" in str(caught.value)

@@ -27,14 +27,18 @@ MODELS = 50
 POOL = 8
 
 
-def test_fifty_models_resolve_in_one_call_and_in_fifty_processes(s3_server, bucket: str, tmp_path: Path, long_run: bool) -> None:  # type: ignore[no-untyped-def]
+def test_fifty_models_resolve_in_one_call_and_in_fifty_processes(
+    s3_server, bucket: str, tmp_path: Path, long_run: bool
+) -> None:  # type: ignore[no-untyped-def]
     models = 200 if long_run else MODELS
     manifests, data, names = write_generated_catalog(tmp_path / "work", bucket, models)
     upload_generated(manifests, data, names, f"s3://{bucket}/")
     cat = catalog.load(manifests)
     env = cli_env({"CATALOG_DIR": str(manifests), "HOME": str(tmp_path / "home")})
 
-    together = run_catalog(["resolve", "--all", "--format", "json", "--cache", str(tmp_path / "cache-all")], env, timeout=600)
+    together = run_catalog(
+        ["resolve", "--all", "--format", "json", "--cache", str(tmp_path / "cache-all")], env, timeout=600
+    )
     assert together.returncode == 0, explain(together)
     results = parse_json_results(together.stdout)
     assert sorted(r["name"] for r in results) == sorted(names)

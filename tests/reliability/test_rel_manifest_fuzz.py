@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - depends on the checkout
     from catalog.load import load_dir  # type: ignore[no-redef]
 
 sys.path.insert(0, str(ROOT / "tests"))
-from helpers import manifest_text, write_catalog  # noqa: E402
+from helpers import manifest_text, write_catalog
 
 NAME = "fuzzed"
 MARKER = "@MARKER@"  # replaced by a real path: a payload that ran would create that file
@@ -54,9 +54,20 @@ PAYLOADS = (
     f"!!python/object/apply:os.makedirs ['{MARKER}']",
 )
 # Tags that are not plain values but run nothing.
-OTHER_TAGS = ("!!python/name:os.system", "!!python/module:os", "!!python/tuple [1, 2]", "!!binary aGVsbG8gd29ybGQ=",
-              "!custom value", "!<tag:evil.example,2026:x> value", "!!set {a, b}", "!!omap [a: 1, b: 2]",
-              "!!pairs [a: 1]", "!!python/bytes aGVsbG8=", "!!python/complex 1+2j", "!!python/str x")
+OTHER_TAGS = (
+    "!!python/name:os.system",
+    "!!python/module:os",
+    "!!python/tuple [1, 2]",
+    "!!binary aGVsbG8gd29ybGQ=",
+    "!custom value",
+    "!<tag:evil.example,2026:x> value",
+    "!!set {a, b}",
+    "!!omap [a: 1, b: 2]",
+    "!!pairs [a: 1]",
+    "!!python/bytes aGVsbG8=",
+    "!!python/complex 1+2j",
+    "!!python/str x",
+)
 
 
 @dataclass(frozen=True)
@@ -190,7 +201,9 @@ def huge_int(draw: st.DrawFn) -> Doc:
     if where == "size":
         return Doc(text.replace("size: 10\n", f"size: {number}\n", 1).encode(), sign == "-", "int:size")
     if where == "count":
-        return Doc(text.replace("gpu: {class: cpu}", f"gpu: {{class: cpu, count: {number}}}").encode(), False, "int:count")
+        return Doc(
+            text.replace("gpu: {class: cpu}", f"gpu: {{class: cpu, count: {number}}}").encode(), False, "int:count"
+        )
     if where == "name":
         return Doc(text.replace(f"name: {NAME}", f"name: {number}").encode(), True, "int:name")
     return Doc((text + f"{number}: {number}\n").encode(), True, "int:key")
@@ -210,8 +223,11 @@ def deep_nesting(draw: st.DrawFn) -> Doc:
     where = draw(st.sampled_from(["loader", "unknown"]))
     text = valid_text()
     if where == "loader":
-        body = text.replace("loader: {}\n", f"loader:\n  deep: {value}\n") if style != "block" else \
-            text.replace("loader: {}\n", f"loader:{value}\n")
+        body = (
+            text.replace("loader: {}\n", f"loader:\n  deep: {value}\n")
+            if style != "block"
+            else text.replace("loader: {}\n", f"loader:{value}\n")
+        )
         return Doc(body.encode(), depth >= 70, f"deep:{style}:loader")
     return Doc((text + f"zz_deep: {value}\n").encode(), True, f"deep:{style}:unknown")
 
@@ -224,7 +240,11 @@ def random_unicode(draw: st.DrawFn) -> Doc:
     text = valid_text()
     value = draw(unicode_text)
     quoting = draw(st.sampled_from(["json", "raw", "single"]))
-    rendered = {"json": json.dumps(value, ensure_ascii=False), "raw": value, "single": "'" + value.replace("'", "''") + "'"}[quoting]
+    rendered = {
+        "json": json.dumps(value, ensure_ascii=False),
+        "raw": value,
+        "single": "'" + value.replace("'", "''") + "'",
+    }[quoting]
     index = draw(st.sampled_from(value_lines(text)))
     return Doc(replace_value(text, index, rendered).encode("utf-8", "surrogatepass"), False, f"unicode:{quoting}")
 
@@ -232,15 +252,20 @@ def random_unicode(draw: st.DrawFn) -> Doc:
 @st.composite
 def multi_document(draw: st.DrawFn) -> Doc:
     text = valid_text()
-    extra = draw(st.sampled_from(["---\n" + text, "---\na: 1\n", "...\n---\n", "--- !!python/object/apply:os.system ['x']\n"]))
+    extra = draw(
+        st.sampled_from(["---\n" + text, "---\na: 1\n", "...\n---\n", "--- !!python/object/apply:os.system ['x']\n"])
+    )
     return Doc((text + extra).encode(), True, "multi-document")
 
 
 @st.composite
 def merge_key(draw: st.DrawFn) -> Doc:
     style = draw(st.sampled_from(["alias", "inline", "list"]))
-    merged = {"alias": "base: &base {class: cpu}\ngpu:\n  <<: *base", "inline": "gpu:\n  <<: {class: cpu}",
-              "list": "gpu:\n  <<: [{class: cpu}, {count: 1}]"}[style]
+    merged = {
+        "alias": "base: &base {class: cpu}\ngpu:\n  <<: *base",
+        "inline": "gpu:\n  <<: {class: cpu}",
+        "list": "gpu:\n  <<: [{class: cpu}, {count: 1}]",
+    }[style]
     return Doc(valid_text().replace("gpu: {class: cpu}", merged).encode(), True, f"merge-key:{style}")
 
 
@@ -260,15 +285,57 @@ def spliced(draw: st.DrawFn) -> Doc:
     text = valid_text()
     for _ in range(draw(st.integers(1, 4))):
         at = draw(st.integers(0, len(text)))
-        piece = draw(st.sampled_from([":", "- ", "[", "]", "{", "}", "&a ", "*a", "!", "|", ">", "'", '"', "%", "@", "`",
-                                      "#", "\n", "\t", "  ", "\r", "\x85", "\u2028", "? "]))
+        piece = draw(
+            st.sampled_from(
+                [
+                    ":",
+                    "- ",
+                    "[",
+                    "]",
+                    "{",
+                    "}",
+                    "&a ",
+                    "*a",
+                    "!",
+                    "|",
+                    ">",
+                    "'",
+                    '"',
+                    "%",
+                    "@",
+                    "`",
+                    "#",
+                    "\n",
+                    "\t",
+                    "  ",
+                    "\r",
+                    "\x85",
+                    "\u2028",
+                    "? ",
+                ]
+            )
+        )
         text = text[:at] + piece + text[at:]
     return Doc(text.encode(), False, "spliced")
 
 
-hostile_texts = st.one_of(tagged(), alias_bomb(), duplicate_key(), tabs(), bom(), nul(), long_line(), huge_int(),
-                          deep_nesting(), random_unicode(), multi_document(), merge_key(), random_text(), random_bytes(),
-                          spliced())
+hostile_texts = st.one_of(
+    tagged(),
+    alias_bomb(),
+    duplicate_key(),
+    tabs(),
+    bom(),
+    nul(),
+    long_line(),
+    huge_int(),
+    deep_nesting(),
+    random_unicode(),
+    multi_document(),
+    merge_key(),
+    random_text(),
+    random_bytes(),
+    spliced(),
+)
 
 
 # -- manifest-shaped dicts --------------------------------------------------------------------------------
@@ -279,11 +346,18 @@ def valid_dict() -> dict[str, Any]:
 
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(10 ** 100), 10 ** 100), st.floats(allow_nan=True, allow_infinity=True),
-    unicode_text, st.sampled_from(["", "~", "null", "yes", "no", "0x10", "1_000", "12:30:00", "2026-11-30", ".inf", "-.nan"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**100), 10**100),
+    st.floats(allow_nan=True, allow_infinity=True),
+    unicode_text,
+    st.sampled_from(["", "~", "null", "yes", "no", "0x10", "1_000", "12:30:00", "2026-11-30", ".inf", "-.nan"]),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(unicode_text, inner, max_size=4)), max_leaves=12)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(unicode_text, inner, max_size=4)),
+    max_leaves=12,
+)
 
 
 def paths_in(data: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -310,18 +384,44 @@ def shaped_dict(draw: st.DrawFn) -> Doc:
     for _ in range(draw(st.integers(0, 4))):  # random values at random places: maybe fine, maybe not
         path = draw(st.sampled_from(list(paths_in(data))[1:]))
         data = set_at(data, path, draw(values))
-    breaking = draw(st.sampled_from(["drop-required", "unknown-key", "files-scalar", "name-container", "source-list",
-                                     "bad-file-entry"]))
+    breaking = draw(
+        st.sampled_from(
+            ["drop-required", "unknown-key", "files-scalar", "name-container", "source-list", "bad-file-entry"]
+        )
+    )
     if breaking == "drop-required":
         data.pop(draw(st.sampled_from(["name", "source", "s3_prefix", "load_format"])), None)
     elif breaking == "unknown-key":
-        data[draw(unicode_text.filter(lambda k: k not in data and k.strip() != "" and k not in {
-            "name", "description", "source", "s3_prefix", "load_format", "loader", "gpu", "tags", "tokenizer",
-            "allow_pickle", "files"}))] = draw(values)
+        data[
+            draw(
+                unicode_text.filter(
+                    lambda k: (
+                        k not in data
+                        and k.strip() != ""
+                        and k
+                        not in {
+                            "name",
+                            "description",
+                            "source",
+                            "s3_prefix",
+                            "load_format",
+                            "loader",
+                            "gpu",
+                            "tags",
+                            "tokenizer",
+                            "allow_pickle",
+                            "files",
+                        }
+                    )
+                )
+            )
+        ] = draw(values)
     elif breaking == "files-scalar":
         data["files"] = draw(scalars)
     elif breaking == "name-container":
-        data["name"] = draw(st.one_of(st.lists(scalars, max_size=3), st.dictionaries(unicode_text, scalars, max_size=3)))
+        data["name"] = draw(
+            st.one_of(st.lists(scalars, max_size=3), st.dictionaries(unicode_text, scalars, max_size=3))
+        )
     elif breaking == "source-list":
         data["source"] = draw(st.lists(scalars, max_size=3))
     else:
@@ -344,6 +444,7 @@ class Hang(Exception):
 def deadline(seconds: float) -> Iterator[None]:
     """Fail (not block) on a hang: SIGALRM raises in Python code; a hang inside C code is killed by
     faulthandler's watchdog, with every thread's traceback, a little later."""
+
     def on_alarm(signum: int, frame: object) -> None:
         raise Hang(f"load_dir did not return within {seconds}s")
 
@@ -383,8 +484,13 @@ def check_loads_cleanly(doc: Doc) -> None:
             assert mine, f"a broken file ({doc.kind}) produced no problem"
 
 
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 
 
 # A payload that runs opens its marker file and leaves it open (that is the code it runs): not ours to close.
@@ -460,18 +566,33 @@ def test_huge_gpu_count_or_size_is_a_problem_not_a_crash(tmp_path: Path, field: 
     assert all(p.path.endswith(f"{NAME}.yaml") for p in result.problems)
     wanted = "gpu.count" if field == "gpu-count" else "files[1].size"
     key_line = next(i for i, line in enumerate(text.splitlines(), 1) if huge in line)
-    found = [p for p in result.problems if p.field == wanted and p.rule == "schema" and "less than or equal" in p.message]
+    found = [
+        p for p in result.problems if p.field == wanted and p.rule == "schema" and "less than or equal" in p.message
+    ]
     assert found and all(p.line == key_line for p in found), (found, key_line)  # the key's own line
 
 
 # -- the CLI on a sample --------------------------------------------------------------------------------
-CLI_SAMPLE = st.one_of(tagged(), alias_bomb().filter(lambda d: d.broken), duplicate_key(), tabs(),
-                       long_line().filter(lambda d: d.broken), deep_nesting().filter(lambda d: d.broken),
-                       multi_document(), merge_key(), shaped_dict())
+CLI_SAMPLE = st.one_of(
+    tagged(),
+    alias_bomb().filter(lambda d: d.broken),
+    duplicate_key(),
+    tabs(),
+    long_line().filter(lambda d: d.broken),
+    deep_nesting().filter(lambda d: d.broken),
+    multi_document(),
+    merge_key(),
+    shaped_dict(),
+)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 @given(CLI_SAMPLE)
 def test_cli_validate_reports_broken_files_as_file_line_and_exits_1(doc: Doc) -> None:
     with tempfile.TemporaryDirectory(prefix="fuzz-cli-") as work:
@@ -480,8 +601,13 @@ def test_cli_validate_reports_broken_files_as_file_line_and_exits_1(doc: Doc) ->
         folder = write_catalog(root, {})
         path = folder / f"{NAME}.yaml"
         path.write_bytes(doc.data.replace(MARKER.encode(), str(marker).encode()))
-        done = subprocess.run([sys.executable, "-m", "catalog", "validate", f"manifests/{NAME}.yaml"], cwd=root,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "catalog", "validate", f"manifests/{NAME}.yaml"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 1, (doc.kind, done.stdout[-2000:], done.stderr[-2000:])
         assert "Traceback" not in done.stdout + done.stderr, (doc.kind, done.stderr[-3000:])
         first = done.stdout.splitlines()[0] if done.stdout else ""
@@ -489,17 +615,28 @@ def test_cli_validate_reports_broken_files_as_file_line_and_exits_1(doc: Doc) ->
         assert not marker.exists()
 
 
-@pytest.mark.parametrize(("kind", "data", "line"), [
-    ("nul-byte", b"name: fuzzed\nsource:\n  hf_repo: org/x\x00y\n", 3),
-    ("invalid-utf8", b"name: fuzzed\nsource:\n  hf_repo: org/\xc3\x28\n", 3),
-], ids=["nul-byte", "invalid-utf8"])
-def test_cli_validate_names_the_line_of_a_nul_byte_or_invalid_utf8(tmp_path: Path, kind: str, data: bytes, line: int) -> None:
+@pytest.mark.parametrize(
+    ("kind", "data", "line"),
+    [
+        ("nul-byte", b"name: fuzzed\nsource:\n  hf_repo: org/x\x00y\n", 3),
+        ("invalid-utf8", b"name: fuzzed\nsource:\n  hf_repo: org/\xc3\x28\n", 3),
+    ],
+    ids=["nul-byte", "invalid-utf8"],
+)
+def test_cli_validate_names_the_line_of_a_nul_byte_or_invalid_utf8(
+    tmp_path: Path, kind: str, data: bytes, line: int
+) -> None:
     """`catalog validate` promises `path:line: ...` for every problem. A NUL byte or a byte sequence that
     is not UTF-8 sits on a known line; the report should name it rather than the file alone."""
     folder = write_catalog(tmp_path, {})
     (folder / f"{NAME}.yaml").write_bytes(data)
-    done = subprocess.run([sys.executable, "-m", "catalog", "validate", f"manifests/{NAME}.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "validate", f"manifests/{NAME}.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     first = done.stdout.splitlines()[0]
     assert first.startswith(f"manifests/{NAME}.yaml:{line}: "), first
@@ -508,8 +645,13 @@ def test_cli_validate_names_the_line_of_a_nul_byte_or_invalid_utf8(tmp_path: Pat
 def test_cli_validate_reports_a_huge_int_without_a_traceback(tmp_path: Path) -> None:
     folder = write_catalog(tmp_path, {})
     (folder / f"{NAME}.yaml").write_text(valid_text().replace("size: 10\n", f"size: {'9' * 5000}\n", 1))
-    done = subprocess.run([sys.executable, "-m", "catalog", "validate", f"manifests/{NAME}.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog", "validate", f"manifests/{NAME}.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "Traceback" not in done.stderr, done.stderr[-1500:]
     assert done.returncode == 1
     assert re.match(rf"^manifests/{NAME}\.yaml:\d+: ", done.stdout.splitlines()[0])

@@ -25,9 +25,9 @@ import pytest
 from catalog.lookup import Catalog
 from resolver.cache import Cache
 from resolver.hf_layout import hf_repo_folder
-from resolver.views import Layout, ViewSpec
 from resolver.stores import LocalStore, open_store
 from resolver.upload import upload_from_dir
+from resolver.views import Layout, ViewSpec
 
 from .support import (
     BUNDLED,
@@ -56,12 +56,25 @@ def evict(cache_dir: Path, sha256: str) -> None:
 
 
 def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recovers(
-    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    sources: dict[str, Path],
+    s3_server,
+    bucket: str,
+    tmp_path: Path,
+    rng,
+    long_run: bool,  # type: ignore[no-untyped-def]
 ) -> None:
     url = f"s3://{bucket}/"
     upload_from_dir(bundled, MINILM, sources[MINILM], open_store(url))
     cache_dir = tmp_path / "cache"
-    env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(cache_dir), "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(BUNDLED),
+            "CATALOG_STORE": url,
+            "CATALOG_CACHE": str(cache_dir),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     big = bundled.get(MINILM).file(WEIGHTS)
     assert big is not None
     rounds = 40 if long_run else 10
@@ -74,8 +87,13 @@ def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recove
     killed = mid_download = 0
     for round_ in range(rounds):
         evict(cache_dir, big.sha256)
-        proc = subprocess.Popen(catalog_cmd("resolve", MINILM, "--part-size", "8MiB", "--concurrency", "2"), env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            catalog_cmd("resolve", MINILM, "--part-size", "8MiB", "--concurrency", "2"),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         launched = time.monotonic()
         timeout = rng.uniform(0.15, 0.95) * span
         if round_ % 2:
@@ -95,10 +113,14 @@ def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recove
             killed += 1
             mid_download += in_flight
         verified = run_catalog(["verify", "--deep"], env)
-        assert verified.returncode == 0, f"round {round_} (killed after {time.monotonic() - launched:.2f}s): {explain(verified)}"
+        assert verified.returncode == 0, (
+            f"round {round_} (killed after {time.monotonic() - launched:.2f}s): {explain(verified)}"
+        )
         assert blob_mismatches(cache_dir) == [], f"round {round_}"
     print(f"resolve kill loop: {rounds} rounds, {killed} killed, {mid_download} of them mid-download")
-    assert mid_download >= max(1, rounds // 3), f"only {mid_download} of {rounds} kills landed mid-download ({killed} kills)"
+    assert mid_download >= max(1, rounds // 3), (
+        f"only {mid_download} of {rounds} kills landed mid-download ({killed} kills)"
+    )
 
     rerun = run_catalog(["resolve", MINILM, "--format", "json"], env)
     assert rerun.returncode == 0, explain(rerun)
@@ -111,27 +133,44 @@ def test_resolve_killed_at_random_points_leaves_a_cache_that_verifies_and_recove
 
 
 def test_sync_killed_mid_upload_shows_no_partial_object_and_a_rerun_is_clean(
-    bundled: Catalog, hub, s3_server, bucket: str, tmp_path: Path, rng, long_run: bool  # type: ignore[no-untyped-def]
+    bundled: Catalog,
+    hub,
+    s3_server,
+    bucket: str,
+    tmp_path: Path,
+    rng,
+    long_run: bool,  # type: ignore[no-untyped-def]
 ) -> None:
     manifest = bundled.get(MINILM)
     prefix = bundled.store_key(manifest)
     pins = {prefix + f.path: f for f in manifest.files}
     key = prefix + WEIGHTS
     cache_dir = tmp_path / "cache"
-    base = {"HF_ENDPOINT": hub.url, "CATALOG_DIR": str(BUNDLED), "CATALOG_CACHE": str(cache_dir),
-            "CATALOG_STORE": f"s3://{bucket}/", "HOME": str(tmp_path / "home")}
+    base = {
+        "HF_ENDPOINT": hub.url,
+        "CATALOG_DIR": str(BUNDLED),
+        "CATALOG_CACHE": str(cache_dir),
+        "CATALOG_STORE": f"s3://{bucket}/",
+        "HOME": str(tmp_path / "home"),
+    }
     client = s3_client(s3_server.url)
     rounds = 8 if long_run else 3
     killed_mid_upload = 0
     for round_ in range(rounds):
         proxy = FaultProxy(s3_server.port)
         try:
-            proc = subprocess.Popen(catalog_cmd("sync", MINILM, "--part-size", "8MiB", "--concurrency", "2"),
-                                    env=cli_env({**base, "AWS_ENDPOINT_URL": proxy.url}),
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                catalog_cmd("sync", MINILM, "--part-size", "8MiB", "--concurrency", "2"),
+                env=cli_env({**base, "AWS_ENDPOINT_URL": proxy.url}),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             parts = rng.randint(1, 10)  # 90 MB in 8 MiB parts: 11 parts
             deadline = time.monotonic() + 120
-            while proxy.requests[f"PUT /{bucket}/{key}"] < parts and proc.poll() is None and time.monotonic() < deadline:
+            while (
+                proxy.requests[f"PUT /{bucket}/{key}"] < parts and proc.poll() is None and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -141,7 +180,9 @@ def test_sync_killed_mid_upload_shows_no_partial_object_and_a_rerun_is_clean(
             proxy.close()
         objects = bucket_objects(s3_server.url, bucket, prefix)
         for name, size in objects.items():  # whatever is visible is whole and carries its pin
-            assert name in pins and size == pins[name].size, f"round {round_}: partial or stray object {name} ({size} bytes)"
+            assert name in pins and size == pins[name].size, (
+                f"round {round_}: partial or stray object {name} ({size} bytes)"
+            )
             head = client.head_object(Bucket=bucket, Key=name)
             assert head["Metadata"].get("sha256") == pins[name].sha256, f"round {round_}: {name}"
         assert blob_mismatches(cache_dir) == []
@@ -161,6 +202,7 @@ def limit_file_size(limit: int):  # type: ignore[no-untyped-def]
     def preexec() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
+
     return preexec
 
 
@@ -169,18 +211,32 @@ def limit_file_size(limit: int):  # type: ignore[no-untyped-def]
 # so no later write fails and only the written length can tell.
 @pytest.mark.parametrize("limit_below_weights, part_size", [(None, "8MiB"), (100, "1GiB")], ids=["parts", "last-write"])
 def test_a_full_disk_is_a_one_line_cache_error_and_leaves_nothing_partial(
-    bundled: Catalog, sources: dict[str, Path], s3_server, bucket: str, tmp_path: Path,  # type: ignore[no-untyped-def]
-    limit_below_weights: int | None, part_size: str,
+    bundled: Catalog,
+    sources: dict[str, Path],
+    s3_server,
+    bucket: str,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    limit_below_weights: int | None,
+    part_size: str,
 ) -> None:
     url = f"s3://{bucket}/"
     upload_from_dir(bundled, MINILM, sources[MINILM], open_store(url))
     cache_dir = tmp_path / "cache"
-    env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": url, "CATALOG_CACHE": str(cache_dir), "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(BUNDLED),
+            "CATALOG_STORE": url,
+            "CATALOG_CACHE": str(cache_dir),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     started = time.monotonic()
     big = bundled.get(MINILM).file(WEIGHTS)
     assert big is not None
     limit = (1 << 20) + 12345 if limit_below_weights is None else big.size - limit_below_weights
-    done = run_catalog(["resolve", MINILM, "--part-size", part_size, "--concurrency", "2"], env, preexec_fn=limit_file_size(limit))
+    done = run_catalog(
+        ["resolve", MINILM, "--part-size", part_size, "--concurrency", "2"], env, preexec_fn=limit_file_size(limit)
+    )
     elapsed = time.monotonic() - started
     assert done.returncode == 1, explain(done)
     assert "Traceback" not in done.stderr, explain(done)
@@ -188,7 +244,9 @@ def test_a_full_disk_is_a_one_line_cache_error_and_leaves_nothing_partial(
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, explain(done)
     assert str(Cache(cache_dir).root) in errors[0], f"the error does not name the cache: {errors[0]}"
-    assert "giving up" not in errors[0] and url not in errors[0], f"a local write failure blamed on the store: {errors[0]}"
+    assert "giving up" not in errors[0] and url not in errors[0], (
+        f"a local write failure blamed on the store: {errors[0]}"
+    )
     hints = [line for line in done.stderr.splitlines() if line.startswith("hint:")]
     assert hints and "ulimit -f" in hints[0], explain(done)  # the hint fits the cause (EFBIG), not a generic one
     assert elapsed < 30, f"a full disk was retried like a flaky network ({elapsed:.0f}s)"
@@ -220,7 +278,8 @@ def plant_debris(bundled: Catalog, cache: Cache, pid: int) -> list[Path]:
         cache.tmp / f"{pid}-{secrets.token_hex(6)}.part": "file",  # a download in flight
         view.parent / f".{dir_spec.view_id}.{pid}-{token}": "dir",  # a view being staged
         view.parent / f".trash-{dir_spec.view_id}.{pid}-{token}": "dir",  # an old view being swapped out
-        cache.marker_path(dir_spec).parent / f".{cache.marker_path(dir_spec).name}.{pid}-{token}": "file",  # atomic_write
+        cache.marker_path(dir_spec).parent
+        / f".{cache.marker_path(dir_spec).name}.{pid}-{token}": "file",  # atomic_write
         repo / "blobs" / f".{sha}.{pid}-{token}": "file",  # an hf-cache blob being linked in
         repo / "refs" / f".main.{pid}-{token}": "file",  # atomic_write of refs/main
         repo / "snapshots" / manifest.source.revision / f".config.json.{pid}-{token}": "link",  # a staged symlink
@@ -241,8 +300,14 @@ def resolved_cache(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -
     store = tmp_path / "store"
     upload_from_dir(bundled, "tiny-llama", sources["tiny-llama"], LocalStore(store))
     cache = Cache(tmp_path / "cache")
-    env = cli_env({"CATALOG_DIR": str(BUNDLED), "CATALOG_STORE": str(store), "CATALOG_CACHE": str(cache.root),
-                   "HOME": str(tmp_path / "home")})
+    env = cli_env(
+        {
+            "CATALOG_DIR": str(BUNDLED),
+            "CATALOG_STORE": str(store),
+            "CATALOG_CACHE": str(cache.root),
+            "HOME": str(tmp_path / "home"),
+        }
+    )
     for layout in ("dir", "hf-cache"):
         done = run_catalog(["resolve", "tiny-llama", "--layout", layout], env)
         assert done.returncode == 0, explain(done)
@@ -262,7 +327,9 @@ def test_gc_removes_what_a_killed_writer_leaves_at_every_write_site(
     assert run_catalog(["verify", "--deep"], env).returncode == 0
 
 
-def test_gc_keeps_the_in_flight_files_of_a_live_writer(bundled: Catalog, sources: dict[str, Path], tmp_path: Path) -> None:
+def test_gc_keeps_the_in_flight_files_of_a_live_writer(
+    bundled: Catalog, sources: dict[str, Path], tmp_path: Path
+) -> None:
     """The same names owned by a running process (this one) are in flight: gc must not pull them away
     (a resolve would then fail renaming its staged file into place)."""
     cache, env = resolved_cache(bundled, sources, tmp_path)

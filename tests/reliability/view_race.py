@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: reliability.support
 
-from reliability.support import check_view_files, parse_json_results  # noqa: E402
+from reliability.support import check_view_files, parse_json_results
 
 
 def main() -> None:
@@ -89,8 +89,12 @@ def _round(i: int, args: argparse.Namespace, manifest: Any, cache: Path, work: P
     out.mkdir(parents=True)
     done = out / "done"
     release = os.pipe()
-    builders = [_fork(lambda: _resolve_once(argv, manifest), out / f"build-{n}", release) for n in range(args.processes)]
-    readers = [_fork(lambda: _resolve_until(argv, manifest, done), out / f"read-{n}", release) for n in range(args.readers)]
+    builders = [
+        _fork(lambda: _resolve_once(argv, manifest), out / f"build-{n}", release) for n in range(args.processes)
+    ]
+    readers = [
+        _fork(lambda: _resolve_until(argv, manifest, done), out / f"read-{n}", release) for n in range(args.readers)
+    ]
     gc = _fork(lambda: _gc_until(done), out / "gc", release)
     os.close(release[0])
     os.close(release[1])  # end of file: every process goes at once
@@ -98,11 +102,19 @@ def _round(i: int, args: argparse.Namespace, manifest: Any, cache: Path, work: P
     done.touch()
     codes |= {f"read-{n}": _wait(pid) for n, pid in enumerate(readers)}
     codes["gc"] = _wait(gc)
-    failed = {name: (out / f"{name}.out").read_text()[-1500:] + (out / f"{name}.err").read_text()[-1500:]
-              for name, code in codes.items() if code != 0}
+    failed = {
+        name: (out / f"{name}.out").read_text()[-1500:] + (out / f"{name}.err").read_text()[-1500:]
+        for name, code in codes.items()
+        if code != 0
+    }
     resolves = sum(len((out / f"{name}.out").read_text().splitlines()) for name in codes if name != "gc")
-    return {"round": i, "kind": kind, "failed": failed, "resolves": resolves,
-            "gc_runs": (out / "gc.out").read_text().count("gc exit ")}
+    return {
+        "round": i,
+        "kind": kind,
+        "failed": failed,
+        "resolves": resolves,
+        "gc_runs": (out / "gc.out").read_text().count("gc exit "),
+    }
 
 
 def _resolve_once(argv: list[str], manifest: Any) -> int:
@@ -113,8 +125,11 @@ def _resolve_once(argv: list[str], manifest: Any) -> int:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         code = _cli(argv)
-    problems = [p for result in parse_json_results(printed.getvalue()) for p in check_view_files(result, manifest)] \
-        if code == 0 else []
+    problems = (
+        [p for result in parse_json_results(printed.getvalue()) for p in check_view_files(result, manifest)]
+        if code == 0
+        else []
+    )
     print(json.dumps({"code": code, "problems": problems}), flush=True)
     return code or (1 if problems else 0)
 

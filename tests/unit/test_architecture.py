@@ -15,8 +15,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = {"catalog": 0, "resolver": 1, "catalog_app": 2}
 # Third-party packages each layer must not import: the core is pure, the I/O layer draws nothing.
-FORBIDDEN = {"catalog": {"click", "boto3", "botocore", "huggingface_hub", "torch", "rich"}, "resolver": {"click", "rich"}}
+FORBIDDEN = {
+    "catalog": {"click", "boto3", "botocore", "huggingface_hub", "torch", "rich"},
+    "resolver": {"click", "rich"},
+}
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
 
 def modules() -> Iterator[tuple[str, Path]]:
     """Every library module. `__main__.py` is an entry script (`python -m catalog`), never imported: it may
@@ -48,7 +52,9 @@ def imports_of(path: Path, module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
     return found
@@ -82,7 +88,7 @@ def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         stack.append(node)
         for nxt in sorted(edges[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()
@@ -106,7 +112,9 @@ def test_the_checker_sees_a_cycle() -> None:
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("import os\ndef f():\n    from catalog_app import cli\nif TYPE_CHECKING:\n    import resolver.cache\n")
+    bad.write_text(
+        "import os\ndef f():\n    from catalog_app import cli\nif TYPE_CHECKING:\n    import resolver.cache\n"
+    )
     assert imports_of(bad, "catalog.bad") == {"os", "catalog_app", "catalog_app.cli"}
 
 
@@ -127,8 +135,12 @@ def environment_uses(source: str) -> list[int]:
             if any(a.name in ENVIRON_NAMES for a in node.names):
                 lines.append(node.lineno)
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr in ENVIRON_NAMES and isinstance(node.value, ast.Name)
-                and node.value.id in aliases):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ENVIRON_NAMES
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
             lines.append(node.lineno)
     return sorted(set(lines))
 
@@ -157,11 +169,21 @@ def environment_table(text: str) -> dict[str, Reader]:
 
 def from_process_calls(source: str) -> list[int]:
     """The lines of `source` that call `Settings.from_process` (any spelling of the call: `X.from_process(...)`)."""
-    return sorted({node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
-                   and isinstance(node.func, ast.Attribute) and node.func.attr == "from_process"}
-                  | {node.lineno for node in ast.walk(ast.parse(source))  # passed as a value: Invocation(Settings.from_process)
-                     if isinstance(node, ast.Attribute) and node.attr == "from_process" and isinstance(node.value, ast.Name)
-                     and node.value.id == "Settings"})
+    return sorted(
+        {
+            node.lineno
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "from_process"
+        }
+        | {
+            node.lineno
+            for node in ast.walk(ast.parse(source))  # passed as a value: Invocation(Settings.from_process)
+            if isinstance(node, ast.Attribute)
+            and node.attr == "from_process"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "Settings"
+        }
+    )
 
 
 def named_variables(source: str) -> set[str]:
@@ -170,8 +192,12 @@ def named_variables(source: str) -> set[str]:
     tree = ast.parse(source)
 
     def environ(node: ast.AST) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr in ENVIRON_NAMES and isinstance(node.value, ast.Name) \
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr in ENVIRON_NAMES
+            and isinstance(node.value, ast.Name)
             and node.value.id in {"os", "posix"}
+        )
 
     def literal(node: ast.AST | None) -> str | None:
         return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
@@ -181,9 +207,18 @@ def named_variables(source: str) -> set[str]:
         name = None
         if isinstance(node, ast.Subscript) and environ(node.value):
             name = literal(node.slice)
-        elif isinstance(node, ast.Call) and node.args and (
-                (isinstance(node.func, ast.Attribute) and node.func.attr in {"get", "pop", "setdefault"} and environ(node.func.value))
-                or environ(node.func)):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and (
+                (
+                    isinstance(node.func, ast.Attribute)
+                    and node.func.attr in {"get", "pop", "setdefault"}
+                    and environ(node.func.value)
+                )
+                or environ(node.func)
+            )
+        ):
             name = literal(node.args[0])
         elif isinstance(node, ast.Compare) and any(environ(c) for c in node.comparators):
             name = literal(node.left)
@@ -199,7 +234,8 @@ def readers_in_code() -> dict[str, set[str]]:
         for path in sorted((ROOT / package).rglob("*.py")):
             rel, text = path.relative_to(ROOT).as_posix(), path.read_text()
             how = ({"os.environ"} if environment_uses(text) else set()) | (
-                {"Settings.from_process"} if from_process_calls(text) and rel != "catalog/settings.py" else set())
+                {"Settings.from_process"} if from_process_calls(text) and rel != "catalog/settings.py" else set()
+            )
             if how:
                 found[rel] = how
     return found
@@ -211,25 +247,39 @@ def test_the_environment_table_is_what_the_code_does() -> None:
     table = environment_table(ARCHITECTURE.read_text())
     code = readers_in_code()
     unlisted = [f"{m} ({', '.join(sorted(how))})" for m, how in code.items() if m not in table]
-    assert not unlisted, ("these read the environment below the entry points: take the value from the invocation's "
-                          "Settings instead, or add a row with why to docs/architecture.md:\n" + "\n".join(unlisted))
+    assert not unlisted, (
+        "these read the environment below the entry points: take the value from the invocation's "
+        "Settings instead, or add a row with why to docs/architecture.md:\n" + "\n".join(unlisted)
+    )
     stale = [m for m in table if m not in code]
     assert not stale, f"docs/architecture.md lists modules that do not read the environment: {stale}"
-    wrong = [f"{m}: the table says {sorted(table[m].reads)}, the code does {sorted(how)}" for m, how in code.items()
-             if set(table[m].reads) != how]
+    wrong = [
+        f"{m}: the table says {sorted(table[m].reads)}, the code does {sorted(how)}"
+        for m, how in code.items()
+        if set(table[m].reads) != how
+    ]
     assert not wrong, "\n".join(wrong)
-    unnamed = [f"{m}: {v}" for m in code for v in sorted(named_variables((ROOT / m).read_text()))
-               if f"`{v}`" not in table[m].variables]
+    unnamed = [
+        f"{m}: {v}"
+        for m in code
+        for v in sorted(named_variables((ROOT / m).read_text()))
+        if f"`{v}`" not in table[m].variables
+    ]
     assert not unnamed, "variables read but not in docs/architecture.md's row:\n" + "\n".join(unnamed)
 
 
 def test_the_table_reader_sees_rows_and_the_checker_sees_variables() -> None:
-    text = ("## Who reads the environment\n\n| module | reads | variables | why |\n|---|---|---|---|\n"
-            "| `a/b.py` | `os.environ`, `Settings.from_process` | `X`, `Y` | because |\n\n## Next\n| `c.py` | x | y | z |\n")
-    assert environment_table(text) == {"a/b.py": Reader("a/b.py", frozenset({"os.environ", "Settings.from_process"}),
-                                                        "`X`, `Y`")}
-    source = ("import os\nos.environ['A']\nos.environ.get('B')\nos.getenv('C')\n'D' in os.environ\n"
-              "os.environ.setdefault('E', '1')\nx = {}.get('F')\n")
+    text = (
+        "## Who reads the environment\n\n| module | reads | variables | why |\n|---|---|---|---|\n"
+        "| `a/b.py` | `os.environ`, `Settings.from_process` | `X`, `Y` | because |\n\n## Next\n| `c.py` | x | y | z |\n"
+    )
+    assert environment_table(text) == {
+        "a/b.py": Reader("a/b.py", frozenset({"os.environ", "Settings.from_process"}), "`X`, `Y`")
+    }
+    source = (
+        "import os\nos.environ['A']\nos.environ.get('B')\nos.getenv('C')\n'D' in os.environ\n"
+        "os.environ.setdefault('E', '1')\nx = {}.get('F')\n"
+    )
     assert named_variables(source) == {"A", "B", "C", "D", "E"}
     assert from_process_calls("s = Settings.from_process(catalog_dir=x)\nf = Settings.from_process\n") == [1, 2]
 
@@ -241,15 +291,25 @@ def test_every_store_opened_by_our_code_gets_its_settings() -> None:
     for package in LAYERS:
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "open_store"
-                        and len(node.args) + len(node.keywords) < 2):
+                if (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "id", getattr(node.func, "attr", None)) == "open_store"
+                    and len(node.args) + len(node.keywords) < 2
+                ):
                     calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not calls, "open_store without settings (pass the invocation's):\n" + "\n".join(calls)
 
 
-@pytest.mark.parametrize("source", ["import os as o\nx = o.environ['A']\n", "from os import environ as e\n",
-                                    "import os\nos.getenv('A')\n", "from os import getenv\n",
-                                    "def f():\n    import os\n    return os.environ.get('A')\n"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import os as o\nx = o.environ['A']\n",
+        "from os import environ as e\n",
+        "import os\nos.getenv('A')\n",
+        "from os import getenv\n",
+        "def f():\n    import os\n    return os.environ.get('A')\n",
+    ],
+)
 def test_the_environment_check_sees_every_spelling(source: str) -> None:
     assert environment_uses(source) != []
 
@@ -278,7 +338,12 @@ def test_the_cache_module_names_every_folder_of_the_cache() -> None:
             rel = path.relative_to(ROOT).as_posix()
             if rel == "catalog/front_door.py":
                 continue
-            offenders += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
-                          if CACHE_FOLDER.search(line)]
-    assert not offenders, ("name the folder in catalog/front_door.py CACHE_FOLDERS and join it in resolver/cache.py "
-                           "(a Cache attribute) instead:\n" + "\n".join(offenders))
+            offenders += [
+                f"{rel}:{n}: {line.strip()}"
+                for n, line in enumerate(path.read_text().splitlines(), 1)
+                if CACHE_FOLDER.search(line)
+            ]
+    assert not offenders, (
+        "name the folder in catalog/front_door.py CACHE_FOLDERS and join it in resolver/cache.py "
+        "(a Cache attribute) instead:\n" + "\n".join(offenders)
+    )

@@ -66,6 +66,10 @@ def test_a_broken_link_and_a_broken_anchor_are_caught(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text(
         "[ok](docs/b.md) [ok](docs/b.md#the-cache-again) [ok](docs/b.md#the-cache-again-1) [ok](#top)\n"
         "[gone](docs/c.md) [bad](docs/b.md#nowhere) [web](https://example.com/x.md) `[code](docs/none.md)`\n"
-        "```\n[fenced](docs/none.md)\n```\n\n[ref]: docs/d.md\n\n# Top\n")
-    assert broken(tmp_path / "a.md") == ["docs/c.md: no such file", "docs/b.md#nowhere: no heading with that anchor",
-                                         "docs/d.md: no such file"]
+        "```\n[fenced](docs/none.md)\n```\n\n[ref]: docs/d.md\n\n# Top\n"
+    )
+    assert broken(tmp_path / "a.md") == [
+        "docs/c.md: no such file",
+        "docs/b.md#nowhere: no heading with that anchor",
+        "docs/d.md: no such file",
+    ]

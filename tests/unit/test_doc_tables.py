@@ -51,8 +51,10 @@ def rule_ids_in_code() -> dict[str, set[str]]:
                     literal = node.args[4].value
                 elif name == "at" and len(node.args) >= 4 and isinstance(node.args[3], ast.Constant):
                     literal = node.args[3].value
-                literal = next((k.value.value for k in node.keywords if k.arg == "rule" and isinstance(k.value, ast.Constant)),
-                               literal)
+                literal = next(
+                    (k.value.value for k in node.keywords if k.arg == "rule" and isinstance(k.value, ast.Constant)),
+                    literal,
+                )
                 if isinstance(literal, str):
                     found.setdefault(literal, set()).add(path.relative_to(ROOT).as_posix())
     return found
@@ -82,9 +84,15 @@ def test_every_catalog_variable_the_docs_name_is_a_setting_or_one_the_code_write
     line, a matrix job's environment): a renamed or removed variable cannot stay documented."""
     from catalog.settings import ENV_NAMES
 
-    code = "".join(p.read_text() for package in ("catalog", "resolver", "catalog_app")
-                   for p in sorted((ROOT / package).rglob("*.py")))
+    code = "".join(
+        p.read_text()
+        for package in ("catalog", "resolver", "catalog_app")
+        for p in sorted((ROOT / package).rglob("*.py"))
+    )
     documents = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    named = {(d.relative_to(ROOT).as_posix(), n) for d in documents
-             for n in re.findall(r"\bCATALOG_[A-Z0-9_]*[A-Z0-9]\b", d.read_text())}
+    named = {
+        (d.relative_to(ROOT).as_posix(), n)
+        for d in documents
+        for n in re.findall(r"\bCATALOG_[A-Z0-9_]*[A-Z0-9]\b", d.read_text())
+    }
     assert sorted((d, n) for d, n in named if n not in ENV_NAMES and f'"{n}"' not in code) == []

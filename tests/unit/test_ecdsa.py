@@ -15,8 +15,11 @@ from hypothesis import strategies as st
 
 from resolver import ecdsa
 
-CURVES = {"P-256": (ec.SECP256R1(), hashes.SHA256()), "P-384": (ec.SECP384R1(), hashes.SHA384()),
-          "P-521": (ec.SECP521R1(), hashes.SHA512())}
+CURVES = {
+    "P-256": (ec.SECP256R1(), hashes.SHA256()),
+    "P-384": (ec.SECP384R1(), hashes.SHA384()),
+    "P-521": (ec.SECP521R1(), hashes.SHA512()),
+}
 KEYS = {name: ec.generate_private_key(curve) for name, (curve, _) in CURVES.items()}
 
 
@@ -39,11 +42,16 @@ def test_keys_read_as_cryptography_writes_them(curve: str) -> None:
     assert key.curve.name == curve and key.pem() == pem
     assert key.hint == hashlib.sha256(pem).hexdigest()  # model-signing's key hint
     # the same key with its point compressed reads to the same key
-    compressed = KEYS[curve].public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint)
+    compressed = (
+        KEYS[curve].public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint)
+    )
     algorithm = ecdsa._tlv(0x30, ecdsa._tlv(0x06, ecdsa._EC_PUBLIC_KEY) + ecdsa._tlv(0x06, key.curve.oid))
     der = ecdsa._tlv(0x30, algorithm + ecdsa._tlv(0x03, b"\x00" + compressed))
     assert serialization.load_der_public_key(der).public_numbers() == KEYS[curve].public_key().public_numbers()  # type: ignore[union-attr]
-    assert ecdsa.load_public_key(b"-----BEGIN PUBLIC KEY-----\n" + base64.encodebytes(der) + b"-----END PUBLIC KEY-----\n") == key
+    assert (
+        ecdsa.load_public_key(b"-----BEGIN PUBLIC KEY-----\n" + base64.encodebytes(der) + b"-----END PUBLIC KEY-----\n")
+        == key
+    )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -73,6 +81,7 @@ def test_out_of_range_and_malformed_signatures_are_refused(curve: str) -> None:
     good = utils.encode_dss_signature(r, s)
     assert not ours.verify(good + b"\0", message)  # trailing bytes
     assert not ours.verify(b"", message)
+
     def der_int(value: int, pad: bool = False) -> bytes:
         body = (b"\x00" if pad else b"") + value.to_bytes(value.bit_length() // 8 + 1, "big")
         return ecdsa._tlv(0x02, body)
@@ -84,8 +93,11 @@ def test_out_of_range_and_malformed_signatures_are_refused(curve: str) -> None:
 
 
 def test_only_ec_keys_on_supported_curves_are_read() -> None:
-    rsa_pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    rsa_pem = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     with pytest.raises(ecdsa.KeyFormatError, match="not an EC public key"):
         ecdsa.load_public_key(rsa_pem)
     k1 = public_pem(ec.generate_private_key(ec.SECP256K1()))
@@ -106,5 +118,5 @@ def test_a_point_off_the_curve_is_refused() -> None:
 def test_the_curve_constants_are_right() -> None:
     for curve in ecdsa.CURVES:
         g = (curve.gx, curve.gy, 1)
-        assert (curve.gy ** 2 - (curve.gx ** 3 + curve.a * curve.gx + curve.b)) % curve.p == 0
+        assert (curve.gy**2 - (curve.gx**3 + curve.a * curve.gx + curve.b)) % curve.p == 0
         assert ecdsa._twin_multiply(curve, curve.n, 0, g)[2] == 0  # n * G is the identity

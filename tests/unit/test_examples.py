@@ -22,7 +22,9 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_the_generator_is_deterministic_across_processes(tmp_path: Path, sources: dict[str, Path], bundled: Catalog) -> None:
+def test_the_generator_is_deterministic_across_processes(
+    tmp_path: Path, sources: dict[str, Path], bundled: Catalog
+) -> None:
     subprocess.run([sys.executable, "-m", "resolver.examples", str(tmp_path)], check=True, capture_output=True)
     for name in ("tiny-llama", "tiny-qwen2", "tiny-llama-sharded", "tiny-llama-tensorizer"):
         again = _files(tmp_path / name)

@@ -16,21 +16,24 @@ from catalog.urls import check_endpoint, check_store_url, redact, same_endpoint
 
 
 # -- settings: one strict parser ---------------------------------------------------------------------
-@pytest.mark.parametrize(("env", "named"), [
-    ({"CATALOG_PART_SIZE": "\u00b9MiB"}, "CATALOG_PART_SIZE"),  # a superscript digit: isdigit() says yes, int() no
-    ({"CATALOG_CONCURRENCY": "\u00b2"}, "CATALOG_CONCURRENCY"),
-    ({"CATALOG_HUB_MAX_WAIT": "\u00b3"}, "CATALOG_HUB_MAX_WAIT"),
-    ({"CATALOG_CACHE_MAX_SIZE": "9" * 400}, "CATALOG_CACHE_MAX_SIZE"),  # float() would make it infinity
-    ({"CATALOG_PART_SIZE": "9" * 400 + "GiB"}, "CATALOG_PART_SIZE"),
-    ({"CATALOG_S3_READ_TIMEOUT": "9" * 30}, "CATALOG_S3_READ_TIMEOUT"),  # a socket timeout would overflow
-    ({"AWS_MAX_ATTEMPTS": "9" * 25}, "AWS_MAX_ATTEMPTS"),
-    ({"CATALOG_GPU_COUNT": "\u0663"}, "CATALOG_GPU_COUNT"),  # an Arabic-Indic three
-    ({"CATALOG_S3_UNSIGNED": "maybe"}, "CATALOG_S3_UNSIGNED"),  # never a silent false
-    ({"CATALOG_DEBUG": "sometimes"}, "CATALOG_DEBUG"),
-    ({"CATALOG_STREAM_PROOF_MAX_AGE": "-1"}, "CATALOG_STREAM_PROOF_MAX_AGE"),
-    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:99999"}, "endpoint"),
-    ({"AWS_ENDPOINT_URL": "http://[::1"}, "endpoint"),
-])
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"CATALOG_PART_SIZE": "\u00b9MiB"}, "CATALOG_PART_SIZE"),  # a superscript digit: isdigit() says yes, int() no
+        ({"CATALOG_CONCURRENCY": "\u00b2"}, "CATALOG_CONCURRENCY"),
+        ({"CATALOG_HUB_MAX_WAIT": "\u00b3"}, "CATALOG_HUB_MAX_WAIT"),
+        ({"CATALOG_CACHE_MAX_SIZE": "9" * 400}, "CATALOG_CACHE_MAX_SIZE"),  # float() would make it infinity
+        ({"CATALOG_PART_SIZE": "9" * 400 + "GiB"}, "CATALOG_PART_SIZE"),
+        ({"CATALOG_S3_READ_TIMEOUT": "9" * 30}, "CATALOG_S3_READ_TIMEOUT"),  # a socket timeout would overflow
+        ({"AWS_MAX_ATTEMPTS": "9" * 25}, "AWS_MAX_ATTEMPTS"),
+        ({"CATALOG_GPU_COUNT": "\u0663"}, "CATALOG_GPU_COUNT"),  # an Arabic-Indic three
+        ({"CATALOG_S3_UNSIGNED": "maybe"}, "CATALOG_S3_UNSIGNED"),  # never a silent false
+        ({"CATALOG_DEBUG": "sometimes"}, "CATALOG_DEBUG"),
+        ({"CATALOG_STREAM_PROOF_MAX_AGE": "-1"}, "CATALOG_STREAM_PROOF_MAX_AGE"),
+        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:99999"}, "endpoint"),
+        ({"AWS_ENDPOINT_URL": "http://[::1"}, "endpoint"),
+    ],
+)
 def test_every_bad_setting_is_one_usage_error_naming_it(env: dict[str, str], named: str) -> None:
     with pytest.raises(UsageError) as caught:
         Settings.build(env)
@@ -42,11 +45,13 @@ def test_flags_go_through_the_same_parser() -> None:
     with pytest.raises(UsageError, match="--part-size"):
         Settings.build({}, part_size="9" * 400)
     with pytest.raises(UsageError, match="--concurrency"):
-        Settings.build({}, concurrency=10 ** 30)
+        Settings.build({}, concurrency=10**30)
 
 
 def test_sizes_and_flags_that_are_fine() -> None:
-    built = Settings.build({"CATALOG_PART_SIZE": "1.5GiB", "CATALOG_CACHE_MAX_SIZE": "200GiB", "CATALOG_S3_UNSIGNED": "TRUE"})
+    built = Settings.build(
+        {"CATALOG_PART_SIZE": "1.5GiB", "CATALOG_CACHE_MAX_SIZE": "200GiB", "CATALOG_S3_UNSIGNED": "TRUE"}
+    )
     assert built.part_size == 3 << 29 and built.cache_max_size == 200 << 30 and built.s3.unsigned
     assert not Settings.build({"CATALOG_S3_UNSIGNED": "0"}).s3.unsigned
     assert Settings.build({}).stream_proof_max_age == 300
@@ -65,7 +70,10 @@ def test_a_relative_xdg_cache_home_is_ignored_and_said(tmp_path: Path) -> None:
     built = Settings.build({"HOME": str(tmp_path), "XDG_CACHE_HOME": "cache-here"})
     assert built.cache_dir == tmp_path / ".cache" / "model-catalog"
     assert any("XDG_CACHE_HOME" in why for why in built.ignored)
-    assert Settings.build({"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "x")}).cache_dir == tmp_path / "x" / "model-catalog"
+    assert (
+        Settings.build({"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "x")}).cache_dir
+        == tmp_path / "x" / "model-catalog"
+    )
 
 
 # -- the warm key: every input of the settings enters it ----------------------------------------------------
@@ -100,9 +108,20 @@ def test_every_variable_the_settings_read_enters_the_warm_key() -> None:
 
     keyed = set(warm.KEY_VARIABLES) | {front_door.placing(front_door.CATALOG), front_door.placing(front_door.CACHE)}
     assert keyed == ENV_NAMES and "HOME" in keyed
-    read = _reads({}) | _reads({"HOME": "/home/someone"}) | _reads({"HOME": "", "XDG_CACHE_HOME": "rel"}) | \
-        _reads({name: "x" for name in ENV_NAMES}) | _reads({"AWS_ENDPOINT_URL": "http://h", "S3_ENDPOINT_URL": "http://s",
-                                                        "S3_ACCESS_KEY_ID": "a", "S3_SECRET_ACCESS_KEY": "b"})
+    read = (
+        _reads({})
+        | _reads({"HOME": "/home/someone"})
+        | _reads({"HOME": "", "XDG_CACHE_HOME": "rel"})
+        | _reads(dict.fromkeys(ENV_NAMES, "x"))
+        | _reads(
+            {
+                "AWS_ENDPOINT_URL": "http://h",
+                "S3_ENDPOINT_URL": "http://s",
+                "S3_ACCESS_KEY_ID": "a",
+                "S3_SECRET_ACCESS_KEY": "b",
+            }
+        )
+    )
     assert read <= keyed, read - keyed
     request = warm.parse_argv(["resolve", "m"])
     assert request is not None
@@ -196,30 +215,55 @@ def test_offline_enters_the_warm_key_and_a_streamed_answer_rests_on_a_young_proo
 
 
 # -- URLs -----------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("text", "secret"), [
-    ("s3://user:hunter2@bucket/", "hunter2"), ("http://u:hunter2@host:9000/x/", "hunter2"),
-    ("s3://b/?endpoint=http://h&token=hunter2", "hunter2"), ("https://h/p?X-Amz-Signature=hunter2&x=1", "hunter2"),
-    ("http://h/?access_key=hunter2", "hunter2"), ("see 'https://a:b@c/?password=hunter2'", "hunter2"),
-])
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("s3://user:hunter2@bucket/", "hunter2"),
+        ("http://u:hunter2@host:9000/x/", "hunter2"),
+        ("s3://b/?endpoint=http://h&token=hunter2", "hunter2"),
+        ("https://h/p?X-Amz-Signature=hunter2&x=1", "hunter2"),
+        ("http://h/?access_key=hunter2", "hunter2"),
+        ("see 'https://a:b@c/?password=hunter2'", "hunter2"),
+    ],
+)
 def test_credentials_in_urls_are_redacted(text: str, secret: str) -> None:
     assert secret not in redact(text) and "***" in redact(text)
 
 
 def test_redaction_keeps_what_is_not_secret() -> None:
-    assert redact("s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path") == \
-        "s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path"
+    assert (
+        redact("s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path")
+        == "s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path"
+    )
 
 
-@pytest.mark.parametrize("url", [
-    "http://mirror:99999/x/", "http://[::1/x/", "http://u:hunter2@mirror/x/", "http://mirror/x/?token=hunter2",
-    "s3://u:hunter2@bucket/", "s3://bucket/?token=hunter2", "s3://bucket/?endpoint=http://h:70000",
-    "s3://bucket/?endpoint=http://u:hunter2@h", "s3://bucket/?endpoint=ftp://h", "s3://Bad_Bucket/", "gopher://h/",
-    "s3://bucket/?addressing=sideways", "s3://bucket/?unsigned=perhaps", "oci://u:hunter2@registry/ns/",
-    "oci://registry:99999/ns/", "oci://registry/ns/?token=hunter2",
-    # A refused value and a URL's query are never echoed, whatever they hold (issue 32: addressing=SECRET was).
-    "s3://bucket/?addressing=hunter2", "s3://bucket/?unsigned=hunter2", "s3://bucket/?endpoint=http://h/?k=hunter2",
-    "oci://[::1/ns/?k=hunter2", "http://[::1/x/?k=hunter2",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://mirror:99999/x/",
+        "http://[::1/x/",
+        "http://u:hunter2@mirror/x/",
+        "http://mirror/x/?token=hunter2",
+        "s3://u:hunter2@bucket/",
+        "s3://bucket/?token=hunter2",
+        "s3://bucket/?endpoint=http://h:70000",
+        "s3://bucket/?endpoint=http://u:hunter2@h",
+        "s3://bucket/?endpoint=ftp://h",
+        "s3://Bad_Bucket/",
+        "gopher://h/",
+        "s3://bucket/?addressing=sideways",
+        "s3://bucket/?unsigned=perhaps",
+        "oci://u:hunter2@registry/ns/",
+        "oci://registry:99999/ns/",
+        "oci://registry/ns/?token=hunter2",
+        # A refused value and a URL's query are never echoed, whatever they hold (issue 32: addressing=SECRET was).
+        "s3://bucket/?addressing=hunter2",
+        "s3://bucket/?unsigned=hunter2",
+        "s3://bucket/?endpoint=http://h/?k=hunter2",
+        "oci://[::1/ns/?k=hunter2",
+        "http://[::1/x/?k=hunter2",
+    ],
+)
 def test_bad_store_urls_are_named_without_their_secrets(url: str) -> None:
     problem = check_store_url(url)
     assert problem is not None and "hunter2" not in problem
@@ -243,20 +287,39 @@ def test_a_store_url_python_cannot_parse_is_a_usage_error_not_a_crash(url: str) 
 
 
 def test_good_store_urls_pass() -> None:
-    for url in ("s3://bucket/", "s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path&unsigned=1",
-                "s3://bucket/?endpoint=https://h&profile=mirror-ro", "http://127.0.0.1:8080/buckets/b/", "file:///srv/m/", "/srv/m",
-                "oci://127.0.0.1:5000/models/?plain-http=1"):
+    for url in (
+        "s3://bucket/",
+        "s3://bucket/base/?endpoint=http://127.0.0.1:9000&addressing=path&unsigned=1",
+        "s3://bucket/?endpoint=https://h&profile=mirror-ro",
+        "http://127.0.0.1:8080/buckets/b/",
+        "file:///srv/m/",
+        "/srv/m",
+        "oci://127.0.0.1:5000/models/?plain-http=1",
+    ):
         assert check_store_url(url) is None, url
     assert check_endpoint("http://127.0.0.1:9000") is None
     assert same_endpoint("http://H:80", "http://h") and not same_endpoint("http://h:9000", "http://h:9001")
 
 
 # -- remote waits -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("value", "expected"), [
-    ("5", 5.0), ("0", 0.0), ("100000", 100000.0), ("1e400", None), ("\u00b2", None), ("nan", None), ("inf", None),
-    ("-5", None), ("9" * 400, "max"), ("Fri, 31 Dec 9999 23:59:59 GMT", "far"), ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
-    ("garbage", None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("5", 5.0),
+        ("0", 0.0),
+        ("100000", 100000.0),
+        ("1e400", None),
+        ("\u00b2", None),
+        ("nan", None),
+        ("inf", None),
+        ("-5", None),
+        ("9" * 400, "max"),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", "far"),
+        ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
+        ("garbage", None),
+        (None, None),
+    ],
+)
 def test_retry_after_values_never_crash(value: str | None, expected: object) -> None:
     from resolver.waits import MAX_HINT, parse_retry_after
 
@@ -269,10 +332,16 @@ def test_retry_after_values_never_crash(value: str | None, expected: object) -> 
         assert got == expected
 
 
-@pytest.mark.parametrize("headers", [
-    {"Retry-After": "1e400"}, {"Retry-After": "\u00b2"}, {"RateLimit": '"api";r=0;t=' + "9" * 30},
-    {"RateLimit": '"api";r=0;t=99999999999999999999'}, {"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Retry-After": "1e400"},
+        {"Retry-After": "\u00b2"},
+        {"RateLimit": '"api";r=0;t=' + "9" * 30},
+        {"RateLimit": '"api";r=0;t=99999999999999999999'},
+        {"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"},
+    ],
+)
 def test_the_hubs_absurd_rate_limits_fail_as_one_line_not_a_crash(headers: dict[str, str]) -> None:
     from resolver.hub import RateLimitedError, retry_delay
 
@@ -320,8 +389,13 @@ def test_a_tier_file_is_trusted_only_while_every_part_of_its_identity_holds(tmp_
     sha = "a" * 64
     record.remember(sha, st)
     assert record.verdict(sha, st) is True
-    for field_name, value in (("st_mtime_ns", st.st_mtime_ns + 1), ("st_ctime_ns", st.st_ctime_ns + 1),
-                              ("st_size", st.st_size + 1), ("st_ino", st.st_ino + 1), ("st_dev", st.st_dev + 1)):
+    for field_name, value in (
+        ("st_mtime_ns", st.st_mtime_ns + 1),
+        ("st_ctime_ns", st.st_ctime_ns + 1),
+        ("st_size", st.st_size + 1),
+        ("st_ino", st.st_ino + 1),
+        ("st_dev", st.st_dev + 1),
+    ):
         assert record.verdict(sha, _stat(st, **{field_name: value})) is None, field_name
     record.remember(sha, _stat(st, st_ctime_ns=st.st_ctime_ns + 5), good=False)  # this one hashed wrong
     assert record.verdict(sha, _stat(st, st_ctime_ns=st.st_ctime_ns + 5)) is False
@@ -333,7 +407,9 @@ def test_an_edited_plan_naming_syncs_state_records_is_refused(bundled: object) -
     from resolver.sync import Action, PlanItem, SyncPlan, check_items
 
     for action in (Action.ORPHAN, Action.EXTRA):
-        item = PlanItem(action, ".model-catalog/state/tiny-llama.json", 10, model="tiny-llama" if action is Action.EXTRA else "")
+        item = PlanItem(
+            action, ".model-catalog/state/tiny-llama.json", 10, model="tiny-llama" if action is Action.EXTRA else ""
+        )
         plan = SyncPlan("s3://b/", (item,), "f", prune=True, delete_orphans=True)
         with pytest.raises(UsageError, match="sync's own state records"):
             check_items(plan, bundled)  # type: ignore[arg-type]

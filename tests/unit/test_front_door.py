@@ -21,8 +21,11 @@ def _commands() -> dict[str, tuple[click.Command, tuple[Flag, ...]]]:
     from catalog_app.cli import cli
 
     loaded = cli.load_all()
-    return {"catalog": (cli, front_door.GROUP), "resolve": (loaded["resolve"], front_door.RESOLVE),
-            "sync": (loaded["sync"], front_door.SYNC)}
+    return {
+        "catalog": (cli, front_door.GROUP),
+        "resolve": (loaded["resolve"], front_door.RESOLVE),
+        "sync": (loaded["sync"], front_door.SYNC),
+    }
 
 
 def _declared(command: click.Command) -> dict[tuple[str, ...], tuple[str, str, object]]:
@@ -33,7 +36,9 @@ def _declared(command: click.Command) -> dict[tuple[str, ...], tuple[str, str, o
             continue
         kind = COUNT if param.count else SWITCH if param.is_flag else MULTI if param.multiple else VALUE
         # A default given (a string or a number); click's own marker for none, or a switch's or a count's, is none.
-        default = param.default if isinstance(param.default, (str, int)) and not param.is_flag and not param.count else None
+        default = (
+            param.default if isinstance(param.default, (str, int)) and not param.is_flag and not param.count else None
+        )
         found[tuple(param.opts)] = (str(param.name), kind, default)
     return found
 
@@ -90,20 +95,40 @@ def test_one_variable_names_each_folder_the_warm_key_resolves() -> None:
 
 # -- parse: argv as click reads it, for the flags the warm path answers ------------------------------------------------
 def test_parse_reads_names_and_every_spelling_of_a_flag() -> None:
-    parsed = front_door.parse(["--catalog=c", "resolve", "a", "--mirror", "m1", "b", "--mirror=m2", "--offline",
-                               "--format", "json"], "resolve", front_door.RESOLVE)
+    parsed = front_door.parse(
+        ["--catalog=c", "resolve", "a", "--mirror", "m1", "b", "--mirror=m2", "--offline", "--format", "json"],
+        "resolve",
+        front_door.RESOLVE,
+    )
     assert parsed == (["a", "b"], {"catalog_dir": "c", "mirrors": ["m1", "m2"], "offline": True, "fmt": "json"})
     assert front_door.parse(["--catalog", "c", "resolve", "a"], "resolve", front_door.RESOLVE) == (
-        ["a"], {"catalog_dir": "c"})
+        ["a"],
+        {"catalog_dir": "c"},
+    )
     assert front_door.parse(["resolve", "--store", "--offline", "a"], "resolve", front_door.RESOLVE) == (
-        ["a"], {"store": "--offline"})  # a value flag takes the next argument, as click does
+        ["a"],
+        {"store": "--offline"},
+    )  # a value flag takes the next argument, as click does
 
 
-@pytest.mark.parametrize("argv", [
-    [], ["sync", "a"], ["--catalog"], ["--catalog", "c"], ["-v", "resolve", "a"],
-    ["resolve", "a", "--help"], ["resolve", "a", "-h"], ["resolve", "a", "--offline=1"], ["resolve", "a", "--store"],
-    ["resolve", "a", "--"], ["resolve", "a", "-"], ["resolve", "a", "--not-a-flag"], ["--version"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["sync", "a"],
+        ["--catalog"],
+        ["--catalog", "c"],
+        ["-v", "resolve", "a"],
+        ["resolve", "a", "--help"],
+        ["resolve", "a", "-h"],
+        ["resolve", "a", "--offline=1"],
+        ["resolve", "a", "--store"],
+        ["resolve", "a", "--"],
+        ["resolve", "a", "-"],
+        ["resolve", "a", "--not-a-flag"],
+        ["--version"],
+    ],
+)
 def test_parse_leaves_to_the_full_cli_what_it_does_not_answer(argv: list[str]) -> None:
     assert front_door.parse(argv, "resolve", front_door.RESOLVE) is None
 
@@ -123,7 +148,8 @@ def test_every_flag_is_parsed_warm_as_the_table_says(command: str, table: tuple[
 
 # -- what the warm path keys on ----------------------------------------------------------------------------------------
 def test_a_relative_path_in_any_path_setting_puts_the_working_directory_in_the_warm_key(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from catalog_app import warm
 
     env = {"HOME": "/home/someone"}
@@ -158,8 +184,10 @@ def test_the_cache_joins_exactly_the_tables_folders(tmp_path: Path) -> None:
 
 def test_the_front_door_imports_nothing() -> None:
     """The warm path imports it before anything else: it must not pull typing, dataclasses or any module of ours."""
-    probe = ("import sys; before = set(sys.modules); import catalog.front_door; "
-             "import json; print(json.dumps(sorted(set(sys.modules) - before - {'json', 'json.decoder', "
-             "'json.scanner', 'json.encoder', '_json'})))")
+    probe = (
+        "import sys; before = set(sys.modules); import catalog.front_door; "
+        "import json; print(json.dumps(sorted(set(sys.modules) - before - {'json', 'json.decoder', "
+        "'json.scanner', 'json.encoder', '_json'})))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
     assert json.loads(done.stdout) == ["catalog", "catalog.front_door"]

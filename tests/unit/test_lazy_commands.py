@@ -22,10 +22,19 @@ def test_the_table_names_every_command_of_every_module_and_nothing_else() -> Non
 
 
 def test_a_command_imports_its_own_module_only(tmp_path: Path) -> None:
-    probe = ("import sys; from catalog_app.main import run; code = run(['list']); "
-             "print(sorted(m for m in sys.modules if m.startswith('catalog_app.commands.')), file=sys.stderr); sys.exit(code)")
-    env = {**os.environ, "HOME": str(tmp_path), "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "c")}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    probe = (
+        "import sys; from catalog_app.main import run; code = run(['list']); "
+        "print(sorted(m for m in sys.modules if m.startswith('catalog_app.commands.')), file=sys.stderr); sys.exit(code)"
+    )
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_CACHE": str(tmp_path / "c"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "['catalog_app.commands.catalog']"
     assert "tiny-llama" in done.stdout

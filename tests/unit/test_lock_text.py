@@ -20,20 +20,28 @@ def test_appends_a_block_and_keeps_everything_else_byte_for_byte() -> None:
     text = "# maintained by the pooling team\nname: x   # short name\nsource: {hf_repo: o/x, revision: abc}\n"
     out = replace_files_block(text, [B, A])
     assert out.startswith(text)
-    assert out[len(text):] == render_files_block([A, B])
-    assert yaml.safe_load(out)["files"] == [{"path": A.path, "size": 10, "sha256": A.sha256},
-                                            {"path": B.path, "size": 20, "sha256": B.sha256}]
+    assert out[len(text) :] == render_files_block([A, B])
+    assert yaml.safe_load(out)["files"] == [
+        {"path": A.path, "size": 10, "sha256": A.sha256},
+        {"path": B.path, "size": 20, "sha256": B.sha256},
+    ]
 
 
 def test_replaces_a_block_in_the_middle_keeping_the_comment_of_the_next_key() -> None:
-    text = ("name: x\nfiles:\n  - path: old.json\n    size: 1\n    sha256: " + "f" * 64 +
-            "\n\n# tags drive the GPU matrix\ntags: [a]\n")
+    text = (
+        "name: x\nfiles:\n  - path: old.json\n    size: 1\n    sha256: "
+        + "f" * 64
+        + "\n\n# tags drive the GPU matrix\ntags: [a]\n"
+    )
     out = replace_files_block(text, [A])
     assert out == "name: x\n" + render_files_block([A]) + "\n# tags drive the GPU matrix\ntags: [a]\n"
 
 
 def test_replaces_an_inline_empty_list_and_column_zero_items() -> None:
-    assert replace_files_block("name: x\nfiles: []\ntags: []\n", [A]) == "name: x\n" + render_files_block([A]) + "tags: []\n"
+    assert (
+        replace_files_block("name: x\nfiles: []\ntags: []\n", [A])
+        == "name: x\n" + render_files_block([A]) + "tags: []\n"
+    )
     zero = "files:\n- path: a\n  size: 1\n  sha256: " + "b" * 64 + "\nname: x\n"
     assert replace_files_block(zero, [A]) == render_files_block([A]) + "name: x\n"
 

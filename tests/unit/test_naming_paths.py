@@ -7,9 +7,9 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from helpers import SHA, files_yaml, manifest_text, write_catalog
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from helpers import SHA, files_yaml, manifest_text, write_catalog
 
 from catalog import naming
 from catalog.loading import load_dir
@@ -32,8 +32,17 @@ REFUSED = {
     NFD: "NFC",
 }
 
-ACCEPTED = ["config.json", "model.part", "console.json", "conf/aux_head.json", "1_Pooling/config.json", NFC,
-            "données/tokenizer.json", ".gitattributes", "a.b.c"]
+ACCEPTED = [
+    "config.json",
+    "model.part",
+    "console.json",
+    "conf/aux_head.json",
+    "1_Pooling/config.json",
+    NFC,
+    "données/tokenizer.json",
+    ".gitattributes",
+    "a.b.c",
+]
 
 
 @pytest.mark.parametrize("path", sorted(REFUSED))
@@ -49,8 +58,33 @@ def test_ordinary_paths_are_accepted(path: str) -> None:
 
 # Paths made of the characters each rule is about: dots at either end of a segment, device names, '.git', the
 # reserved folders, spaces, a control character, a drive letter, separators, non-ASCII.
-_PIECES = ["a", "b.c", ".", "..", "/", "//", "con", "NUL", "com1", "lpt9.x", ".git", ".catalog-meta", " ", "\x01", "C:",
-           "\\", "é", "e\u0301", "_", "-", "+", "0", "x.", ".y", "~catalog.12-ab"]
+_PIECES = [
+    "a",
+    "b.c",
+    ".",
+    "..",
+    "/",
+    "//",
+    "con",
+    "NUL",
+    "com1",
+    "lpt9.x",
+    ".git",
+    ".catalog-meta",
+    " ",
+    "\x01",
+    "C:",
+    "\\",
+    "é",
+    "e\u0301",
+    "_",
+    "-",
+    "+",
+    "0",
+    "x.",
+    ".y",
+    "~catalog.12-ab",
+]
 
 
 @settings(max_examples=3000, deadline=None)
@@ -71,9 +105,15 @@ def test_single_hyphens_in_repo_ids_are_fine() -> None:
 
 
 def test_validate_names_the_line_of_each_odd_path(tmp_path: Path) -> None:
-    files = files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "b" * 64), (NFC, 5, "c" * 64),
-                       (NFD, 5, "d" * 64), ("nul.txt", 5, "e" * 64), (".catalog-meta/x.json", 5, "f" * 64),
-                       ("notes. ", 5, "ab" * 32))
+    files = files_yaml(
+        ("config.json", 10, SHA),
+        ("model.safetensors", 1000, "b" * 64),
+        (NFC, 5, "c" * 64),
+        (NFD, 5, "d" * 64),
+        ("nul.txt", 5, "e" * 64),
+        (".catalog-meta/x.json", 5, "f" * 64),
+        ("notes. ", 5, "ab" * 32),
+    )
     text = manifest_text(files=files).replace("notes. \n", "'notes. '\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
@@ -81,7 +121,8 @@ def test_validate_names_the_line_of_each_odd_path(tmp_path: Path) -> None:
         found = load_dir(folder).problems
     # files start at line 9, three lines each: items 3..6 are the odd ones
     assert [(p.path, p.line, p.field, p.rule) for p in found] == [
-        ("manifests/tiny.yaml", 9 + 3 * i, f"files[{i}].path", "file-path") for i in (3, 4, 5, 6)]
+        ("manifests/tiny.yaml", 9 + 3 * i, f"files[{i}].path", "file-path") for i in (3, 4, 5, 6)
+    ]
 
 
 def test_validate_refuses_a_repo_id_with_a_double_hyphen(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ def test_a_line_per_file_and_a_heartbeat_with_bytes_and_rate() -> None:
 def test_no_heartbeat_before_it_is_due_and_whole_lines_from_many_threads() -> None:
     out = io.StringIO()
     progress = LogProgress(total=1000, stream=out, heartbeat=3600.0)
-    threads = [threading.Thread(target=lambda i=i: (progress(f"m/{i}", 1), progress.file_done(f"m/{i}", 1))) for i in range(50)]
+    threads = [
+        threading.Thread(target=lambda i=i: (progress(f"m/{i}", 1), progress.file_done(f"m/{i}", 1))) for i in range(50)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from pathlib import Path
 
@@ -14,11 +13,14 @@ from catalog.lookup import Catalog
 from catalog.registry import NoCatalogModelError, architectures, example_model, model_for_repo
 
 
-@pytest.mark.parametrize(("architecture", "name"), [
-    ("LlamaForCausalLM", "tiny-llama"),  # three models declare it: the first by name
-    ("Qwen2ForCausalLM", "tiny-qwen2"),
-    ("BertModel", "all-minilm-l6-v2"),
-])
+@pytest.mark.parametrize(
+    ("architecture", "name"),
+    [
+        ("LlamaForCausalLM", "tiny-llama"),  # three models declare it: the first by name
+        ("Qwen2ForCausalLM", "tiny-qwen2"),
+        ("BertModel", "all-minilm-l6-v2"),
+    ],
+)
 def test_example_model_by_architecture(bundled: Catalog, architecture: str, name: str) -> None:
     assert example_model(architecture, bundled).name == name
 
@@ -41,7 +43,9 @@ def test_every_arch_tag_matches_the_pinned_config(bundled: Catalog, sources: dic
 
 
 def test_model_for_repo(bundled: Catalog) -> None:
-    assert model_for_repo("sentence-transformers/all-minilm-l6-v2", bundled).name == "all-minilm-l6-v2"  # Hub ids fold case
+    assert (
+        model_for_repo("sentence-transformers/all-minilm-l6-v2", bundled).name == "all-minilm-l6-v2"
+    )  # Hub ids fold case
     assert model_for_repo("model-catalog/tiny-llama", bundled, load_format="tensorizer").name == "tiny-llama-tensorizer"
 
 
@@ -52,11 +56,15 @@ def test_model_for_repo_answers_with_the_primary_as_repo_id_outputs_do(bundled: 
 
 def test_model_for_repo_explains_ambiguity_absence_and_typos(bundled: Catalog) -> None:
     # Without a primary (validate refuses such a catalog; a library caller may build one) several are ambiguous.
-    unmarked = dataclasses.replace(bundled, models={n: m.model_copy(update={"primary": False}) for n, m in bundled.models.items()})
+    unmarked = dataclasses.replace(
+        bundled, models={n: m.model_copy(update={"primary": False}) for n, m in bundled.models.items()}
+    )
     with pytest.raises(NoCatalogModelError) as many:
         model_for_repo("model-catalog/tiny-llama", unmarked)
-    assert str(many.value) == ("model-catalog/tiny-llama is pinned by 3 catalog models: tiny-llama (safetensors), "
-                               "tiny-llama-sharded (runai_streamer_sharded), tiny-llama-tensorizer (tensorizer)")
+    assert str(many.value) == (
+        "model-catalog/tiny-llama is pinned by 3 catalog models: tiny-llama (safetensors), "
+        "tiny-llama-sharded (runai_streamer_sharded), tiny-llama-tensorizer (tensorizer)"
+    )
     assert "load_format" in (many.value.hint or "")
     with pytest.raises(NoCatalogModelError) as wrong_format:
         model_for_repo("model-catalog/tiny-qwen2", bundled, load_format="gguf")
@@ -69,4 +77,6 @@ def test_model_for_repo_explains_ambiguity_absence_and_typos(bundled: Catalog) -
 
 def test_exported_from_the_package(monkeypatch: pytest.MonkeyPatch, bundled: Catalog) -> None:
     monkeypatch.setenv("CATALOG_DIR", str(bundled.root))
-    assert catalog.example_model("BertModel").name == catalog.model_for_repo("sentence-transformers/all-MiniLM-L6-v2").name
+    assert (
+        catalog.example_model("BertModel").name == catalog.model_for_repo("sentence-transformers/all-MiniLM-L6-v2").name
+    )

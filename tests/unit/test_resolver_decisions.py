@@ -10,9 +10,9 @@ import pytest
 from catalog.errors import UsageError
 from catalog.lookup import Catalog
 from catalog.settings import parse_size
-from resolver.views import FileStamp, Layout, Marker, ViewSpec, ViewState, judge_view
 from resolver.resolution import Resolution, engine_args, engine_env
 from resolver.resolve import plan_files
+from resolver.views import FileStamp, Layout, Marker, ViewSpec, ViewState, judge_view
 
 
 def test_plan_keeps_streamed_weights_remote_and_every_other_pinned_file_local(bundled: Catalog) -> None:
@@ -22,7 +22,7 @@ def test_plan_keeps_streamed_weights_remote_and_every_other_pinned_file_local(bu
     assert {f.path for f in plan.local} == {f.path for f in qwen.files} - {f.path for f in plan.streamed}
     assert plan_files(qwen, materialize_weights=True).local == qwen.files
     llama = bundled.get("tiny-llama")
-    assert plan_files(llama, materialize_weights=False) .local == llama.files  # safetensors: all local
+    assert plan_files(llama, materialize_weights=False).local == llama.files  # safetensors: all local
 
 
 def _spec(bundled: Catalog) -> ViewSpec:
@@ -56,9 +56,21 @@ def test_view_id_depends_on_files_layout_and_revision(bundled: Catalog) -> None:
 
 def _resolution(**kw: object) -> Resolution:
     base: dict[str, object] = dict(
-        name="m", hf_repo="org/m", revision="a" * 40, load_format=__import__("catalog").LoadFormat.SAFETENSORS,
-        model="/cache/models/m/x", path=Path("/cache/models/m/x"), tokenizer=None, files=("config.json",), streamed=(),
-        bytes=1, source="cache", layout=Layout.DIR, hub_cache=None, loader={}, stream_env={},
+        name="m",
+        hf_repo="org/m",
+        revision="a" * 40,
+        load_format=__import__("catalog").LoadFormat.SAFETENSORS,
+        model="/cache/models/m/x",
+        path=Path("/cache/models/m/x"),
+        tokenizer=None,
+        files=("config.json",),
+        streamed=(),
+        bytes=1,
+        source="cache",
+        layout=Layout.DIR,
+        hub_cache=None,
+        loader={},
+        stream_env={},
     )
     base.update(kw)
     return Resolution(**base)  # type: ignore[arg-type]
@@ -67,19 +79,55 @@ def _resolution(**kw: object) -> Resolution:
 def test_engine_arguments() -> None:
     from catalog import LoadFormat
 
-    assert engine_args(_resolution()) == ["--model", "/cache/models/m/x", "--served-model-name", "m", "--load-format", "safetensors"]
-    streamed = _resolution(load_format=LoadFormat.RUNAI_STREAMER, model="s3://b/m/", tokenizer="/cache/m", streamed=("w.safetensors",),
-                           loader={"concurrency": 4}, stream_env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    assert engine_args(_resolution()) == [
+        "--model",
+        "/cache/models/m/x",
+        "--served-model-name",
+        "m",
+        "--load-format",
+        "safetensors",
+    ]
+    streamed = _resolution(
+        load_format=LoadFormat.RUNAI_STREAMER,
+        model="s3://b/m/",
+        tokenizer="/cache/m",
+        streamed=("w.safetensors",),
+        loader={"concurrency": 4},
+        stream_env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"},
+    )
     # The logical name is the served name: a storage URI never becomes the engine's model id or metric label.
-    assert engine_args(streamed) == ["--model", "s3://b/m/", "--served-model-name", "m", "--load-format", "runai_streamer",
-                                     "--tokenizer", "/cache/m", "--model-loader-extra-config.concurrency=4"]
-    verified = dataclasses.replace(streamed, model="/cache/models/m/x", verified_loader={"model": "m", "catalog": "/repo/manifests", "cache": "/cache"})
-    assert engine_args(verified) == ["--model", "/cache/models/m/x", "--served-model-name", "m", "--load-format", "catalog",
-                                     "--tokenizer", "/cache/m", "--model-loader-extra-config.cache=/cache",
-                                     "--model-loader-extra-config.catalog=/repo/manifests",
-                                     "--model-loader-extra-config.model=m"]
-    sharded = _resolution(load_format=LoadFormat.RUNAI_STREAMER_SHARDED, model="s3://b/m/", streamed=("r.safetensors",),
-                          tensor_parallel=2)
+    assert engine_args(streamed) == [
+        "--model",
+        "s3://b/m/",
+        "--served-model-name",
+        "m",
+        "--load-format",
+        "runai_streamer",
+        "--tokenizer",
+        "/cache/m",
+        "--model-loader-extra-config.concurrency=4",
+    ]
+    verified = dataclasses.replace(
+        streamed,
+        model="/cache/models/m/x",
+        verified_loader={"model": "m", "catalog": "/repo/manifests", "cache": "/cache"},
+    )
+    assert engine_args(verified) == [
+        "--model",
+        "/cache/models/m/x",
+        "--served-model-name",
+        "m",
+        "--load-format",
+        "catalog",
+        "--tokenizer",
+        "/cache/m",
+        "--model-loader-extra-config.cache=/cache",
+        "--model-loader-extra-config.catalog=/repo/manifests",
+        "--model-loader-extra-config.model=m",
+    ]
+    sharded = _resolution(
+        load_format=LoadFormat.RUNAI_STREAMER_SHARDED, model="s3://b/m/", streamed=("r.safetensors",), tensor_parallel=2
+    )
     assert engine_args(sharded)[-2:] == ["--tensor-parallel-size", "2"]
     assert engine_env(streamed) == {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
     hf = _resolution(layout=Layout.HF_CACHE, hub_cache=Path("/cache/hub"))
@@ -87,18 +135,37 @@ def test_engine_arguments() -> None:
     assert engine_env(hf) == {"HF_HUB_CACHE": "/cache/hub", "HF_HUB_OFFLINE": "1"}
 
 
-@pytest.mark.parametrize(("config", "printed"), [
-    ({"concurrency": 4, "distributed": True}, ["--model-loader-extra-config.concurrency=4",
-                                              "--model-loader-extra-config.distributed=true"]),
-    ({"deserialization_kwargs": {"verify_hash": False}, "tensorizer_uri": "s3://b/k/model.tensors"},
-     ["--model-loader-extra-config.deserialization_kwargs.verify_hash=false",
-      "--model-loader-extra-config.tensorizer_uri=s3://b/k/model.tensors"]),
-    ({"name": "1k", "other": "true", "list": ["a", "b"]},  # strings vLLM would read as a number, a bool: JSON strings
-     ['--model-loader-extra-config.list=["a","b"]', '--model-loader-extra-config.name="1k"',
-      '--model-loader-extra-config.other="true"']),
-])
+@pytest.mark.parametrize(
+    ("config", "printed"),
+    [
+        (
+            {"concurrency": 4, "distributed": True},
+            ["--model-loader-extra-config.concurrency=4", "--model-loader-extra-config.distributed=true"],
+        ),
+        (
+            {"deserialization_kwargs": {"verify_hash": False}, "tensorizer_uri": "s3://b/k/model.tensors"},
+            [
+                "--model-loader-extra-config.deserialization_kwargs.verify_hash=false",
+                "--model-loader-extra-config.tensorizer_uri=s3://b/k/model.tensors",
+            ],
+        ),
+        (
+            {
+                "name": "1k",
+                "other": "true",
+                "list": ["a", "b"],
+            },  # strings vLLM would read as a number, a bool: JSON strings
+            [
+                '--model-loader-extra-config.list=["a","b"]',
+                '--model-loader-extra-config.name="1k"',
+                '--model-loader-extra-config.other="true"',
+            ],
+        ),
+    ],
+)
 def test_loader_configs_are_printed_in_the_dotted_form_that_survives_word_splitting(
-        config: dict[str, object], printed: list[str]) -> None:
+    config: dict[str, object], printed: list[str]
+) -> None:
     """vLLM's parser reads `--x.key=value` (value: JSON if it parses, else a size like 1k, else the string): each
     argument round-trips to the config, and carries no whitespace a splice would cut."""
     import json
@@ -118,7 +185,10 @@ def test_loader_configs_are_printed_in_the_dotted_form_that_survives_word_splitt
     assert back == config
 
 
-@pytest.mark.parametrize(("text", "size"), [("1048576", 1 << 20), ("64MiB", 64 << 20), ("8M", 8 << 20), ("1GiB", 1 << 30), ("16mb", 16 << 20)])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("1048576", 1 << 20), ("64MiB", 64 << 20), ("8M", 8 << 20), ("1GiB", 1 << 30), ("16mb", 16 << 20)],
+)
 def test_parse_size(text: str, size: int) -> None:
     assert parse_size(text) == size
 
@@ -148,6 +218,16 @@ def test_extra_paths() -> None:
     from resolver.views import extra_paths
 
     pinned = {"config.json", "1_Pooling/config.json", "a/b/c.json"}
-    present = {"config.json", "1_Pooling", "1_Pooling/config.json", "a", "a/b", "a/b/c.json", "modeling_llama.py",
-               "nested", "nested/x.py", "a/b/chat_template.json"}
+    present = {
+        "config.json",
+        "1_Pooling",
+        "1_Pooling/config.json",
+        "a",
+        "a/b",
+        "a/b/c.json",
+        "modeling_llama.py",
+        "nested",
+        "nested/x.py",
+        "a/b/chat_template.json",
+    }
     assert extra_paths(pinned, present) == ["a/b/chat_template.json", "modeling_llama.py", "nested", "nested/x.py"]

@@ -91,8 +91,13 @@ def test_a_document_that_is_not_a_mapping_is_one_problem(tmp_path: Path) -> None
 
 
 def test_duplicate_names_point_at_the_first_definition(tmp_path: Path) -> None:
-    found = problems_of(tmp_path, {"tiny.yaml": manifest_text(extra="primary: true\n"),
-                                   "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")})
+    found = problems_of(
+        tmp_path,
+        {
+            "tiny.yaml": manifest_text(extra="primary: true\n"),
+            "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/"),
+        },
+    )
     assert lines(found) == ["manifests/more/tiny.yaml:1: duplicate-name", "manifests/tiny.yaml:1: duplicate-name"]
     assert "also defined at manifests/tiny.yaml:1" in found[0].message
     assert "also defined at manifests/more/tiny.yaml:1" in found[1].message
@@ -134,12 +139,15 @@ def test_bad_prefixes_are_refused(tmp_path: Path, prefix: str) -> None:
 
 
 def test_a_prefix_that_is_a_string_prefix_of_another_is_refused(tmp_path: Path) -> None:
-    found = problems_of(tmp_path, {
-        "opt.yaml": manifest_text("opt", prefix="s3://ci-bucket/facebook/opt-125m/"),
-        "opt-inner.yaml": manifest_text("opt-inner", prefix="s3://ci-bucket/facebook/opt-125m/inner/"),
-        "opt-hf.yaml": manifest_text("opt-hf", prefix="s3://ci-bucket/facebook/opt-125m-hf/"),  # fine: '/' boundary
-        "same.yaml": manifest_text("same", prefix="s3://ci-bucket/facebook/opt-125m/"),
-    })
+    found = problems_of(
+        tmp_path,
+        {
+            "opt.yaml": manifest_text("opt", prefix="s3://ci-bucket/facebook/opt-125m/"),
+            "opt-inner.yaml": manifest_text("opt-inner", prefix="s3://ci-bucket/facebook/opt-125m/inner/"),
+            "opt-hf.yaml": manifest_text("opt-hf", prefix="s3://ci-bucket/facebook/opt-125m-hf/"),  # fine: '/' boundary
+            "same.yaml": manifest_text("same", prefix="s3://ci-bucket/facebook/opt-125m/"),
+        },
+    )
     assert lines(found) == [  # every overlap on both of its files
         "manifests/opt-inner.yaml:5: prefix-overlap",  # inside opt's prefix
         "manifests/opt-inner.yaml:5: prefix-overlap",  # and inside same's
@@ -155,7 +163,16 @@ def test_a_prefix_that_is_a_string_prefix_of_another_is_refused(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "path",
-    ["../escape.json", "/etc/passwd", "dir\\file.json", ".git/config", "a/./b.json", "a//b.json", "C:/x.json", "sub/../../x"],
+    [
+        "../escape.json",
+        "/etc/passwd",
+        "dir\\file.json",
+        ".git/config",
+        "a/./b.json",
+        "a//b.json",
+        "C:/x.json",
+        "sub/../../x",
+    ],
 )
 def test_file_paths_must_stay_inside_the_model(tmp_path: Path, path: str) -> None:
     files = files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, SHA), (f"'{path}'", 1, SHA))
@@ -164,8 +181,9 @@ def test_file_paths_must_stay_inside_the_model(tmp_path: Path, path: str) -> Non
 
 
 def test_duplicate_paths_also_case_insensitively(tmp_path: Path) -> None:
-    files = files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, SHA), ("config.json", 10, SHA),
-                       ("Config.JSON", 10, SHA))
+    files = files_yaml(
+        ("config.json", 10, SHA), ("model.safetensors", 1000, SHA), ("config.json", 10, SHA), ("Config.JSON", 10, SHA)
+    )
     found = problems_of(tmp_path, {"tiny.yaml": manifest_text(files=files)})
     assert lines(found) == ["manifests/tiny.yaml:15: duplicate-path", "manifests/tiny.yaml:18: duplicate-path"]
     assert "only in case" in found[1].message
@@ -208,10 +226,24 @@ def test_load_format_requirements(tmp_path: Path, fmt: str, paths: list[str], ok
     assert lines(found) == ([] if ok else ["manifests/tiny.yaml:6: load-format"])
 
 
-@pytest.mark.parametrize("path", ["pytorch_model.bin", "optimizer.pt", "weights.pth", "x.ckpt", "data.pkl",
-                                  "sub/state.pickle", "model.joblib", "modeling_tiny.py", "sub/configuration_x.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "pytorch_model.bin",
+        "optimizer.pt",
+        "weights.pth",
+        "x.ckpt",
+        "data.pkl",
+        "sub/state.pickle",
+        "model.joblib",
+        "modeling_tiny.py",
+        "sub/configuration_x.py",
+    ],
+)
 def test_files_that_run_code_on_load_need_a_reason(tmp_path: Path, path: str) -> None:
-    files = f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: {path}\n    size: 10\n    sha256: {SHA}\n"
+    files = (
+        f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n  - path: {path}\n    size: 10\n    sha256: {SHA}\n"
+    )
     refused = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files)})
     assert lines(refused) == ["manifests/tiny.yaml:12: load-safety"]
     assert "allow_code" in refused[0].message and repr(path) in refused[0].message
@@ -226,8 +258,10 @@ def test_allow_pickle_alone_does_not_say_why(tmp_path: Path) -> None:
     found = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files, extra="allow_pickle: true\n")})
     assert sorted(lines(found)) == ["manifests/tiny.yaml:13: load-safety", "manifests/tiny.yaml:8: load-safety"]
     assert any("replace it with `allow_code:" in p.message for p in found)
-    both = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files,
-                                                             extra="allow_pickle: true\nallow_code: reviewed\n")})
+    both = problems_of(
+        tmp_path,
+        {"tiny.yaml": manifest_text(fmt="pt", files=files, extra="allow_pickle: true\nallow_code: reviewed\n")},
+    )
     assert both == []
     empty = problems_of(tmp_path, {"tiny.yaml": manifest_text(fmt="pt", files=files, extra="allow_code: ''\n")})
     assert [p.rule for p in empty] == ["schema"]  # a reason, not an empty string
@@ -256,7 +290,10 @@ def test_weights_that_fit_without_headroom_are_still_refused(tmp_path: Path) -> 
     (tmp_path / "default").mkdir()
     (tmp_path / "factor-1").mkdir()
     found = problems_of(tmp_path / "default", {"tiny.yaml": text})
-    assert lines(found) == ["manifests/tiny.yaml:7: gpu-memory"] and "x 1.2 (catalog.yaml gpu_memory_factor)" in found[0].message
+    assert (
+        lines(found) == ["manifests/tiny.yaml:7: gpu-memory"]
+        and "x 1.2 (catalog.yaml gpu_memory_factor)" in found[0].message
+    )
     from helpers import SETTINGS
 
     no_headroom = SETTINGS + "gpu_memory_factor: 1.0\n"
@@ -264,8 +301,10 @@ def test_weights_that_fit_without_headroom_are_still_refused(tmp_path: Path) -> 
 
 
 def test_default_gpu_class_applies_when_none_is_named(tmp_path: Path) -> None:
-    files = (f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n"
-             f"  - path: model.safetensors\n    size: {30 * 1024**3}\n    sha256: {SHA}\n")
+    files = (
+        f"  - path: config.json\n    size: 10\n    sha256: {SHA}\n"
+        f"  - path: model.safetensors\n    size: {30 * 1024**3}\n    sha256: {SHA}\n"
+    )
     text = manifest_text(files=files).replace("gpu: {class: cpu}\n", "")
     assert [p.rule for p in problems_of(tmp_path, {"tiny.yaml": text})] == ["gpu-memory"]  # default l4: 24 GiB
 
@@ -285,30 +324,39 @@ def test_tokenizer_must_be_a_model_or_a_pinned_subfolder(tmp_path: Path) -> None
 
 
 def test_settings_problems(tmp_path: Path) -> None:
-    found = problems_of(tmp_path, {"tiny.yaml": manifest_text()},
-                        settings="store: s3://ci-bucket\ndefault_gpu: x100\ngpu_classes:\n  cpu: {memory_gib: 16}\n")
+    found = problems_of(
+        tmp_path,
+        {"tiny.yaml": manifest_text()},
+        settings="store: s3://ci-bucket\ndefault_gpu: x100\ngpu_classes:\n  cpu: {memory_gib: 16}\n",
+    )
     rules = {(p.path, p.line, p.rule) for p in found}
     assert ("manifests/catalog.yaml", 1, "s3-prefix") in rules
     assert ("manifests/catalog.yaml", 2, "gpu-class") in rules
 
 
 def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None:
-    found = problems_of(tmp_path, {
-        "a.yaml": manifest_text("a", revision="main"),
-        "b.yaml": manifest_text("b", prefix="s3://ci-bucket/org/b"),
-        "c.yaml": "name: [c\n",
-    })
+    found = problems_of(
+        tmp_path,
+        {
+            "a.yaml": manifest_text("a", revision="main"),
+            "b.yaml": manifest_text("b", prefix="s3://ci-bucket/org/b"),
+            "c.yaml": "name: [c\n",
+        },
+    )
     assert [p.rule for p in found] == ["revision-unpinned", "s3-prefix", "yaml"]
 
 
 def test_loading_only_named_models_reads_just_them_and_their_tokenizer(tmp_path: Path) -> None:
     import catalog
 
-    folder = write_catalog(tmp_path, {
-        "a.yaml": manifest_text("a", extra="tokenizer: tok\n"),
-        "tok.yaml": manifest_text("tok"),
-        "broken.yaml": "name: [",  # never read by a lookup of `a`
-    })
+    folder = write_catalog(
+        tmp_path,
+        {
+            "a.yaml": manifest_text("a", extra="tokenizer: tok\n"),
+            "tok.yaml": manifest_text("tok"),
+            "broken.yaml": "name: [",  # never read by a lookup of `a`
+        },
+    )
     partial = catalog.load(folder, only=["a"])
     assert sorted(partial.models) == ["a", "tok"]
     with pytest.raises(catalog.InvalidCatalogError):
@@ -335,7 +383,10 @@ def test_rank_files_must_match_the_gpu_count(tmp_path: Path) -> None:
 def test_one_primary_manifest_per_repo(tmp_path: Path) -> None:
     a = manifest_text("a", extra="primary: true\n").replace("hf_repo: org/a", "hf_repo: org/shared")
     b = manifest_text("b", extra="primary: true\n").replace("hf_repo: org/b", "hf_repo: org/shared")
-    assert lines(problems_of(tmp_path, {"a.yaml": a, "b.yaml": b})) == ["manifests/a.yaml:8: primary", "manifests/b.yaml:8: primary"]
+    assert lines(problems_of(tmp_path, {"a.yaml": a, "b.yaml": b})) == [
+        "manifests/a.yaml:8: primary",
+        "manifests/b.yaml:8: primary",
+    ]
 
 
 def test_several_manifests_of_one_repo_need_a_primary_reported_on_each(tmp_path: Path) -> None:
@@ -345,13 +396,17 @@ def test_several_manifests_of_one_repo_need_a_primary_reported_on_each(tmp_path:
     assert lines(found) == ["manifests/a.yaml:3: primary", "manifests/b.yaml:3: primary"]
     assert "also pinned by manifests/b.yaml and none is `primary: true`" in found[0].message
     (tmp_path / "alone").mkdir()
-    assert lines(problems_of(tmp_path / "alone", {"a.yaml": a, "b.yaml": b}, "b.yaml")) == ["manifests/b.yaml:3: primary"]
+    assert lines(problems_of(tmp_path / "alone", {"a.yaml": a, "b.yaml": b}, "b.yaml")) == [
+        "manifests/b.yaml:3: primary"
+    ]
     (tmp_path / "marked").mkdir()
     marked = a.replace("gpu: {class: cpu}\n", "gpu: {class: cpu}\nprimary: true\n")
     assert problems_of(tmp_path / "marked", {"a.yaml": marked, "b.yaml": b}) == []
     # A dataset repo is no model id: a dataset and a model of one repo id need no primary.
     (tmp_path / "dataset").mkdir()
-    dataset = b.replace("  revision:", "  repo_type: dataset\n  revision:").replace("load_format: safetensors", "load_format: dataset")
+    dataset = b.replace("  revision:", "  repo_type: dataset\n  revision:").replace(
+        "load_format: safetensors", "load_format: dataset"
+    )
     assert [p for p in problems_of(tmp_path / "dataset", {"a.yaml": a, "b.yaml": dataset}) if p.rule == "primary"] == []
 
 
@@ -397,7 +452,10 @@ def test_an_umbrella_prefix_fails_alone(tmp_path: Path) -> None:
 
 
 def test_a_duplicate_name_fails_alone_on_either_file(tmp_path: Path) -> None:
-    catalog = {"tiny.yaml": manifest_text(extra="primary: true\n"), "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/")}
+    catalog = {
+        "tiny.yaml": manifest_text(extra="primary: true\n"),
+        "more/tiny.yaml": manifest_text(prefix="s3://ci-bucket/other/tiny/"),
+    }
     assert lines(problems_of(tmp_path, catalog, "tiny.yaml")) == ["manifests/tiny.yaml:1: duplicate-name"]
     assert lines(problems_of(tmp_path, catalog, "more/tiny.yaml")) == ["manifests/more/tiny.yaml:1: duplicate-name"]
 
@@ -414,12 +472,15 @@ def test_a_second_primary_fails_alone_on_either_file(tmp_path: Path) -> None:
 def _same_repo(name: str, files: str) -> str:
     """A manifest pinning org/shared; `a` is its primary (several manifests of one repo need one)."""
     return manifest_text(name, files=files, extra="primary: true\n" if name == "a" else "").replace(
-        f"hf_repo: org/{name}", "hf_repo: org/shared")
+        f"hf_repo: org/{name}", "hf_repo: org/shared"
+    )
 
 
 def test_two_manifests_pinning_different_bytes_for_one_path_at_one_revision(tmp_path: Path) -> None:
     a = _same_repo("a", files_yaml(("config.json", 10, SHA), ("model.safetensors", 1000, "b" * 64)))
-    b = _same_repo("b", files_yaml(("config.json", 10, SHA), ("extra.json", 5, SHA), ("model.safetensors", 1000, "c" * 64)))
+    b = _same_repo(
+        "b", files_yaml(("config.json", 10, SHA), ("extra.json", 5, SHA), ("model.safetensors", 1000, "c" * 64))
+    )
     c = _same_repo("c", files_yaml(("config.json", 11, SHA), ("model.safetensors", 1000, "b" * 64)))  # size differs
     found = problems_of(tmp_path, {"a.yaml": a, "b.yaml": b, "c.yaml": c})
     assert lines(found) == [
@@ -432,7 +493,10 @@ def test_two_manifests_pinning_different_bytes_for_one_path_at_one_revision(tmp_
     ]
     on_b = next(p for p in found if p.path == "manifests/b.yaml" and p.line == 15)
     assert on_b.field == "files[2].path"
-    assert f"'model.safetensors' at org/shared@0123456789ab is pinned here as sha256 {'c' * 64}, 1000 bytes" in on_b.message
+    assert (
+        f"'model.safetensors' at org/shared@0123456789ab is pinned here as sha256 {'c' * 64}, 1000 bytes"
+        in on_b.message
+    )
     assert "manifests/a.yaml:13" in on_b.message and "manifests/c.yaml:12" in on_b.message
     (tmp_path / "two").mkdir()
     alone = problems_of(tmp_path / "two", {"a.yaml": a, "b.yaml": b}, "b.yaml")  # the changed file alone

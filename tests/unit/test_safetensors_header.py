@@ -60,25 +60,61 @@ def test_an_empty_header_is_a_file_with_no_tensors() -> None:
 
 BROKEN = {
     "too short": (b"\x05\x00", 2, "shorter than a safetensors header's 8-byte length"),
-    "length past the end": (struct.pack("<Q", 100) + b"{}", 10, "header length 100 runs past the end of the 10-byte file"),
+    "length past the end": (
+        struct.pack("<Q", 100) + b"{}",
+        10,
+        "header length 100 runs past the end of the 10-byte file",
+    ),
     "length beyond the bound": (struct.pack("<Q", MAX_HEADER + 1), 2 * MAX_HEADER, "beyond safetensors' bound"),
     "not JSON": (file_of({}, raw=b"{nope"), 0, "the header is not JSON"),
     "not UTF-8": (file_of({}, raw=b'{"\xff": 1}'), 0, "the header is not UTF-8"),
     "a list": (file_of({}, raw=b"[]"), 0, "the header is a JSON list, not an object of tensors"),
-    "unknown dtype": (file_of({"a": u8(0, 2, dtype="Q4")}, b"ab"), 0, "tensor 'a' has dtype 'Q4', which safetensors does not know"),
-    "bad shape": (file_of({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"a"), 0,
-                  r"tensor 'a' has shape \[-1\]: expected a list of non-negative integers"),
-    "bad offsets": (file_of({"a": {"dtype": "U8", "shape": [1], "data_offsets": [2, 1]}}, b"ab"), 0,
-                    r"tensor 'a' has data_offsets \[2, 1\]"),
-    "shape x dtype != span": (file_of({"a": u8(0, 6, [2], "F32")}, b"\0" * 6), 0,
-                              r"tensor 'a' is F32 \[2\], 8 bytes, but its data_offsets span 6 bytes"),
+    "unknown dtype": (
+        file_of({"a": u8(0, 2, dtype="Q4")}, b"ab"),
+        0,
+        "tensor 'a' has dtype 'Q4', which safetensors does not know",
+    ),
+    "bad shape": (
+        file_of({"a": {"dtype": "U8", "shape": [-1], "data_offsets": [0, 1]}}, b"a"),
+        0,
+        r"tensor 'a' has shape \[-1\]: expected a list of non-negative integers",
+    ),
+    "bad offsets": (
+        file_of({"a": {"dtype": "U8", "shape": [1], "data_offsets": [2, 1]}}, b"ab"),
+        0,
+        r"tensor 'a' has data_offsets \[2, 1\]",
+    ),
+    "shape x dtype != span": (
+        file_of({"a": u8(0, 6, [2], "F32")}, b"\0" * 6),
+        0,
+        r"tensor 'a' is F32 \[2\], 8 bytes, but its data_offsets span 6 bytes",
+    ),
     "overlap": (file_of({"a": u8(0, 4), "b": u8(2, 6)}, b"\0" * 6), 0, "tensor 'b' starts at data byte 2 and overlaps"),
-    "gap": (file_of({"a": u8(0, 2), "b": u8(4, 6)}, b"\0" * 6), 0, "tensor 'b' starts at data byte 4 and leaves a gap after byte 2"),
-    "out of the file": (file_of({"a": u8(0, 2), "b": u8(2, 9)}, b"\0" * 4), 0, "the tensors end at data byte 9, past the end"),
-    "bytes nothing covers": (file_of({"a": u8(0, 2)}, b"\0" * 5), 0, "the tensors end at data byte 2, short of the file's 5-byte"),
-    "duplicate names": (file_of({}, raw=b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
-                                       b'"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}') + b"ab", 0,
-                        "the header names 'a' twice"),
+    "gap": (
+        file_of({"a": u8(0, 2), "b": u8(4, 6)}, b"\0" * 6),
+        0,
+        "tensor 'b' starts at data byte 4 and leaves a gap after byte 2",
+    ),
+    "out of the file": (
+        file_of({"a": u8(0, 2), "b": u8(2, 9)}, b"\0" * 4),
+        0,
+        "the tensors end at data byte 9, past the end",
+    ),
+    "bytes nothing covers": (
+        file_of({"a": u8(0, 2)}, b"\0" * 5),
+        0,
+        "the tensors end at data byte 2, short of the file's 5-byte",
+    ),
+    "duplicate names": (
+        file_of(
+            {},
+            raw=b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
+            b'"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}',
+        )
+        + b"ab",
+        0,
+        "the header names 'a' twice",
+    ),
     "metadata not strings": (file_of({"__metadata__": {"k": 1}}), 0, "__metadata__ must map names to strings"),
 }
 

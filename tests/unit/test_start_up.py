@@ -28,8 +28,15 @@ def test_the_console_collects_nothing_until_the_catalog_is_loaded_then_collects_
         "    code = exc.code\n"
         "print(code, len(collections), gc.isenabled(), file=sys.stderr)\n"
     )
-    env = {**os.environ, "HOME": str(tmp_path), "CATALOG_DIR": str(ROOT / "manifests"), "CATALOG_CACHE": str(tmp_path / "c")}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "CATALOG_DIR": str(ROOT / "manifests"),
+        "CATALOG_CACHE": str(tmp_path / "c"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
     code, collections, enabled = done.stderr.strip().splitlines()[-1].split()
     assert code == "0", done.stderr
     assert "tiny-llama" in done.stdout

@@ -28,8 +28,13 @@ CASES = [
     # (id, listing, records, digests, expected [(path, kind)]); the streamed files are A, or A and B when B is named
     ("verified", [obj(A)], {A.path: rec(A)}, None, []),
     ("missing", [], {A.path: rec(A)}, None, [(A.path, Kind.MISSING)]),
-    ("other-prefix-does-not-count", [ObjectInfo("org/other/" + A.path, 100, etag="e1")], {A.path: rec(A)}, None,
-     [(A.path, Kind.MISSING)]),
+    (
+        "other-prefix-does-not-count",
+        [ObjectInfo("org/other/" + A.path, 100, etag="e1")],
+        {A.path: rec(A)},
+        None,
+        [(A.path, Kind.MISSING)],
+    ),
     ("resized", [obj(A, size=99)], {A.path: rec(A)}, None, [(A.path, Kind.SIZE)]),
     ("rewritten-same-size", [obj(A, etag="e2")], {A.path: rec(A)}, None, [(A.path, Kind.REWRITTEN)]),
     ("no-etag-listed", [obj(A, etag=None)], {A.path: rec(A, etag=None)}, None, [(A.path, Kind.REWRITTEN)]),
@@ -38,15 +43,23 @@ CASES = [
     ("deep-ok-without-records", [obj(A)], {}, {A.path: A.sha256}, []),
     ("deep-wrong-bytes", [obj(A)], {A.path: rec(A)}, {A.path: "d" * 64}, [(A.path, Kind.SHA256)]),
     ("deep-still-needs-the-size", [obj(A, size=1)], {}, {}, [(A.path, Kind.SIZE)]),
-    ("every-problem-in-manifest-order", [obj(B, etag="x")], {B.path: rec(B)}, None,
-     [(A.path, Kind.MISSING), (B.path, Kind.REWRITTEN)]),
+    (
+        "every-problem-in-manifest-order",
+        [obj(B, etag="x")],
+        {B.path: rec(B)},
+        None,
+        [(A.path, Kind.MISSING), (B.path, Kind.REWRITTEN)],
+    ),
     ("two-verified", [obj(A), obj(B, etag="e9")], {A.path: rec(A), B.path: rec(B, etag="e9")}, None, []),
 ]
 
 
-@pytest.mark.parametrize(("listing", "records", "digests", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_check(listing: list[ObjectInfo], records: dict[str, Any], digests: dict[str, str] | None,
-               expected: list[tuple[str, Kind]]) -> None:
+@pytest.mark.parametrize(
+    ("listing", "records", "digests", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_check(
+    listing: list[ObjectInfo], records: dict[str, Any], digests: dict[str, str] | None, expected: list[tuple[str, Kind]]
+) -> None:
     files = [A, B] if any(o.key.endswith(B.path) for o in listing) else [A]
     problems = check(files, PREFIX, listing, records, digests)
     assert [(p.path, p.kind) for p in problems] == expected
@@ -59,13 +72,16 @@ def test_problems_carry_expected_and_got() -> None:
     assert (etag.expected, etag.got) == ("old", "new")
 
 
-@pytest.mark.parametrize(("kind", "error", "words"), [
-    (Kind.MISSING, MissingObjectError, "is missing from the store"),
-    (Kind.SIZE, IntegrityError, "resized"),
-    (Kind.REWRITTEN, IntegrityError, "rewritten since sync verified it"),
-    (Kind.UNVERIFIED, IntegrityError, "never verified"),
-    (Kind.SHA256, IntegrityError, "corrupt"),
-])
+@pytest.mark.parametrize(
+    ("kind", "error", "words"),
+    [
+        (Kind.MISSING, MissingObjectError, "is missing from the store"),
+        (Kind.SIZE, IntegrityError, "resized"),
+        (Kind.REWRITTEN, IntegrityError, "rewritten since sync verified it"),
+        (Kind.UNVERIFIED, IntegrityError, "never verified"),
+        (Kind.SHA256, IntegrityError, "corrupt"),
+    ],
+)
 def test_errors_name_model_file_expected_and_got(kind: Kind, error: type[Exception], words: str) -> None:
     problems = [StreamProblem(A.path, kind, "EXPECTED", "GOT"), StreamProblem(B.path, Kind.MISSING, "1", "2")]
     exc = to_error("tiny", problems, "s3://b/org/m/rev/")

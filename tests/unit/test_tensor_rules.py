@@ -55,7 +55,10 @@ def test_an_index_naming_a_tensor_no_shard_holds_or_another_shard_holds_fails_at
     folder = locked(tmp_path, GOOD, {"a": S1, "b": S1, "c": S1, "ghost": S2})
     found = problems_of(tmp_path, folder)
     # lines 11-16: the index's section, "a", "b", "c", "ghost" (one entry a line, files sorted by path)
-    assert where(found) == ["manifests/tiny.tensors.json:14: tensor-missing", "manifests/tiny.tensors.json:15: tensor-missing"]
+    assert where(found) == [
+        "manifests/tiny.tensors.json:14: tensor-missing",
+        "manifests/tiny.tensors.json:15: tensor-missing",
+    ]
     misplaced, ghost = found
     assert f"weight_map maps tensor 'c' to '{S1}', which does not hold it; '{S2}' does" in misplaced.message
     assert misplaced.field == INDEX
@@ -67,7 +70,9 @@ def test_a_tensor_in_two_shards_fails_at_the_second_naming_the_first(tmp_path: P
     folder = locked(tmp_path, {S1: GOOD[S1], S2: {"a": u8(9, 9), "c": u8(5, 6)}}, GOOD_MAP)
     [found] = problems_of(tmp_path, folder)
     assert where([found]) == ["manifests/tiny.tensors.json:9: tensor-duplicate"]
-    assert found.message.startswith(f"tensor 'a' is in '{S1}' (manifests/tiny.tensors.json:5) and in '{S2}', both shards of '{INDEX}'")
+    assert found.message.startswith(
+        f"tensor 'a' is in '{S1}' (manifests/tiny.tensors.json:5) and in '{S2}', both shards of '{INDEX}'"
+    )
 
 
 def test_a_sidecar_edited_by_hand_no_longer_matches_its_pin(tmp_path: Path) -> None:
@@ -93,7 +98,9 @@ def test_a_missing_or_unreadable_sidecar_or_one_for_other_files_is_a_problem(tmp
 
     sidecar.write_text(text[:-20])
     [broken] = problems_of(tmp_path, folder)
-    assert broken.rule == "tensor-table" and broken.path == "manifests/tiny.tensors.json" and "not JSON" in broken.message
+    assert (
+        broken.rule == "tensor-table" and broken.path == "manifests/tiny.tensors.json" and "not JSON" in broken.message
+    )
 
     tables = parse(text)
     extra = {**tables.headers, "other.safetensors": (("x", "U8", (1,)),)}
@@ -106,7 +113,9 @@ def test_a_missing_or_unreadable_sidecar_or_one_for_other_files_is_a_problem(tmp
 def test_validating_one_manifest_reports_its_sidecar_too(tmp_path: Path) -> None:
     """pre-commit passes the changed files: the manifest's sidecar problems belong to it."""
     folder = locked(tmp_path, GOOD, {**GOOD_MAP, "ghost": S2})
-    assert where(problems_of(tmp_path, folder, folder / "tiny.yaml")) == ["manifests/tiny.tensors.json:15: tensor-missing"]
+    assert where(problems_of(tmp_path, folder, folder / "tiny.yaml")) == [
+        "manifests/tiny.tensors.json:15: tensor-missing"
+    ]
 
 
 def test_header_pins_must_belong_to_the_file(tmp_path: Path) -> None:
@@ -128,8 +137,11 @@ def test_header_and_weight_map_only_on_their_kind_of_file(tmp_path: Path) -> Non
     folder = locked(tmp_path, GOOD, GOOD_MAP)
     manifest = folder / "tiny.yaml"
     text = manifest.read_text()
-    manifest.write_text(text.replace(f"path: {INDEX}", "path: model.bin.index.json").replace(f"path: {S1}", "path: s1.bin")
-                        .replace("- model-00001-of-00002.safetensors", "- s1.bin"))
+    manifest.write_text(
+        text.replace(f"path: {INDEX}", "path: model.bin.index.json")
+        .replace(f"path: {S1}", "path: s1.bin")
+        .replace("- model-00001-of-00002.safetensors", "- s1.bin")
+    )
     found = [p for p in problems_of(tmp_path, folder) if p.rule in ("header", "weight-map")]
     assert sorted(p.rule for p in found) == ["header", "weight-map"]
     assert any("'s1.bin' is not a *.safetensors file" in p.message for p in found)
@@ -143,10 +155,14 @@ def test_gpu_memory_counts_the_tensors_exactly_when_headers_are_pinned(tmp_path:
     """16 GiB / 1.2 is 13.33 GiB: tensors of 14,316,557,000 bytes fit, the file with a 100 MB header does not."""
     tensor_bytes, length = 14_316_557_000, 100_000_000
     size = 8 + length + tensor_bytes
-    files = (f"  - path: config.json\n    size: 2\n    sha256: {'a' * 64}\n"
-             f"  - path: model.safetensors\n    size: {size}\n    sha256: {'b' * 64}\n")
-    header = (f"    header:\n      length: {length}\n      sha256: {'c' * 64}\n      tensors: 1\n      parameters: 1\n"
-              f"      bytes_by_dtype: {{U8: {tensor_bytes}}}\n      table_sha256: {'d' * 64}\n")
+    files = (
+        f"  - path: config.json\n    size: 2\n    sha256: {'a' * 64}\n"
+        f"  - path: model.safetensors\n    size: {size}\n    sha256: {'b' * 64}\n"
+    )
+    header = (
+        f"    header:\n      length: {length}\n      sha256: {'c' * 64}\n      tensors: 1\n      parameters: 1\n"
+        f"      bytes_by_dtype: {{U8: {tensor_bytes}}}\n      table_sha256: {'d' * 64}\n"
+    )
     for text, fits in ((manifest_text(files=files), False), (manifest_text(files=files + header), True)):
         shutil.rmtree(tmp_path / "manifests", ignore_errors=True)
         folder = write_catalog(tmp_path, {"tiny.yaml": text})
@@ -166,7 +182,10 @@ def test_lock_from_a_folder_pins_the_sha256_of_every_tensors_own_bytes(tmp_path:
 
     folder = locked(tmp_path, GOOD, GOOD_MAP)
     tables = parse((folder / "tiny.tensors.json").read_text())
-    assert tables.digests[S1] == {"a": hashlib.sha256(bytes([1, 2])).hexdigest(), "b": hashlib.sha256(bytes([3, 4])).hexdigest()}
+    assert tables.digests[S1] == {
+        "a": hashlib.sha256(bytes([1, 2])).hexdigest(),
+        "b": hashlib.sha256(bytes([3, 4])).hexdigest(),
+    }
     assert tables.digests[S2] == {"c": hashlib.sha256(bytes([5, 6])).hexdigest()}
     sidecar = folder / "tiny.tensors.json"
     flipped = sidecar.read_text().replace(hashlib.sha256(bytes([3, 4])).hexdigest(), hashlib.sha256(b"x").hexdigest())
@@ -218,7 +237,10 @@ def test_a_tensorizer_table_pins_offsets_that_must_fit_the_file(tmp_path: Path) 
     for name, dtype, shape in tables.headers["model.tensors"]:
         start = tables.offsets["model.tensors"][name]
         size = 4 * (shape[0] * (shape[1] if len(shape) > 1 else 1))
-        assert dtype == "F32" and hashlib.sha256(raw[start:start + size]).hexdigest() == tables.digests["model.tensors"][name]
+        assert (
+            dtype == "F32"
+            and hashlib.sha256(raw[start : start + size]).hexdigest() == tables.digests["model.tensors"][name]
+        )
     first, second = tables.headers["model.tensors"][:2]
     offsets = {**tables.offsets["model.tensors"], second[0]: tables.offsets["model.tensors"][first[0]] + 4}
     repin(folder, "model.tensors", render("tiny", tables.headers, {}, tables.digests, {"model.tensors": offsets}))

@@ -46,14 +46,23 @@ def test_digests_pin_names_dtypes_shapes_and_order() -> None:
     assert weight_map_sha256({**mapping, "z.weight": "c.safetensors"}) != weight_map_sha256(mapping)
 
 
-@pytest.mark.parametrize(("text", "line", "says"), [
-    ('{"model": "m", "files": {\n', 2, "not JSON"),
-    ('{"files": {}}', 1, 'expected an object with "model" and "files"'),
-    ('{\n  "model": "m",\n  "files": {\n    "a.safetensors": {\n      "w": ["F32", "2x2"]\n    }\n  }\n}\n', 5,
-     "'a.safetensors': tensor 'w' is ['F32', '2x2'], expected [dtype, shape]"),
-    ('{\n  "model": "m",\n  "files": {\n    "a.safetensors.index.json": {\n      "w": 3\n    }\n  }\n}\n', 5,
-     "tensor 'w' maps to 3, expected a file name"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "says"),
+    [
+        ('{"model": "m", "files": {\n', 2, "not JSON"),
+        ('{"files": {}}', 1, 'expected an object with "model" and "files"'),
+        (
+            '{\n  "model": "m",\n  "files": {\n    "a.safetensors": {\n      "w": ["F32", "2x2"]\n    }\n  }\n}\n',
+            5,
+            "'a.safetensors': tensor 'w' is ['F32', '2x2'], expected [dtype, shape]",
+        ),
+        (
+            '{\n  "model": "m",\n  "files": {\n    "a.safetensors.index.json": {\n      "w": 3\n    }\n  }\n}\n',
+            5,
+            "tensor 'w' maps to 3, expected a file name",
+        ),
+    ],
+)
 def test_unreadable_tables_are_refused_with_a_line(text: str, line: int, says: str) -> None:
     with pytest.raises(TableError) as caught:
         parse(text)
@@ -79,4 +88,4 @@ def test_digests_and_offsets_round_trip_and_are_pinned_with_the_rows() -> None:
 @pytest.mark.parametrize("value", ['["F32", [2], "ABC"]', '["F32", [2], "' + "a" * 64 + '", -1]', '["F32", [2], 3]'])
 def test_a_digest_or_offset_of_the_wrong_shape_is_refused(value: str) -> None:
     with pytest.raises(TableError, match="expected \\[dtype, shape\\]"):
-        parse('{"model": "m", "files": {"a.safetensors": {"w": ' + value + '}}}')
+        parse('{"model": "m", "files": {"a.safetensors": {"w": ' + value + "}}}")

@@ -114,7 +114,10 @@ def test_small_files_leave_no_lock_file_and_large_ones_release_theirs(tmp_path: 
         return original(sha256, timeout)
 
     cache.download_lock = spy  # type: ignore[method-assign]
-    wanted = [Wanted("m", _entry(small, "small.json"), "small.json"), Wanted("m", _entry(large, "large.bin"), "large.bin")]
+    wanted = [
+        Wanted("m", _entry(small, "small.json"), "small.json"),
+        Wanted("m", _entry(large, "large.bin"), "large.bin"),
+    ]
     fetch(LocalStore(store_root), wanted, cache, TransferConfig(part_size=4 * MiB, concurrency=3, read_size=64 * KiB))
     assert taken == [wanted[1].entry.sha256]  # only the large file asked for the lock
     for item in wanted:
@@ -141,8 +144,12 @@ def test_parts_arriving_out_of_order_hash_to_the_pin(tmp_path: Path) -> None:
 
     cache = Cache(tmp_path / "cache")
     entry = _entry(data, "w.bin")
-    fetch(LateStart(store_root), [Wanted("m", entry, "w.bin")], cache,
-          TransferConfig(part_size=1 * MiB, concurrency=5, read_size=64 * KiB))
+    fetch(
+        LateStart(store_root),
+        [Wanted("m", entry, "w.bin")],
+        cache,
+        TransferConfig(part_size=1 * MiB, concurrency=5, read_size=64 * KiB),
+    )
     assert cache.blob_path(entry.sha256).read_bytes() == data
 
 
@@ -156,6 +163,11 @@ def test_a_corrupt_part_is_caught_and_nothing_is_published(tmp_path: Path) -> No
     cache = Cache(tmp_path / "cache")
     entry = _entry(data, "w.bin")
     with pytest.raises(IntegrityError):
-        fetch(LocalStore(store_root), [Wanted("m", entry, "w.bin")], cache, TransferConfig(part_size=1 * MiB, concurrency=2))
+        fetch(
+            LocalStore(store_root),
+            [Wanted("m", entry, "w.bin")],
+            cache,
+            TransferConfig(part_size=1 * MiB, concurrency=2),
+        )
     assert not cache.has_blob(entry)
     assert not list(cache.tmp.glob("*"))

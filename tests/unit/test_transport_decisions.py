@@ -9,8 +9,19 @@ import json
 import pytest
 
 from catalog.errors import StoreUnavailableError
-from resolver.stores.modelpack import (OCI_INDEX, OCI_MANIFEST, SIGNATURE_TYPE, TITLE, Descriptor, bounded_json,
-                                       build_index, build_referrer, digest_of, fallback_tag, parse_index)
+from resolver.stores.modelpack import (
+    OCI_INDEX,
+    OCI_MANIFEST,
+    SIGNATURE_TYPE,
+    TITLE,
+    Descriptor,
+    bounded_json,
+    build_index,
+    build_referrer,
+    digest_of,
+    fallback_tag,
+    parse_index,
+)
 from resolver.stores.oci_client import RegistryClient, token_lifetime
 from resolver.stores.transport import BadAnswer, RedirectRefused, next_hop, size_header
 from resolver.waits import Bounds, RateGuard, parse_retry_after
@@ -18,15 +29,18 @@ from resolver.waits import Bounds, RateGuard, parse_retry_after
 AUTH = {"Authorization": "Basic c2VjcmV0", "Cookie": "s=1", "Accept": "*/*"}
 
 
-@pytest.mark.parametrize("current, location, target, keeps", [
-    ("https://r.example/v2/a/blobs/x", "/v2/a/blobs/y", "https://r.example/v2/a/blobs/y", True),
-    ("https://r.example/v2/a/blobs/x", "https://r.example:443/b", "https://r.example:443/b", True),
-    ("https://r.example/v2/a/blobs/x", "https://R.EXAMPLE/b", "https://R.EXAMPLE/b", True),
-    ("https://r.example/v2/a/blobs/x", "https://cdn.example/b?sig=1", "https://cdn.example/b?sig=1", False),
-    ("https://r.example/v2/a/blobs/x", "https://r.example:8443/b", "https://r.example:8443/b", False),
-    ("http://127.0.0.1:5000/v2/x", "http://localhost:5000/x", "http://localhost:5000/x", False),
-    ("http://r.example/x", "https://r.example/x", "https://r.example/x", False),
-])
+@pytest.mark.parametrize(
+    "current, location, target, keeps",
+    [
+        ("https://r.example/v2/a/blobs/x", "/v2/a/blobs/y", "https://r.example/v2/a/blobs/y", True),
+        ("https://r.example/v2/a/blobs/x", "https://r.example:443/b", "https://r.example:443/b", True),
+        ("https://r.example/v2/a/blobs/x", "https://R.EXAMPLE/b", "https://R.EXAMPLE/b", True),
+        ("https://r.example/v2/a/blobs/x", "https://cdn.example/b?sig=1", "https://cdn.example/b?sig=1", False),
+        ("https://r.example/v2/a/blobs/x", "https://r.example:8443/b", "https://r.example:8443/b", False),
+        ("http://127.0.0.1:5000/v2/x", "http://localhost:5000/x", "http://localhost:5000/x", False),
+        ("http://r.example/x", "https://r.example/x", "https://r.example/x", False),
+    ],
+)
 def test_a_redirect_keeps_credentials_only_on_its_origin(current: str, location: str, target: str, keeps: bool) -> None:
     url, headers = next_hop(current, location, AUTH)
     assert url == target
@@ -50,7 +64,7 @@ def test_a_size_header_of_digits_is_read() -> None:
     assert size_header(" 1234 ", "x") == 1234 and size_header(None, "x") is None
 
 
-@pytest.mark.parametrize("value, seconds", [(None, 60.0), (300, 300.0), (2.5, 2.5), (10 ** 400, 86400.0)])
+@pytest.mark.parametrize("value, seconds", [(None, 60.0), (300, 300.0), (2.5, 2.5), (10**400, 86400.0)])
 def test_a_token_lifetime_is_a_number_of_seconds_at_most_a_day(value: object, seconds: float) -> None:
     assert token_lifetime(value, "r") == seconds
 
@@ -125,8 +139,9 @@ def test_the_fallback_index_lists_each_referrer_once_and_reading_skips_what_is_n
     index = build_index([one, two, one])
     assert json.loads(index)["mediaType"] == OCI_INDEX
     assert parse_index(index) == [one, two]
-    odd = json.dumps({"manifests": [1, {"digest": "sha256:x"}, {"digest": one.digest, "size": True},
-                                    one.as_json()]}).encode()
+    odd = json.dumps(
+        {"manifests": [1, {"digest": "sha256:x"}, {"digest": one.digest, "size": True}, one.as_json()]}
+    ).encode()
     assert parse_index(odd) == [one]
     with pytest.raises(ValueError):
         parse_index(b'{"layers": []}')

@@ -52,4 +52,5 @@ def test_every_version_heading_has_its_form() -> None:
     text = (ROOT / "CHANGELOG.md").read_text()
     level_two = re.findall(r"^## .*$", text, re.M)
     assert level_two and all(HEADING.fullmatch(line) for line in level_two), [
-        line for line in level_two if not HEADING.fullmatch(line)]
+        line for line in level_two if not HEADING.fullmatch(line)
+    ]

@@ -13,7 +13,9 @@ import pytest
 from catalog_app import warm
 
 
-@pytest.mark.parametrize("size", [0, 4096, warm.BUILTIN_SHA256_MAX, warm.BUILTIN_SHA256_MAX + 1, 3 * warm.BUILTIN_SHA256_MAX])
+@pytest.mark.parametrize(
+    "size", [0, 4096, warm.BUILTIN_SHA256_MAX, warm.BUILTIN_SHA256_MAX + 1, 3 * warm.BUILTIN_SHA256_MAX]
+)
 def test_sha256_of_is_the_sha256_on_both_sides_of_the_threshold(tmp_path: Path, size: int) -> None:
     data = os.urandom(size)
     path = tmp_path / "model.yaml"

@@ -14,8 +14,11 @@ import pytest
 from resolver import ecdsa
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "wycheproof"
-FILES = {"P-256": "ecdsa_secp256r1_sha256_test.json", "P-384": "ecdsa_secp384r1_sha384_test.json",
-         "P-521": "ecdsa_secp521r1_sha512_test.json"}
+FILES = {
+    "P-256": "ecdsa_secp256r1_sha256_test.json",
+    "P-384": "ecdsa_secp384r1_sha384_test.json",
+    "P-521": "ecdsa_secp521r1_sha512_test.json",
+}
 
 
 def _groups(curve: str) -> list[dict[str, Any]]:
