@@ -1,4 +1,5 @@
-"""Settings precedence (flags over CATALOG_* over defaults), validation, and the fingerprint the warm index keys on."""
+"""Settings precedence (flags over CATALOG_* over defaults), modes, validation naming the variable, and secrets kept out
+of what the settings show."""
 
 from __future__ import annotations
 
