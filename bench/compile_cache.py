@@ -18,7 +18,16 @@ engine and generates one greedy token. Every round runs every way once, in turn:
 - vLLM's defaults, warm: no catalog environment (VLLM_CACHE_ROOT of its own, vLLM's AOT compile on), its engine cache
   warmed before the rounds: what a runner keeping its own cache gets without the catalog (on this build the AOT
   artifact fails to load and vLLM compiles again from inductor's cache);
-- eager: `--enforce-eager`, nothing compiled (the floor of any compiled start).
+- eager: `--enforce-eager`, nothing compiled (the floor of any compiled start);
+- the engine by itself: no catalog at all, vLLM fetching the model from the bucket with its own streamer
+  (`--model s3://bucket/prefix/ --load-format runai_streamer`, which verifies nothing) into a fresh engine cache
+  folder, compiling: what a runner without the catalog gets on a fresh machine.
+
+`--ways` picks some of them (by the short names in WAY_NAMES; the warm runner is always run: the ratios are to it).
+Every engine start has its own inductor and Triton cache folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR inside
+its runner's folder): vLLM points inductor into its own cache folder when it compiles, but torch may fill its default
+(/tmp/torchinductor_$USER) at import, and a folder shared across starts would warm one round's cold compile with
+another's work. The 1-minute load average at each round's start is printed with the table (a shared machine).
 
 A row's time runs from the first command to the token, split into the catalog's part (resolve + restore), the engine
 process's start and vLLM's import, building the engine (where compiling happens) and the first token; CPU seconds are
@@ -43,6 +52,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from seaweed import ROOT, catalog, client, machine, process_cpu, start_server
 
+BUCKETS = ("bench-derived", "bench-empty")
+
 PROMPTS = {"tiny-llama": "w5 w6 w7", "tiny-qwen2": "hello world the model"}
 HARNESS = ["--dtype", "float32", "--max-model-len", "64", "--distributed-executor-backend", "uni"]
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
@@ -52,7 +63,9 @@ WAYS = (
     "warm runner (its own engine cache)",
     "vLLM's defaults, warm engine cache (no catalog)",
     "eager (--enforce-eager), no compile",
+    "engine by itself from the bucket (runai_streamer), fresh engine cache",
 )
+WAY_NAMES = dict(zip(("cold", "restored", "warm", "defaults", "eager", "itself"), WAYS, strict=True))
 
 
 def child(spec: str) -> None:
@@ -100,15 +113,29 @@ class Runner:
     def __init__(self, base: list[str], store: str, folder: Path, env: dict[str, str], prompt: str, name: str) -> None:
         self.base, self.store, self.folder, self.env, self.prompt, self.name = base, store, folder, env, prompt, name
 
-    def start(self, *, restore: bool = True, eager: bool = False) -> dict[str, float]:
-        """resolve (+ restore) then the engine; the parts of the time to its first token, and the CPU seconds."""
+    def start(self, *, restore: bool = True, eager: bool = False, by_itself: str | None = None) -> dict[str, float]:
+        """resolve (+ restore) then the engine; the parts of the time to its first token, and the CPU seconds. With
+        `by_itself` (the model's s3:// prefix), no catalog: the engine streams the model from there by itself."""
         cpu_before = children_cpu()
         started = time.time()
         cache, engine_cache = self.folder / "catalog-cache", self.folder / "vllm-cache"
         store = ["--store", self.store, "--cache", str(cache)]
-        args = shlex.split(run([*self.base, "resolve", self.name, *store, "--format", "vllm-args"], self.env))
+        if by_itself:
+            args = ["--model", by_itself, "--load-format", "runai_streamer"]
+            restore = False
+        else:
+            args = shlex.split(run([*self.base, "resolve", self.name, *store, "--format", "vllm-args"], self.env))
         engine_args = [*args, *HARNESS, *(["--enforce-eager"] if eager else [])]
-        env = {**self.env, **ENGINE_ENV, "HOME": str(self.folder / "home"), "VLLM_CACHE_ROOT": str(engine_cache)}
+        # This runner's own inductor and Triton folders: no start compiles with another start's leftovers.
+        env = {
+            **self.env,
+            **ENGINE_ENV,
+            "HOME": str(self.folder / "home"),
+            "VLLM_CACHE_ROOT": str(engine_cache),
+            "TORCHINDUCTOR_CACHE_DIR": str(self.folder / "inductor"),
+            "TRITON_CACHE_DIR": str(self.folder / "triton"),
+            **({"RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"} if by_itself else {}),
+        }
         hit = 0.0
         if restore:
             said = exports(
@@ -171,6 +198,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--model", default="tiny-llama", choices=sorted(PROMPTS))
+    parser.add_argument(
+        "--ways",
+        nargs="+",
+        choices=sorted(WAY_NAMES),
+        default=list(WAY_NAMES),
+        help="which ways to run each round (the warm runner always runs: the ratios are to it)",
+    )
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -184,7 +218,7 @@ def main() -> None:
         source = write_model(args.model, work / "sources")
         base = [*catalog(), "--catalog", str(ROOT / "manifests")]
         s3 = client(server.url)
-        for bucket in ("bench-derived", "bench-empty"):
+        for bucket in BUCKETS:
             s3.create_bucket(Bucket=bucket)
             run(
                 [
@@ -207,7 +241,12 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, base: list[str], env: dict[str, str], server_pid: int | None, work: Path) -> None:
+    import catalog as catalog_lib
+
     prompt = PROMPTS[args.model]
+    ways = [way for name, way in WAY_NAMES.items() if name in args.ways or name == "warm"]
+    bundled = catalog_lib.load(ROOT / "manifests")
+    prefix = f"s3://{BUCKETS[1]}/{bundled.store_key(bundled.get(args.model))}"  # where `sync` put it
 
     def runner(folder: str, bucket: str) -> Runner:
         made = Runner(base, f"s3://{bucket}/", work / folder, env, prompt, args.model)
@@ -221,11 +260,14 @@ def measure(args: argparse.Namespace, base: list[str], env: dict[str, str], serv
     warm = runner("warm", "bench-empty")  # warms its own engine cache by compiling, as a runner alone would
     warm.start()
     plain = runner("vllm-defaults", "bench-empty")
-    plain.start(restore=False)
-    samples: dict[str, list[dict[str, float]]] = {way: [] for way in WAYS}
-    server: dict[str, list[float]] = {way: [] for way in WAYS}
+    if WAYS[3] in ways:
+        plain.start(restore=False)
+    samples: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
+    server: dict[str, list[float]] = {way: [] for way in ways}
+    loads = []
     for round_ in range(args.runs):
-        for way in WAYS:
+        loads.append(os.getloadavg()[0])
+        for way in ways:
             before = process_cpu(server_pid) if server_pid else 0.0
             if way == WAYS[0]:
                 got = runner("cold", "bench-empty").start()
@@ -235,22 +277,25 @@ def measure(args: argparse.Namespace, base: list[str], env: dict[str, str], serv
                 got = warm.start()
             elif way == WAYS[3]:
                 got = plain.start(restore=False)
-            else:
+            elif way == WAYS[4]:
                 got = runner("eager", "bench-empty").start(restore=False, eager=True)
+            else:
+                got = runner("itself", "bench-empty").start(by_itself=prefix)
             samples[way].append(got)
             server[way].append(process_cpu(server_pid) - before if server_pid else 0.0)
-        print(f"  round {round_ + 1}/{args.runs} done", file=sys.stderr, flush=True)
+        print(f"  round {round_ + 1}/{args.runs} done (load {loads[-1]:.2f} at its start)", file=sys.stderr, flush=True)
     print(json.dumps(samples), file=sys.stderr)  # the raw samples, whatever the checks below say
     print(
         f"machine: {machine()}, no GPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"time to first token, {args.model}, {args.runs} rounds, medians (min-max)\n"
+        f"load average (1 min) at each round's start: {', '.join(f'{x:.1f}' for x in loads)}\n"
     )
     warm_median = statistics.median(s["total"] for s in samples[WAYS[2]])
     print(
         "| way | to first token | vs warm runner | catalog (resolve + restore) | engine start + vLLM import "
         "| engine build (compile) | first token | CPU s | server CPU s |\n|---|---|---|---|---|---|---|---|---|"
     )
-    for way in WAYS:
+    for way in ways:
         rows = samples[way]
         total = [s["total"] for s in rows]
         part = " | ".join(
@@ -261,10 +306,12 @@ def measure(args: argparse.Namespace, base: list[str], env: dict[str, str], serv
             f"{statistics.median(total) / warm_median:.2f}x | {part} | {statistics.median(s['cpu'] for s in rows):.1f} | "
             f"{statistics.median(server[way]):.2f} |"
         )
-    tokens = {s["token_id"] for way in WAYS for s in samples[way]}
+    tokens = {s["token_id"] for way in ways for s in samples[way]}
     assert len(tokens) == 1, f"the ways disagree on the first token: {tokens}"
-    assert all(s["hit"] == 1.0 for s in samples[WAYS[1]]), "a restore missed"
-    assert all(s["hit"] == 0.0 for s in samples[WAYS[0]] + samples[WAYS[2]]), "a restore hit where nothing is stored"
+    assert all(s["hit"] == 1.0 for s in samples.get(WAYS[1], [])), "a restore missed"
+    assert all(s["hit"] == 0.0 for s in samples.get(WAYS[0], []) + samples[WAYS[2]]), (
+        "a restore hit where nothing is stored"
+    )
 
 
 if __name__ == "__main__":

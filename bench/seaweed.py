@@ -223,7 +223,8 @@ def conditions(loads: Sequence[float], pin: bool) -> str:
     )
     return (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) at the rounds' starts "
-        f"{min(loads):.2f}-{max(loads):.2f} (median {statistics.median(loads):.2f}); {cores}"
+        f"{min(loads):.2f}-{max(loads):.2f} (median {statistics.median(loads):.2f}; each round's, then the end's: "
+        f"{', '.join(f'{x:.1f}' for x in loads)}); {cores}"
     )
 
 
