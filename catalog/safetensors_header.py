@@ -61,6 +61,29 @@ DTYPE_BITS: Mapping[str, int] = {
 }
 
 
+# safetensors dtype names -> torch's (str(torch.float32) == "torch.float32"): the loaders build tensors from spans,
+# and tensorizer's opaque dtypes are named back through it (resolver/tensor_pins.py).
+TORCH_DTYPES: Mapping[str, str] = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
+    "C64": "complex64",
+}
+
+
 class HeaderError(CatalogError, ValueError):
     """Bytes that are not a valid safetensors header; the message says what is wrong (the caller names the file)."""
 

@@ -215,7 +215,7 @@ def gc(cat: Catalog, cache: Cache, *, dry_run: bool, now: float | None = None, a
         remove(lock)
     for entry in _stale_warm_entries(cache, now):
         remove(entry)
-    for record in signatures.stale_records(cache.root, now):  # verifications that held (resolver/signatures.py)
+    for record in signatures.stale_records(cache.signature_checks):  # verifications that held (resolver/signatures.py)
         remove(record)
     for state in _stale_sync_states(cache, cat):
         remove(state)

@@ -53,7 +53,6 @@ from catalog.signing import (
     subject_difference,
 )
 from resolver import ecdsa
-from resolver.cache import Cache
 from resolver.fsutil import atomic_write, pid_alive, staging_owner
 
 if TYPE_CHECKING:
@@ -645,11 +644,10 @@ def write(bundle: Bundle, manifest_path: Path) -> Path:
     return target
 
 
-def stale_records(cache_root: Path, now: float) -> list[Path]:
+def stale_records(root: Path) -> list[Path]:
     """Every file under `signature-checks/`, for gc: verdicts earlier versions kept there are never read now (a
     verdict in the cache would be trusted by whoever can write it), so all of them go (a live writer's staging file
-    stays)."""
-    root = Cache(cache_root).signature_checks
+    stays). `root`: the cache's `signature_checks` folder."""
     if not root.is_dir():
         return []
     return [

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from catalog.errors import CatalogError
-from catalog.safetensors_header import PREFIX, Header
+from catalog.safetensors_header import PREFIX, TORCH_DTYPES, Header
 from catalog.tensor_tables import Row
 from resolver.hashing import CHUNK
 
@@ -45,25 +45,7 @@ _NUMPY_DTYPES = {
     "<c8": "C64",
 }
 # torch's dtype names -> the safetensors names (tensorizer stores bfloat16 and float8 opaquely; torch names them)
-_TORCH_DTYPES = {
-    "float32": "F32",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "float64": "F64",
-    "int64": "I64",
-    "int32": "I32",
-    "int16": "I16",
-    "int8": "I8",
-    "uint8": "U8",
-    "uint16": "U16",
-    "uint32": "U32",
-    "uint64": "U64",
-    "bool": "BOOL",
-    "float8_e4m3fn": "F8_E4M3",
-    "float8_e5m2": "F8_E5M2",
-    "float8_e8m0fnu": "F8_E8M0",
-    "complex64": "C64",
-}
+_TORCH_DTYPES = {torch: name for name, torch in TORCH_DTYPES.items()}
 
 
 class TensorPinError(CatalogError, ValueError):

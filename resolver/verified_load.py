@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from catalog.errors import CatalogError
 from catalog.load_plan import FileLoad, PinnedTensor
+from catalog.safetensors_header import TORCH_DTYPES
 from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache
 from resolver.stores import Store
@@ -51,27 +52,6 @@ log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 DEFAULT_WINDOW = 128 * MiB  # tensors copied and being hashed at once (the streamer's ring is as large again)
-
-# safetensors dtype names -> torch's (str(torch.float32) == "torch.float32")
-TORCH_DTYPES = {
-    "BOOL": "bool",
-    "U8": "uint8",
-    "I8": "int8",
-    "I16": "int16",
-    "U16": "uint16",
-    "I32": "int32",
-    "U32": "uint32",
-    "I64": "int64",
-    "U64": "uint64",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "F32": "float32",
-    "F64": "float64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu",
-    "C64": "complex64",
-}
 
 
 class TensorRefused(CatalogError, ValueError):

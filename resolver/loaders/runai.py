@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from catalog.errors import CatalogError
 from catalog.lookup import Catalog
-from catalog.safetensors_header import Header
+from catalog.safetensors_header import TORCH_DTYPES, Header
 from catalog.schema import FileEntry, ModelManifest
 from resolver.cache import Cache
 from resolver.loaders.common import (
@@ -36,27 +36,6 @@ if TYPE_CHECKING:
     import torch
 
 NEEDS: tuple[str, ...] = ("torch", "runai_model_streamer")
-
-# safetensors dtype names -> torch dtype names (str(torch.float32) == "torch.float32")
-TORCH_DTYPES = {
-    "BOOL": "bool",
-    "U8": "uint8",
-    "I8": "int8",
-    "I16": "int16",
-    "U16": "uint16",
-    "I32": "int32",
-    "U32": "uint32",
-    "I64": "int64",
-    "U64": "uint64",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "F32": "float32",
-    "F64": "float64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu",
-    "C64": "complex64",
-}
 
 
 def load(

@@ -104,6 +104,9 @@ http {{
             self.process.wait(10)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()  # the pipe read only when nginx exits at start; unclosed, a ResourceWarning
 
 
 @pytest.fixture
