@@ -19,9 +19,8 @@ from catalog.lookup import Catalog, load
 from catalog.settings import Settings
 from catalog_app.options import declared_by
 
-if (
-    TYPE_CHECKING
-):  # the resolver's modules are imported by the properties that need them: a command opens no store it does not use
+# The resolver's modules are imported by the properties that need them: a command opens no store it does not use.
+if TYPE_CHECKING:
     from catalog.signing import Policy
     from resolver.cache import Cache
     from resolver.resolve import Cleared, ResolveOptions

@@ -60,9 +60,8 @@ def open_store(url: str, settings: Settings | None = None) -> Store:
         raise UsageError(
             f"unsupported store URL {urls.redact(url)!r}", hint=f"known schemes: {known}, or a folder path"
         )
-    if (
-        scheme in urls.SCHEMES and (problem := urls.check_store_url(url)) is not None
-    ):  # before a store parses it: one line
+    # Checked before a store parses it: a bad URL is one line, not the store's own error.
+    if scheme in urls.SCHEMES and (problem := urls.check_store_url(url)) is not None:
         raise UsageError(f"bad store URL: {problem}", hint=urls.FORMS.get(scheme))
     return factory(url, settings)
 

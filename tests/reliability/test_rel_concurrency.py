@@ -145,7 +145,7 @@ def test_resolves_of_one_view_building_it_at_once_beside_gc_never_fail_nor_hand_
     store = tmp_path / "store"
     upload_generated(manifests, data, [name], str(store))
     cache_dir = tmp_path / "cache"
-    rounds = 120 if long_run else 32
+    rounds = 200 if long_run else 32  # --reliability-long: 200 rounds, quiet or busy
     done = subprocess.run(
         [
             sys.executable,
